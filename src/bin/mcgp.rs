@@ -1,0 +1,146 @@
+//! The `mcgp` command line: run, check, report and list. Glue only; the work lives in the library.
+use clap::{Parser, Subcommand};
+use mcgp::data::{default_data_dir, Registry};
+use mcgp::runner::{self, RunOptions};
+use mcgp::spec::{self, Spec};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// The default spec, embedded so `mcgp` with no arguments runs on a fresh checkout.
+const QUICKSTART: &str = include_str!("../../experiments/quickstart.yaml");
+const QUICKSTART_PATH: &str = "experiments/quickstart.yaml";
+
+#[derive(Parser)]
+#[command(name = "mcgp", version, about = "Multi-class Gaussian process classification: reproduce papers, compare methods, write HTML reports")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Args, Clone)]
+struct Paths {
+    /// Folder of per-experiment results.
+    #[arg(long, default_value = "results")]
+    results: PathBuf,
+    /// Folder of HTML reports.
+    #[arg(long, default_value = "reports")]
+    reports: PathBuf,
+    /// Data folder (default: $MCGP_DATA_DIR, else the nearest data/datasets.yaml).
+    #[arg(long)]
+    data: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run every cell of a spec that is not stored yet, then write the tables and the report.
+    Run {
+        /// The spec (YAML); default: the embedded experiments/quickstart.yaml.
+        spec: Option<PathBuf>,
+        /// Worker threads (default: all cores, or RAYON_NUM_THREADS).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Recompute cells stored as failed.
+        #[arg(long)]
+        retry_failed: bool,
+        /// Skip the HTML report.
+        #[arg(long)]
+        no_report: bool,
+        #[command(flatten)]
+        paths: Paths,
+    },
+    /// Check a spec without running it.
+    Check { spec: PathBuf, #[command(flatten)] paths: Paths },
+    /// Re-render the report of a spec from its stored cells.
+    Report { spec: PathBuf, #[command(flatten)] paths: Paths },
+    /// List the datasets and methods known.
+    List { #[command(flatten)] paths: Paths },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn registry(paths: &Paths) -> anyhow::Result<Registry> {
+    let dir = paths.data.clone().unwrap_or_else(default_data_dir);
+    Ok(Registry::load(&dir)?)
+}
+
+fn load_spec(path: Option<&Path>, registry: &Registry) -> anyhow::Result<Spec> {
+    match path {
+        Some(p) => Ok(spec::load(p, registry)?),
+        None => Ok(spec::parse(QUICKSTART, &format!("{QUICKSTART_PATH} (embedded)"), registry)?),
+    }
+}
+
+fn options(paths: &Paths, registry: &Registry, threads: Option<usize>, retry_failed: bool, render_report: bool) -> RunOptions {
+    let data_dir = registry.data_dir().to_path_buf();
+    let project_root = data_dir.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    RunOptions {
+        project_root,
+        data_dir,
+        results_root: paths.results.clone(),
+        reports_root: paths.reports.clone(),
+        threads,
+        retry_failed,
+        progress: std::io::stderr().is_terminal(),
+        render_report,
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let default_paths = Paths { results: "results".into(), reports: "reports".into(), data: None };
+    let command = cli.command.unwrap_or(Command::Run { spec: None, threads: None, retry_failed: false, no_report: false, paths: default_paths });
+    match command {
+        Command::Run { spec, threads, retry_failed, no_report, paths } => {
+            let registry = registry(&paths)?;
+            let spec = load_spec(spec.as_deref(), &registry)?;
+            let opts = options(&paths, &registry, threads, retry_failed, !no_report);
+            eprintln!("running {} ({})", spec.name(), spec.file);
+            let summary = runner::run(&spec, &registry, &opts)?;
+            let m = &summary.manifest;
+            eprintln!(
+                "{} cells: {} computed, {} reused, {} failed; {:.1} s wall, {:.1} s CPU",
+                m.cells_total, m.cells_computed, m.cells_cached, m.cells_failed, m.wall_seconds, m.cpu_seconds
+            );
+            eprintln!("results: {}", opts.results_root.join(spec.name()).display());
+            if !no_report {
+                eprintln!("report:  {}", opts.reports_root.join(spec.name()).join("index.html").display());
+            }
+            Ok(if summary.failed() > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+        }
+        Command::Check { spec, paths } => {
+            let registry = registry(&paths)?;
+            let spec = load_spec(Some(&spec), &registry)?;
+            println!("{}: ok ({} datasets, {} method entries, {} tables, {} figures)", spec.file, spec.raw.datasets.len(), spec.raw.methods.len(), spec.raw.tables.len(), spec.raw.figures.len());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Report { spec, paths } => {
+            let registry = registry(&paths)?;
+            let spec = load_spec(Some(&spec), &registry)?;
+            let opts = options(&paths, &registry, None, false, true);
+            runner::report_only(&spec, &registry, &opts)?;
+            eprintln!("report: {}", opts.reports_root.join(spec.name()).join("index.html").display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::List { paths } => {
+            let registry = registry(&paths)?;
+            println!("datasets ({}):", registry.data_dir().display());
+            for name in registry.names() {
+                println!("  {}", registry.describe(&name).unwrap_or(name));
+            }
+            println!("methods:");
+            for (name, description) in mcgp::methods::METHODS {
+                println!("  {name:<10} {description}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! Multi-class likelihoods p(y | f) for a latent C-vector f per datum.
+pub mod softmax;
+
+pub use softmax::Softmax;
+
+use faer::MatRef;
+
+/// A multi-class likelihood, per datum, on a latent C-vector.
+pub trait Likelihood: Send + Sync {
+    /// log p(y | f).
+    fn log_prob(&self, f: &[f64], y: usize) -> f64;
+
+    /// p(y = c | f) for every class c.
+    fn probs(&self, f: &[f64]) -> Vec<f64>;
+
+    /// Predictive class probabilities E[p(y = c | f)] under f ~ N(mean, L L^T), by averaging
+    /// over the standard-normal draws `z` (each a C-vector), which the caller supplies so that
+    /// one set of draws serves every test point and the estimate is deterministic in the seed.
+    fn predictive_probs(&self, mean: &[f64], cov_chol: MatRef<'_, f64>, z: &[Vec<f64>]) -> Vec<f64> {
+        let c = mean.len();
+        let mut acc = vec![0.0; c];
+        let mut f = vec![0.0; c];
+        for zs in z {
+            for (i, fi) in f.iter_mut().enumerate() {
+                *fi = mean[i] + (0..=i).map(|k| cov_chol[(i, k)] * zs[k]).sum::<f64>();
+            }
+            for (a, p) in acc.iter_mut().zip(self.probs(&f)) {
+                *a += p;
+            }
+        }
+        let total: f64 = acc.iter().sum();
+        acc.iter().map(|a| a / total).collect()
+    }
+}

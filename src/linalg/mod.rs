@@ -1,0 +1,245 @@
+//! A small linear-algebra layer over faer that every method shares: Cholesky with an
+//! explicit, reported jitter ladder; triangular solves; log-determinants; stable
+//! log-sum-exp and softmax; Kronecker-structured products.
+//!
+//! Kernel matrices are never inverted explicitly: every `A^{-1} b` goes through `Chol`.
+pub mod kron;
+
+pub use kron::{kron, kron_matvec};
+
+use faer::linalg::triangular_solve::{solve_lower_triangular_in_place, solve_upper_triangular_in_place};
+use faer::{Mat, MatRef, Par, Side};
+
+/// Relative jitters tried in turn (times the mean diagonal) when a matrix is not
+/// numerically positive definite. The first entry is "no jitter".
+pub const JITTER_LADDER: [f64; 7] = [0.0, 1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5];
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LinalgError {
+    #[error("{what} is not positive definite: Cholesky failed at pivot {pivot} even with jitter {last_jitter:.1e} added to the diagonal")]
+    NotPositiveDefinite { what: String, pivot: usize, last_jitter: f64 },
+    #[error("{what} contains a non-finite entry")]
+    NonFinite { what: String },
+}
+
+/// Lower Cholesky factor L of A + jitter I (A = L L^T), with the jitter that was needed.
+#[derive(Clone, Debug)]
+pub struct Chol {
+    L: Mat<f64>,
+    jitter: f64,
+}
+
+impl Chol {
+    /// Factor `a` without any jitter.
+    pub fn factor(a: MatRef<'_, f64>, what: &str) -> Result<Chol, LinalgError> {
+        Self::factor_ladder(a, what, &[0.0])
+    }
+
+    /// Factor `a`, adding the smallest jitter of `JITTER_LADDER` (relative to the mean
+    /// diagonal) that makes it succeed. The jitter used is reported by `jitter()`.
+    pub fn factor_with_jitter(a: MatRef<'_, f64>, what: &str) -> Result<Chol, LinalgError> {
+        Self::factor_ladder(a, what, &JITTER_LADDER)
+    }
+
+    fn factor_ladder(a: MatRef<'_, f64>, what: &str, ladder: &[f64]) -> Result<Chol, LinalgError> {
+        assert_eq!(a.nrows(), a.ncols(), "Cholesky of a non-square matrix");
+        let n = a.nrows();
+        if (0..n).any(|j| (0..n).any(|i| !a[(i, j)].is_finite())) {
+            return Err(LinalgError::NonFinite { what: what.to_string() });
+        }
+        let scale = if n == 0 { 1.0 } else { (0..n).map(|i| a[(i, i)].abs()).sum::<f64>() / n as f64 };
+        let mut last = (0, 0.0);
+        for &rel in ladder {
+            let jitter = rel * scale;
+            let mut m = a.to_owned();
+            for i in 0..n {
+                m[(i, i)] += jitter;
+            }
+            match m.llt(Side::Lower) {
+                Ok(llt) => return Ok(Chol { L: llt.L().to_owned(), jitter }),
+                Err(faer::linalg::cholesky::llt::factor::LltError::NonPositivePivot { index }) => last = (index, jitter),
+            }
+        }
+        Err(LinalgError::NotPositiveDefinite { what: what.to_string(), pivot: last.0, last_jitter: last.1 })
+    }
+
+    pub fn dim(&self) -> usize {
+        self.L.nrows()
+    }
+
+    /// The jitter that was added to the diagonal (0 when none was needed).
+    pub fn jitter(&self) -> f64 {
+        self.jitter
+    }
+
+    pub fn l(&self) -> MatRef<'_, f64> {
+        self.L.as_ref()
+    }
+
+    /// log |A| = 2 sum log L_ii.
+    pub fn log_det(&self) -> f64 {
+        2.0 * (0..self.dim()).map(|i| self.L[(i, i)].ln()).sum::<f64>()
+    }
+
+    /// L^{-1} B.
+    pub fn solve_l(&self, b: MatRef<'_, f64>) -> Mat<f64> {
+        let mut x = b.to_owned();
+        solve_lower_triangular_in_place(self.L.as_ref(), x.as_mut(), Par::Seq);
+        x
+    }
+
+    /// L^{-T} B.
+    pub fn solve_lt(&self, b: MatRef<'_, f64>) -> Mat<f64> {
+        let mut x = b.to_owned();
+        solve_upper_triangular_in_place(self.L.transpose(), x.as_mut(), Par::Seq);
+        x
+    }
+
+    /// A^{-1} B via two triangular solves.
+    pub fn solve(&self, b: MatRef<'_, f64>) -> Mat<f64> {
+        let mut x = b.to_owned();
+        solve_lower_triangular_in_place(self.L.as_ref(), x.as_mut(), Par::Seq);
+        solve_upper_triangular_in_place(self.L.transpose(), x.as_mut(), Par::Seq);
+        x
+    }
+
+    /// A^{-1} v for a vector.
+    pub fn solve_vec(&self, v: &[f64]) -> Vec<f64> {
+        to_vec(self.solve(col(v).as_ref()).as_ref())
+    }
+
+    /// L L^T (tests and diagnostics only).
+    pub fn reconstruct(&self) -> Mat<f64> {
+        &self.L * self.L.transpose()
+    }
+}
+
+/// A column vector as an n x 1 matrix.
+pub fn col(v: &[f64]) -> Mat<f64> {
+    Mat::from_fn(v.len(), 1, |i, _| v[i])
+}
+
+/// The first column of `m` as a Vec.
+pub fn to_vec(m: MatRef<'_, f64>) -> Vec<f64> {
+    (0..m.nrows()).map(|i| m[(i, 0)]).collect()
+}
+
+pub fn dot(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// A v for a vector v.
+pub fn matvec(a: MatRef<'_, f64>, v: &[f64]) -> Vec<f64> {
+    assert_eq!(a.ncols(), v.len());
+    let mut out = vec![0.0; a.nrows()];
+    for j in 0..a.ncols() {
+        let vj = v[j];
+        if vj != 0.0 {
+            for (i, o) in out.iter_mut().enumerate() {
+                *o += a[(i, j)] * vj;
+            }
+        }
+    }
+    out
+}
+
+/// log sum_i exp(x_i), without overflow; -inf for an empty slice.
+pub fn log_sum_exp(x: &[f64]) -> f64 {
+    let max = x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if !max.is_finite() {
+        return max;
+    }
+    max + x.iter().map(|v| (v - max).exp()).sum::<f64>().ln()
+}
+
+/// softmax(x) in place; returns log sum exp(x).
+pub fn softmax_in_place(x: &mut [f64]) -> f64 {
+    let lse = log_sum_exp(x);
+    for v in x.iter_mut() {
+        *v = (*v - lse).exp();
+    }
+    lse
+}
+
+/// Index of the largest entry (the first on ties): the one argmax every method's labels use.
+pub fn argmax(x: &[f64]) -> usize {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{RngExt, SeedableRng};
+
+    fn random_spd(n: usize, seed: u64) -> Mat<f64> {
+        let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
+        let b = Mat::from_fn(n, n, |_, _| rng.random::<f64>() - 0.5);
+        let mut a = &b * b.transpose();
+        for i in 0..n {
+            a[(i, i)] += 0.1;
+        }
+        a
+    }
+
+    #[test]
+    fn cholesky_reconstructs_and_solves() {
+        for (n, seed) in [(1, 1), (5, 2), (40, 3)] {
+            let a = random_spd(n, seed);
+            let c = Chol::factor(a.as_ref(), "A").unwrap();
+            assert_eq!(c.jitter(), 0.0);
+            let tol = 8.0 * n as f64 * f64::EPSILON * 100.0;
+            assert!((&c.reconstruct() - &a).norm_max() < tol);
+            let b = Mat::from_fn(n, 3, |i, j| (i + 2 * j) as f64 - 1.0);
+            let x = c.solve(b.as_ref());
+            assert!((&a * &x - &b).norm_max() < 1e4 * tol);
+        }
+    }
+
+    #[test]
+    fn log_det_equals_sum_of_log_eigenvalues() {
+        let a = random_spd(12, 7);
+        let eig = a.self_adjoint_eigenvalues(Side::Lower).unwrap();
+        let want: f64 = eig.iter().map(|l| l.ln()).sum();
+        let got = Chol::factor(a.as_ref(), "A").unwrap().log_det();
+        assert!((got - want).abs() < 1e-10 * want.abs().max(1.0));
+    }
+
+    #[test]
+    fn jitter_rescues_a_singular_matrix_and_is_reported() {
+        // Rank-one 3x3: not PD, needs jitter.
+        let v = [1.0, 2.0, 3.0];
+        let a = Mat::from_fn(3, 3, |i, j| v[i] * v[j]);
+        assert!(Chol::factor(a.as_ref(), "K").is_err());
+        let c = Chol::factor_with_jitter(a.as_ref(), "K").unwrap();
+        assert!(c.jitter() > 0.0);
+        // An indefinite matrix stays an error that names it.
+        let bad = Mat::from_fn(2, 2, |i, j| if i == j { -1.0 } else { 0.0 });
+        let err = Chol::factor_with_jitter(bad.as_ref(), "K_glass").unwrap_err();
+        assert!(err.to_string().contains("K_glass"));
+    }
+
+    #[test]
+    fn log_sum_exp_and_softmax_are_stable_and_shift_invariant() {
+        let x = [1000.0, 1001.0, 999.0];
+        let lse = log_sum_exp(&x);
+        let want = 1001.0 + ((-1.0f64).exp() + 1.0 + (-2.0f64).exp()).ln();
+        assert!((lse - want).abs() < 1e-12);
+        let mut p = x;
+        softmax_in_place(&mut p);
+        let mut q = [1.0, 2.0, 0.0];
+        softmax_in_place(&mut q);
+        // lse ~ 1001 carries an absolute rounding error of ~1001 eps, which exp passes on.
+        for i in 0..3 {
+            assert!((p[i] - q[i]).abs() < 1e-12);
+        }
+        assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        assert_eq!(argmax(&[0.1, 0.5, 0.5]), 1);
+    }
+}

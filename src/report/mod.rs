@@ -1,0 +1,379 @@
+//! Static HTML reports: one page per experiment (tables beside the paper's numbers,
+//! figures as SVG, provenance, failures) and an index page over all experiments.
+//!
+//! Everything shown is computed here into view-model structs; the Tera templates only
+//! lay them out (no arithmetic in templates).
+mod figures;
+mod format;
+mod tables;
+mod tolerance;
+
+pub use tolerance::within_tolerance;
+
+use crate::results::{aggregate, CellRecord, Manifest, Status};
+use crate::spec::{FigureSpec, TableSpec};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+const EXPERIMENT_TEMPLATE: &str = include_str!("templates/experiment.html");
+const INDEX_TEMPLATE: &str = include_str!("templates/index.html");
+const STYLE: &str = include_str!("templates/style.css");
+
+/// Everything one experiment's page is made from.
+pub struct ReportInput<'a> {
+    pub manifest: &'a Manifest,
+    pub tables: &'a [TableSpec],
+    pub figures: &'a [FigureSpec],
+    /// Spec order.
+    pub datasets: &'a [String],
+    /// Spec order of method entry names.
+    pub methods: &'a [String],
+    pub cells: &'a [CellRecord],
+}
+
+/// How well an experiment reproduced its paper; written as `score.json` beside the page.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Score {
+    pub experiment: String,
+    pub title: String,
+    pub paper: Option<String>,
+    /// Comparisons within tolerance of this run's mean.
+    pub matched: usize,
+    /// Comparisons of a paper value with this run, over all tables: one per paper value, except
+    /// that a paper value without a setting on a gridded method entry is held against each of the
+    /// entry's settings. A paper value with no run result counts here, unmatched.
+    pub compared: usize,
+    pub cells_failed: usize,
+    /// When the run finished (RFC 3339), from the manifest.
+    pub finished: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("cannot write {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("cannot draw figure `{id}`: {message}")]
+    Figure { id: String, message: String },
+    #[error("cannot render template {template}: {message}")]
+    Template { template: String, message: String },
+    #[error("cannot encode {path}: {source}")]
+    Json { path: PathBuf, source: serde_json::Error },
+}
+
+/// Writes `<out_dir>/index.html`, `<out_dir>/figures/<figure id>.svg` and
+/// `<out_dir>/score.json` (last, so a score means the page is complete); returns the score.
+pub fn render_experiment(input: &ReportInput, out_dir: &Path) -> Result<Score, ReportError> {
+    let figures_dir = out_dir.join("figures");
+    std::fs::create_dir_all(&figures_dir).map_err(|source| ReportError::Write {
+        path: figures_dir.clone(),
+        source,
+    })?;
+
+    let aggregates = aggregate(input.cells);
+    let tables: Vec<tables::TableView> = input
+        .tables
+        .iter()
+        .map(|t| tables::build(t, input, &aggregates))
+        .collect();
+
+    let mut figure_views = Vec::new();
+    for spec in input.figures {
+        // The id becomes a file name: refuse anything that could leave figures/.
+        if spec.id.is_empty() || spec.id.starts_with('.') || spec.id.contains(['/', '\\']) {
+            return Err(ReportError::Figure {
+                id: spec.id.clone(),
+                message: "the id is not a plain file name".into(),
+            });
+        }
+        let drawn = figures::draw(spec, input).map_err(|message| ReportError::Figure {
+            id: spec.id.clone(),
+            message,
+        })?;
+        write_atomic(&figures_dir.join(format!("{}.svg", spec.id)), drawn.svg.as_bytes())?;
+        let caption = spec
+            .caption
+            .iter()
+            .cloned()
+            .chain(drawn.notes)
+            .collect::<Vec<_>>()
+            .join(" ");
+        figure_views.push(FigureView {
+            id: spec.id.clone(),
+            title: spec.title.clone(),
+            src: format!("figures/{}.svg", spec.id),
+            caption,
+        });
+    }
+
+    let m = input.manifest;
+    let score = Score {
+        experiment: m.experiment.clone(),
+        title: m.title.clone(),
+        paper: m.paper.clone(),
+        matched: tables.iter().map(|t| t.matched).sum(),
+        compared: tables.iter().map(|t| t.compared).sum(),
+        cells_failed: input.cells.iter().filter(|c| c.status == Status::Failed).count(),
+        finished: m.finished.clone(),
+    };
+    let failed = input
+        .cells
+        .iter()
+        .filter(|c| c.status == Status::Failed)
+        .map(|c| FailedView {
+            dataset: c.dataset.clone(),
+            split: c.split,
+            method: c.method.clone(),
+            setting: c.setting.clone(),
+            error: c.error.clone().unwrap_or_else(|| "(no message)".into()),
+        })
+        .collect();
+    let view = ExperimentView {
+        style: STYLE,
+        title: m.title.clone(),
+        experiment: m.experiment.clone(),
+        paper: m.paper.clone(),
+        score: score_view(score.matched, score.compared),
+        provenance: provenance(m),
+        spec_path: m.spec_path.clone(),
+        spec_text: m.spec_text.clone(),
+        tables,
+        figures: figure_views,
+        failed,
+    };
+    let html = render_template("experiment.html", EXPERIMENT_TEMPLATE, &view)?;
+    write_atomic(&out_dir.join("index.html"), html.as_bytes())?;
+    let score_path = out_dir.join("score.json");
+    let json = serde_json::to_string_pretty(&score).map_err(|source| ReportError::Json {
+        path: score_path.clone(),
+        source,
+    })?;
+    write_atomic(&score_path, json.as_bytes())?;
+    Ok(score)
+}
+
+/// Writes `<reports_dir>/index.html` listing every experiment found as
+/// `<reports_dir>/*/score.json`, with its reproduction score and a link to its page.
+/// An unreadable score file is listed as such rather than hiding the other experiments.
+pub fn render_index(reports_dir: &Path) -> Result<(), ReportError> {
+    let read_err = |source| ReportError::Read {
+        path: reports_dir.to_path_buf(),
+        source,
+    };
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(reports_dir)
+        .map_err(read_err)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("score.json").is_file())
+        .collect();
+    dirs.sort();
+    let mut rows = Vec::new();
+    let mut problems = Vec::new();
+    for dir in dirs {
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let path = dir.join("score.json");
+        let parsed = std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| serde_json::from_str::<Score>(&text).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(s) => rows.push(IndexRow {
+                href: format!("{name}/index.html"),
+                experiment: s.experiment,
+                title: s.title,
+                paper: s.paper,
+                score: score_view(s.matched, s.compared),
+                cells_failed: s.cells_failed,
+                finished: s.finished,
+            }),
+            Err(e) => problems.push(format!("{name}/score.json: {e}")),
+        }
+    }
+    let html = render_template(
+        "index.html",
+        INDEX_TEMPLATE,
+        &IndexView {
+            style: STYLE,
+            rows,
+            problems,
+        },
+    )?;
+    write_atomic(&reports_dir.join("index.html"), html.as_bytes())
+}
+
+// ---------------------------------------------------------------------------------------
+// View models
+
+#[derive(Serialize)]
+struct ExperimentView {
+    style: &'static str,
+    title: String,
+    experiment: String,
+    paper: Option<String>,
+    score: ScoreView,
+    provenance: Vec<KeyValue>,
+    spec_path: String,
+    spec_text: String,
+    tables: Vec<tables::TableView>,
+    figures: Vec<FigureView>,
+    failed: Vec<FailedView>,
+}
+
+#[derive(Serialize)]
+struct KeyValue {
+    key: &'static str,
+    value: String,
+}
+
+#[derive(Serialize)]
+struct ScoreView {
+    text: String,
+    /// `good` (all matched), `partial`, `bad` (none) or `none` (nothing compared).
+    class: &'static str,
+}
+
+#[derive(Serialize)]
+struct FigureView {
+    id: String,
+    title: String,
+    src: String,
+    caption: String,
+}
+
+#[derive(Serialize)]
+struct FailedView {
+    dataset: String,
+    split: usize,
+    method: String,
+    setting: String,
+    error: String,
+}
+
+#[derive(Serialize)]
+struct IndexView {
+    style: &'static str,
+    rows: Vec<IndexRow>,
+    problems: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct IndexRow {
+    href: String,
+    experiment: String,
+    title: String,
+    paper: Option<String>,
+    score: ScoreView,
+    cells_failed: usize,
+    finished: String,
+}
+
+fn score_view(matched: usize, compared: usize) -> ScoreView {
+    if compared == 0 {
+        return ScoreView {
+            text: "no paper values".into(),
+            class: "none",
+        };
+    }
+    let class = match matched {
+        m if m == compared => "good",
+        0 => "bad",
+        _ => "partial",
+    };
+    let pct = 100.0 * matched as f64 / compared as f64;
+    ScoreView {
+        text: format!("{matched} / {compared} ({pct:.0}%)"),
+        class,
+    }
+}
+
+fn provenance(m: &Manifest) -> Vec<KeyValue> {
+    let commit = if m.git_dirty {
+        format!("{} (dirty: uncommitted changes)", m.git_commit)
+    } else {
+        m.git_commit.clone()
+    };
+    let cells = format!(
+        "{} total: {} computed, {} cached, {} failed",
+        m.cells_total, m.cells_computed, m.cells_cached, m.cells_failed
+    );
+    [
+        ("Git commit", commit),
+        ("Spec", format!("{} (blake3 {})", m.spec_path, m.spec_hash)),
+        ("mcgp version", m.crate_version.clone()),
+        ("rustc", m.rustc.clone()),
+        ("Host", format!("{} ({} threads)", m.host, m.threads)),
+        ("Started", m.started.clone()),
+        ("Finished", m.finished.clone()),
+        ("Wall time", format::duration(m.wall_seconds)),
+        ("CPU time (all cells)", format::duration(m.cpu_seconds)),
+        ("Cells", cells),
+    ]
+    .into_iter()
+    .map(|(key, value)| KeyValue { key, value })
+    .collect()
+}
+
+fn render_template(name: &str, source: &str, view: &impl Serialize) -> Result<String, ReportError> {
+    let fail = |e: tera::Error| {
+        // Tera's top-level message rarely says what went wrong; the cause chain does.
+        let mut message = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            message.push_str(&format!(": {s}"));
+            source = s.source();
+        }
+        ReportError::Template {
+            template: name.to_string(),
+            message,
+        }
+    };
+    let mut tera = tera::Tera::default();
+    tera.set_escape_fn(escape_html);
+    tera.add_raw_template(name, source).map_err(fail)?;
+    let context = tera::Context::from_serialize(view).map_err(fail)?;
+    tera.render(name, &context).map_err(fail)
+}
+
+/// HTML escaping for text and quoted attributes. Unlike Tera's default it leaves `/`
+/// alone, so paths such as `figures/x.svg` stay readable in the page source.
+fn escape_html(input: &str) -> String {
+    let mut out = String::with_capacity(input.len());
+    for c in input.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#x27;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Write via a temporary file in the same directory, so readers never see half a file.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
+    let fail = |source| ReportError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(fail)?;
+    tmp.write_all(bytes).map_err(fail)?;
+    // Temporary files are created owner-only; a report is meant to be read (and served).
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644))
+            .map_err(fail)?;
+    }
+    tmp.persist(path).map_err(|e| fail(e.error))?;
+    Ok(())
+}

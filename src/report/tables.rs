@@ -1,0 +1,290 @@
+//! Tables: this run's summaries beside the paper's published numbers.
+use super::format::{mean_sd, method_label, metric_label, num, sd_units, setting_cmp, settings_equal};
+use super::tolerance::{describe, within_tolerance};
+use super::ReportInput;
+use crate::results::{Aggregate, CellRecord, EvidenceKind, GroupKey, Status};
+use crate::spec::{PaperValue, TableSpec};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One paper value held against one run summary. A paper value without a setting on a
+/// gridded method entry is held against every setting of that entry (one comparison each).
+struct Comparison<'a> {
+    paper: &'a PaperValue,
+    /// The run's setting string compared against.
+    setting: String,
+    run: Option<Aggregate>,
+    /// (matched, tolerance, rule) when there is a run summary.
+    outcome: Option<(bool, f64, String)>,
+}
+
+impl Comparison<'_> {
+    fn matched(&self) -> bool {
+        self.outcome.as_ref().is_some_and(|o| o.0)
+    }
+}
+
+#[derive(Serialize)]
+pub struct TableView {
+    pub id: String,
+    pub title: String,
+    pub columns: Vec<String>,
+    pub rows: Vec<RowView>,
+    pub rule: String,
+    pub matched: usize,
+    pub compared: usize,
+    pub note: Option<String>,
+    /// Comparisons whose (dataset, metric, method) is not a row/column of the table.
+    pub outside: Vec<OutsideView>,
+}
+
+#[derive(Serialize)]
+pub struct RowView {
+    pub dataset: String,
+    /// Rows the dataset header spans; 0 on all but the dataset's first row.
+    pub dataset_rowspan: usize,
+    pub metric: String,
+    pub metric_label: String,
+    pub cells: Vec<CellView>,
+}
+
+#[derive(Serialize)]
+pub struct CellView {
+    /// CSS class: `match`, `mismatch` or `nopaper`.
+    pub class: &'static str,
+    pub run: String,
+    pub n: String,
+    pub evidence: Option<String>,
+    pub paper: Option<String>,
+    pub diff: Option<String>,
+    pub tolerance: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct OutsideView {
+    pub class: &'static str,
+    pub text: String,
+}
+
+/// The columns of a table: each method entry once per grid setting, in setting order.
+fn columns(spec: &TableSpec, methods: &[String], cells: &[CellRecord]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for method in methods {
+        let mut settings: Vec<String> = Vec::new();
+        let from_cells = cells.iter().filter(|c| &c.method == method).map(|c| c.setting.as_str());
+        // A paper value may name a setting this run never produced: give it a column so the miss shows.
+        let from_paper = spec
+            .paper
+            .iter()
+            .filter(|p| &p.method == method)
+            .filter_map(|p| p.setting.as_deref());
+        for s in from_cells.chain(from_paper) {
+            if !settings.iter().any(|known| settings_equal(known, s)) {
+                settings.push(s.to_string());
+            }
+        }
+        settings.sort_by(|a, b| setting_cmp(a, b));
+        if settings.is_empty() {
+            settings.push(String::new());
+        }
+        out.extend(settings.into_iter().map(|s| (method.clone(), s)));
+    }
+    out
+}
+
+fn compare<'a>(
+    spec: &'a TableSpec,
+    cells: &[CellRecord],
+    aggregates: &BTreeMap<GroupKey, Aggregate>,
+) -> Vec<Comparison<'a>> {
+    let mut out = Vec::new();
+    for paper in &spec.paper {
+        let mut run_settings: Vec<&str> = Vec::new();
+        for c in cells.iter().filter(|c| c.method == paper.method) {
+            if !run_settings.contains(&c.setting.as_str()) {
+                run_settings.push(&c.setting);
+            }
+        }
+        let targets: Vec<String> = match &paper.setting {
+            // Use the run's spelling of the grid point so lookups and columns agree.
+            Some(s) => vec![run_settings
+                .iter()
+                .find(|r| settings_equal(r, s))
+                .map_or(s.clone(), |r| r.to_string())],
+            None if run_settings.is_empty() => vec![String::new()],
+            None => run_settings.iter().map(|s| s.to_string()).collect(),
+        };
+        for setting in targets {
+            let key = GroupKey {
+                dataset: paper.dataset.clone(),
+                method: paper.method.clone(),
+                setting: setting.clone(),
+                metric: paper.metric.clone(),
+            };
+            let run = aggregates.get(&key).copied();
+            let outcome = run.map(|r| within_tolerance(&spec.tolerance, paper, &r));
+            out.push(Comparison {
+                paper,
+                setting,
+                run,
+                outcome,
+            });
+        }
+    }
+    out
+}
+
+fn evidence_label(kind: EvidenceKind) -> &'static str {
+    match kind {
+        EvidenceKind::Exact => "exact",
+        EvidenceKind::LowerBound => "lower bound",
+        EvidenceKind::Approximation => "approximation",
+        EvidenceKind::Estimate => "estimate",
+    }
+}
+
+fn cell_view(run: Option<Aggregate>, group: &[&CellRecord], metric: &str, comparison: Option<&Comparison>) -> CellView {
+    let failed = group.iter().filter(|c| c.status == Status::Failed).count();
+    let (run_text, n_text) = match run {
+        Some(a) => {
+            let n = if failed > 0 {
+                format!("n = {}, {failed} failed", a.n)
+            } else {
+                format!("n = {}", a.n)
+            };
+            (mean_sd(a.mean, Some(a.sd)), n)
+        }
+        None if failed > 0 => ("—".into(), format!("all {failed} failed")),
+        None => ("—".into(), "no result".into()),
+    };
+    // An ELBO and an EP log Z must never share a column unlabelled.
+    let evidence = if metric == "log_evidence" {
+        let mut kinds: Vec<&str> = group
+            .iter()
+            .filter_map(|c| c.evidence_kind)
+            .map(evidence_label)
+            .collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        (!kinds.is_empty()).then(|| kinds.join(", "))
+    } else {
+        None
+    };
+    let mut view = CellView {
+        class: "nopaper",
+        run: run_text,
+        n: n_text,
+        evidence,
+        paper: None,
+        diff: None,
+        tolerance: None,
+    };
+    if let Some(c) = comparison {
+        let p = c.paper;
+        let n = p.n.map(|n| format!(" (n = {n})")).unwrap_or_default();
+        view.paper = Some(format!("{}{n}", mean_sd(p.mean, p.sd)));
+        view.class = if c.matched() { "match" } else { "mismatch" };
+        match (&c.outcome, c.run) {
+            (Some((_, tol, rule)), Some(r)) => {
+                view.diff = Some(match p.sd.filter(|sd| *sd > 0.0) {
+                    Some(sd) => format!("Δ {}", sd_units((r.mean - p.mean) / sd)),
+                    None => "Δ n/a (no paper sd)".into(),
+                });
+                view.tolerance = Some(format!("±{} = {rule}", num(*tol)));
+            }
+            _ => view.diff = Some("no run result".into()),
+        }
+    }
+    view
+}
+
+pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupKey, Aggregate>) -> TableView {
+    let datasets = if spec.datasets.is_empty() {
+        input.datasets
+    } else {
+        &spec.datasets[..]
+    };
+    let methods = if spec.methods.is_empty() {
+        input.methods
+    } else {
+        &spec.methods[..]
+    };
+    let columns = columns(spec, methods, input.cells);
+    let comparisons = compare(spec, input.cells, aggregates);
+
+    let mut rows = Vec::new();
+    for dataset in datasets {
+        for (i, metric) in spec.metrics.iter().enumerate() {
+            let cells = columns
+                .iter()
+                .map(|(method, setting)| {
+                    let key = GroupKey {
+                        dataset: dataset.clone(),
+                        method: method.clone(),
+                        setting: setting.clone(),
+                        metric: metric.clone(),
+                    };
+                    let group: Vec<&CellRecord> = input
+                        .cells
+                        .iter()
+                        .filter(|c| &c.dataset == dataset && &c.method == method && &c.setting == setting)
+                        .collect();
+                    let comparison = comparisons.iter().find(|c| {
+                        &c.paper.dataset == dataset
+                            && &c.paper.method == method
+                            && &c.paper.metric == metric
+                            && &c.setting == setting
+                    });
+                    cell_view(aggregates.get(&key).copied(), &group, metric, comparison)
+                })
+                .collect();
+            rows.push(RowView {
+                dataset: dataset.clone(),
+                dataset_rowspan: if i == 0 { spec.metrics.len() } else { 0 },
+                metric: metric.clone(),
+                metric_label: metric_label(metric),
+                cells,
+            });
+        }
+    }
+
+    let outside = comparisons
+        .iter()
+        .filter(|c| {
+            !datasets.contains(&c.paper.dataset)
+                || !spec.metrics.contains(&c.paper.metric)
+                || !methods.contains(&c.paper.method)
+        })
+        .map(|c| {
+            let p = c.paper;
+            let what = format!("{} / {} / {}", p.dataset, method_label(&p.method, &c.setting), p.metric);
+            match (&c.outcome, c.run) {
+                (Some((ok, tol, rule)), Some(r)) => OutsideView {
+                    class: if *ok { "match" } else { "mismatch" },
+                    text: format!(
+                        "{what}: run {} vs paper {} (tolerance ±{} = {rule})",
+                        mean_sd(r.mean, Some(r.sd)),
+                        mean_sd(p.mean, p.sd),
+                        num(*tol)
+                    ),
+                },
+                _ => OutsideView {
+                    class: "mismatch",
+                    text: format!("{what}: paper {}, no run result", mean_sd(p.mean, p.sd)),
+                },
+            }
+        })
+        .collect();
+
+    TableView {
+        id: spec.id.clone(),
+        title: spec.title.clone(),
+        columns: columns.iter().map(|(m, s)| method_label(m, s)).collect(),
+        rows,
+        rule: describe(&spec.tolerance),
+        matched: comparisons.iter().filter(|c| c.matched()).count(),
+        compared: comparisons.len(),
+        note: spec.note.clone(),
+        outside,
+    }
+}

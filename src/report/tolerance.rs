@@ -1,0 +1,162 @@
+//! Does this run's mean match a published one?
+use crate::results::Aggregate;
+use crate::spec::{PaperValue, ToleranceRule};
+
+/// Returns (matched?, the tolerance used, a short text naming the rule).
+///
+/// The boundary counts as a match (`|run − paper| ≤ tol`), with a relative slack of
+/// 1e-12 so that decimal inputs such as 0.33 vs 0.3 ± 10% are not lost to rounding.
+/// A non-finite run mean never matches.
+pub fn within_tolerance(rule: &ToleranceRule, paper: &PaperValue, run: &Aggregate) -> (bool, f64, String) {
+    let (tol, label) = match *rule {
+        ToleranceRule::StandardError { k, rel } => match paper.sd.filter(|sd| sd.is_finite() && *sd >= 0.0) {
+            Some(sd_paper) => {
+                // The paper's own n when given, else assume it used as many splits as this run.
+                let n_run = run.n.max(1) as f64;
+                let n_paper = paper.n.filter(|&n| n > 0).map_or(n_run, |n| n as f64);
+                let se = (sd_paper * sd_paper / n_paper + run.sd * run.sd / n_run).sqrt();
+                (k * se, format!("{}·SE", short(k)))
+            }
+            None => (
+                rel * paper.mean.abs(),
+                format!("±{}% (paper gives no sd)", short(rel * 100.0)),
+            ),
+        },
+        ToleranceRule::Relative { rel } => (rel * paper.mean.abs(), format!("±{}%", short(rel * 100.0))),
+        ToleranceRule::Absolute { abs } => (abs, format!("±{}", short(abs))),
+    };
+    let diff = (run.mean - paper.mean).abs();
+    let slack = 1e-12 * tol.abs().max(paper.mean.abs());
+    (diff <= tol + slack, tol, label)
+}
+
+/// Describes a table's rule in a sentence, for the text under the table.
+pub fn describe(rule: &ToleranceRule) -> String {
+    match *rule {
+        ToleranceRule::StandardError { k, rel } => format!(
+            "{k}·SE: |run − paper| ≤ {k}·√(sd_paper²/n_paper + sd_run²/n_run), with n_paper = the run's n \
+             when the paper does not give it; ±{}% of the paper's mean where the paper gives no sd.",
+            short(rel * 100.0),
+            k = short(k)
+        ),
+        ToleranceRule::Relative { rel } => format!("±{}%: |run − paper| ≤ {}·|paper|.", short(rel * 100.0), short(rel)),
+        ToleranceRule::Absolute { abs } => format!("±{a}: |run − paper| ≤ {a}.", a = short(abs)),
+    }
+}
+
+/// A rule parameter as written in a spec: 3, 2.5, 10.
+fn short(x: f64) -> String {
+    format!("{}", (x * 1e9).round() / 1e9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paper(mean: f64, sd: Option<f64>, n: Option<usize>) -> PaperValue {
+        PaperValue {
+            dataset: "d".into(),
+            method: "m".into(),
+            metric: "error_pct".into(),
+            setting: None,
+            mean,
+            sd,
+            n,
+        }
+    }
+
+    fn run(mean: f64, sd: f64, n: usize) -> Aggregate {
+        Aggregate {
+            mean,
+            sd,
+            se: sd / (n as f64).sqrt(),
+            n,
+        }
+    }
+
+    const SE3: ToleranceRule = ToleranceRule::StandardError { k: 3.0, rel: 0.1 };
+
+    #[test]
+    fn standard_error_uses_both_sds() {
+        // paper sd 4 over 16 splits, run sd 3 over 9 splits: sqrt(16/16 + 9/9) = sqrt(2); 3·sqrt(2) = 4.2426.
+        let p = paper(10.0, Some(4.0), Some(16));
+        let (ok, tol, label) = within_tolerance(&SE3, &p, &run(14.2, 3.0, 9));
+        assert!((tol - 3.0 * 2f64.sqrt()).abs() < 1e-12);
+        assert!(ok);
+        assert_eq!(label, "3·SE");
+        let (ok, _, _) = within_tolerance(&SE3, &p, &run(14.25, 3.0, 9));
+        assert!(!ok, "4.25 > 4.2426");
+        // Symmetric below the paper's mean.
+        assert!(within_tolerance(&SE3, &p, &run(5.8, 3.0, 9)).0);
+        assert!(!within_tolerance(&SE3, &p, &run(5.75, 3.0, 9)).0);
+    }
+
+    #[test]
+    fn standard_error_assumes_run_n_when_paper_n_missing() {
+        // paper sd 3, run sd 4, both over n = 25: sqrt(9/25 + 16/25) = 1; k = 2 gives tol 2.
+        let rule = ToleranceRule::StandardError { k: 2.0, rel: 0.1 };
+        let p = paper(50.0, Some(3.0), None);
+        let (ok, tol, label) = within_tolerance(&rule, &p, &run(52.0, 4.0, 25));
+        assert_eq!(tol, 2.0);
+        assert!(ok, "exactly on the boundary counts as a match");
+        assert_eq!(label, "2·SE");
+        assert!(!within_tolerance(&rule, &p, &run(52.001, 4.0, 25)).0);
+        // A paper n of 0 is meaningless and treated as absent.
+        let p0 = paper(50.0, Some(3.0), Some(0));
+        assert_eq!(within_tolerance(&rule, &p0, &run(52.0, 4.0, 25)).1, 2.0);
+    }
+
+    #[test]
+    fn standard_error_falls_back_to_relative_without_paper_sd() {
+        // No sd: ±10% of 20 = 2, whatever the run's spread.
+        let p = paper(20.0, None, Some(10));
+        let (ok, tol, label) = within_tolerance(&SE3, &p, &run(22.0, 100.0, 10));
+        assert_eq!(tol, 2.0);
+        assert!(ok);
+        assert_eq!(label, "±10% (paper gives no sd)");
+        assert!(!within_tolerance(&SE3, &p, &run(17.9, 0.0, 10)).0);
+        // Negative means (log likelihoods) use |paper|.
+        let neg = paper(-200.0, None, None);
+        let (ok, tol, _) = within_tolerance(&SE3, &neg, &run(-219.0, 1.0, 10));
+        assert_eq!(tol, 20.0);
+        assert!(ok);
+        assert!(!within_tolerance(&SE3, &neg, &run(-221.0, 1.0, 10)).0);
+    }
+
+    #[test]
+    fn zero_spread_needs_equality() {
+        let p = paper(3.0, Some(0.0), Some(10));
+        assert!(within_tolerance(&SE3, &p, &run(3.0, 0.0, 10)).0);
+        assert!(!within_tolerance(&SE3, &p, &run(3.01, 0.0, 10)).0);
+    }
+
+    #[test]
+    fn relative_rule_boundary_survives_decimal_rounding() {
+        let rule = ToleranceRule::Relative { rel: 0.1 };
+        let p = paper(0.3, Some(5.0), Some(10));
+        // 0.33 - 0.3 = 0.030000000000000027 > 0.1 * 0.3 = 0.030000000000000002 in binary.
+        let (ok, tol, label) = within_tolerance(&rule, &p, &run(0.33, 1.0, 10));
+        assert!(ok);
+        assert!((tol - 0.03).abs() < 1e-15);
+        assert_eq!(label, "±10%");
+        assert!(!within_tolerance(&rule, &p, &run(0.3301, 1.0, 10)).0);
+        assert!(within_tolerance(&rule, &p, &run(0.27, 1.0, 10)).0);
+    }
+
+    #[test]
+    fn absolute_rule() {
+        let rule = ToleranceRule::Absolute { abs: 0.5 };
+        let p = paper(-1.0, Some(10.0), None);
+        let (ok, tol, label) = within_tolerance(&rule, &p, &run(-1.5, 0.0, 3));
+        assert!(ok);
+        assert_eq!(tol, 0.5);
+        assert_eq!(label, "±0.5");
+        assert!(!within_tolerance(&rule, &p, &run(-0.49, 0.0, 3)).0);
+    }
+
+    #[test]
+    fn non_finite_run_never_matches() {
+        let p = paper(1.0, None, None);
+        assert!(!within_tolerance(&ToleranceRule::Absolute { abs: 1e9 }, &p, &run(f64::NAN, 0.0, 3)).0);
+    }
+}

@@ -1,0 +1,11 @@
+//! Results: per-cell records, their collection into tables (parquet/CSV), aggregation over
+//! splits and the run manifest.
+pub mod aggregate;
+pub mod manifest;
+pub mod record;
+pub mod store;
+
+pub use aggregate::{aggregate, Aggregate, GroupKey};
+pub use manifest::Manifest;
+pub use record::{CellRecord, EvidenceKind, Handoff, Status, TracePoint};
+pub use store::{write_atomic, Store, StoreError};

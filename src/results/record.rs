@@ -1,0 +1,71 @@
+//! The per-cell record: what one (dataset, split, method, setting) cell produced.
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Outcome of a cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Ok,
+    Failed,
+}
+
+/// What kind of number a method's marginal-likelihood value is. An ELBO and an
+/// EP log Z must never share a column without this label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvidenceKind {
+    Exact,
+    LowerBound,
+    Approximation,
+    Estimate,
+}
+
+/// One point of a per-iteration trace (for metric-vs-iteration / wall-time figures).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TracePoint {
+    pub iter: usize,
+    /// Seconds since the start of the fit.
+    pub time: f64,
+    pub name: String,
+    pub value: f64,
+}
+
+/// What a finished cell hands to cells that depend on it (same dataset and split).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Handoff {
+    /// Log-space kernel hyper-parameters, in the kernel's own order.
+    pub log_hyperparameters: Vec<f64>,
+    /// Named vectors, e.g. a posterior mean used as an importance-sampling centre.
+    pub vectors: BTreeMap<String, Vec<f64>>,
+}
+
+/// Everything one cell produced; stored as `results/<experiment>/cells/<key>.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CellRecord {
+    pub key: String,
+    pub experiment: String,
+    pub dataset: String,
+    pub split: usize,
+    /// The spec's name for the method entry (e.g. `laplace-learned`).
+    pub method: String,
+    /// The method implementation (e.g. `laplace`).
+    pub method_kind: String,
+    /// The grid point, `k=v,...` with keys sorted; empty when the entry has no grid.
+    pub setting: String,
+    pub status: Status,
+    pub error: Option<String>,
+    pub seed: u64,
+    /// Metrics by name: `error_count`, `error_rate`, `log_pred_sum`, `log_pred_mean`,
+    /// `log_evidence`, `time_train`, `n_train`, `n_test`, and method-specific ones.
+    pub metrics: BTreeMap<String, f64>,
+    pub evidence_kind: Option<EvidenceKind>,
+    /// Hyper-parameters in natural units, by name.
+    pub hyperparameters: BTreeMap<String, f64>,
+    /// Non-fatal diagnostics (iterations, jitter used, convergence, warnings).
+    pub diagnostics: BTreeMap<String, String>,
+    pub trace: Vec<TracePoint>,
+    pub handoff: Handoff,
+    pub wall_seconds: f64,
+    pub cpu_seconds: f64,
+}

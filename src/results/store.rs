@@ -1,0 +1,217 @@
+//! On-disk layout of an experiment's results, all written atomically (temp file + rename):
+//!
+//! ```text
+//! results/<experiment>/cells/<key>.json   one CellRecord per finished cell (not committed)
+//! results/<experiment>/splits/<dataset>.csv  the splits the run used
+//! results/<experiment>/results.{parquet,csv} one row per cell x metric
+//! results/<experiment>/traces.csv          per-iteration traces
+//! results/<experiment>/summary.csv         mean / sd / se over splits
+//! results/<experiment>/manifest.json       provenance
+//! ```
+use super::{aggregate, CellRecord, Manifest, Status};
+use polars::prelude::*;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: not a valid cell record: {source}")]
+    Parse { path: PathBuf, source: serde_json::Error },
+    #[error("{path}: {source}")]
+    Polars { path: PathBuf, source: PolarsError },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io { path: path.to_path_buf(), source }
+}
+
+/// Write `bytes` to `path` atomically: a reader sees the old file or the new one, never half.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io(dir))?;
+    tmp.write_all(bytes).map_err(io(path))?;
+    tmp.as_file().sync_all().map_err(io(path))?;
+    tmp.persist(path).map_err(|e| StoreError::Io { path: path.to_path_buf(), source: e.error })?;
+    Ok(())
+}
+
+/// The folder of one experiment's results.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pub dir: PathBuf,
+}
+
+impl Store {
+    pub fn new(results_root: &Path, experiment: &str) -> Store {
+        Store { dir: results_root.join(experiment) }
+    }
+
+    pub fn cell_path(&self, key: &str) -> PathBuf {
+        self.dir.join("cells").join(format!("{key}.json"))
+    }
+
+    pub fn splits_path(&self, dataset: &str) -> PathBuf {
+        self.dir.join("splits").join(format!("{dataset}.csv"))
+    }
+
+    pub fn write_cell(&self, record: &CellRecord) -> Result<(), StoreError> {
+        let path = self.cell_path(&record.key);
+        let json = serde_json::to_vec_pretty(record).map_err(|source| StoreError::Parse { path: path.clone(), source })?;
+        write_atomic(&path, &json)
+    }
+
+    /// The stored record of a cell, if there is one.
+    pub fn read_cell(&self, key: &str) -> Result<Option<CellRecord>, StoreError> {
+        let path = self.cell_path(key);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|source| StoreError::Parse { path, source }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::Io { path, source: e }),
+        }
+    }
+
+    pub fn write_manifest(&self, m: &Manifest) -> Result<(), StoreError> {
+        let path = self.dir.join("manifest.json");
+        let json = serde_json::to_vec_pretty(m).map_err(|source| StoreError::Parse { path: path.clone(), source })?;
+        write_atomic(&path, &json)
+    }
+
+    pub fn read_manifest(&self) -> Result<Option<Manifest>, StoreError> {
+        let path = self.dir.join("manifest.json");
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|source| StoreError::Parse { path, source }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::Io { path, source: e }),
+        }
+    }
+
+    /// Write results.parquet / results.csv (long: one row per cell x metric), traces.csv and
+    /// summary.csv for `cells` (in the order given).
+    pub fn write_tables(&self, cells: &[CellRecord]) -> Result<(), StoreError> {
+        let mut df = long_table(cells).map_err(|source| StoreError::Polars { path: self.dir.join("results.parquet"), source })?;
+        self.write_frame(&mut df, "results")?;
+        let mut tr = trace_table(cells).map_err(|source| StoreError::Polars { path: self.dir.join("traces.csv"), source })?;
+        self.write_csv(&mut tr, "traces.csv")?;
+        let mut summary = summary_table(cells).map_err(|source| StoreError::Polars { path: self.dir.join("summary.csv"), source })?;
+        self.write_csv(&mut summary, "summary.csv")
+    }
+
+    fn write_frame(&self, df: &mut DataFrame, stem: &str) -> Result<(), StoreError> {
+        let path = self.dir.join(format!("{stem}.parquet"));
+        let mut buf = Vec::new();
+        ParquetWriter::new(&mut buf).finish(df).map_err(|source| StoreError::Polars { path: path.clone(), source })?;
+        write_atomic(&path, &buf)?;
+        self.write_csv(df, &format!("{stem}.csv"))
+    }
+
+    fn write_csv(&self, df: &mut DataFrame, name: &str) -> Result<(), StoreError> {
+        let path = self.dir.join(name);
+        let mut buf = Vec::new();
+        CsvWriter::new(&mut buf).finish(df).map_err(|source| StoreError::Polars { path: path.clone(), source })?;
+        write_atomic(&path, &buf)
+    }
+}
+
+/// One row per (cell, metric); hyper-parameters as metrics `hp_<name>`; a failed cell as one
+/// row with metric `failed` and its message.
+pub fn long_table(cells: &[CellRecord]) -> PolarsResult<DataFrame> {
+    let mut cols: [Vec<String>; 8] = Default::default();
+    let mut split = Vec::new();
+    let mut value: Vec<Option<f64>> = Vec::new();
+    for c in cells {
+        let mut push = |metric: String, v: Option<f64>, err: &str| {
+            cols[0].push(c.experiment.clone());
+            cols[1].push(c.key.clone());
+            cols[2].push(c.dataset.clone());
+            cols[3].push(c.method.clone());
+            cols[4].push(c.method_kind.clone());
+            cols[5].push(c.setting.clone());
+            cols[6].push(metric);
+            cols[7].push(err.to_string());
+            split.push(c.split as u32);
+            value.push(v);
+        };
+        match c.status {
+            Status::Ok => {
+                for (m, v) in &c.metrics {
+                    push(m.clone(), Some(*v), "");
+                }
+                for (h, v) in &c.hyperparameters {
+                    push(format!("hp_{h}"), Some(*v), "");
+                }
+            }
+            Status::Failed => push("failed".into(), None, c.error.as_deref().unwrap_or("")),
+        }
+    }
+    let [experiment, key, dataset, method, method_kind, setting, metric, error] = cols;
+    DataFrame::new_infer_height(vec![
+        Column::new("experiment".into(), experiment),
+        Column::new("key".into(), key),
+        Column::new("dataset".into(), dataset),
+        Column::new("split".into(), split),
+        Column::new("method".into(), method),
+        Column::new("method_kind".into(), method_kind),
+        Column::new("setting".into(), setting),
+        Column::new("metric".into(), metric),
+        Column::new("value".into(), value),
+        Column::new("error".into(), error),
+    ])
+}
+
+fn trace_table(cells: &[CellRecord]) -> PolarsResult<DataFrame> {
+    let (mut key, mut dataset, mut method, mut setting, mut name) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut split, mut iter, mut time, mut value) = (vec![], vec![], vec![], vec![]);
+    for c in cells {
+        for t in &c.trace {
+            key.push(c.key.clone());
+            dataset.push(c.dataset.clone());
+            method.push(c.method.clone());
+            setting.push(c.setting.clone());
+            split.push(c.split as u32);
+            name.push(t.name.clone());
+            iter.push(t.iter as u32);
+            time.push(t.time);
+            value.push(t.value);
+        }
+    }
+    DataFrame::new_infer_height(vec![
+        Column::new("key".into(), key),
+        Column::new("dataset".into(), dataset),
+        Column::new("split".into(), split),
+        Column::new("method".into(), method),
+        Column::new("setting".into(), setting),
+        Column::new("name".into(), name),
+        Column::new("iter".into(), iter),
+        Column::new("time".into(), time),
+        Column::new("value".into(), value),
+    ])
+}
+
+fn summary_table(cells: &[CellRecord]) -> PolarsResult<DataFrame> {
+    let agg = aggregate(cells);
+    let (mut dataset, mut method, mut setting, mut metric) = (vec![], vec![], vec![], vec![]);
+    let (mut mean, mut sd, mut se, mut n) = (vec![], vec![], vec![], vec![]);
+    for (k, a) in agg {
+        dataset.push(k.dataset);
+        method.push(k.method);
+        setting.push(k.setting);
+        metric.push(k.metric);
+        mean.push(a.mean);
+        sd.push(a.sd);
+        se.push(a.se);
+        n.push(a.n as u32);
+    }
+    DataFrame::new_infer_height(vec![
+        Column::new("dataset".into(), dataset),
+        Column::new("method".into(), method),
+        Column::new("setting".into(), setting),
+        Column::new("metric".into(), metric),
+        Column::new("mean".into(), mean),
+        Column::new("sd".into(), sd),
+        Column::new("se".into(), se),
+        Column::new("n".into(), n),
+    ])
+}

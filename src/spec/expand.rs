@@ -1,0 +1,156 @@
+//! Expanding a checked spec into cells: dataset x split x method entry x grid point.
+use super::{HyperSpec, MethodEntry, Spec};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One unit of work. Its `key` hashes its canonical description and the crate version,
+/// so a stored result is reused exactly when nothing that could change it has changed.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Cell {
+    pub key: String,
+    pub dataset: String,
+    pub split: usize,
+    /// The method entry with the grid point applied.
+    pub entry: MethodEntry,
+    /// `k=v,...` with keys sorted; empty without a grid.
+    pub setting: String,
+    /// Key of the cell whose hyper-parameters this one takes (same dataset and split).
+    pub depends_on: Option<String>,
+    pub seed: u64,
+}
+
+/// The seed of the splits of one dataset: shared by every method, so all see the same splits.
+pub fn split_seed(spec: &Spec, dataset: &str) -> u64 {
+    let text = format!("split\n{}\n{dataset}\n{}", spec.raw.seed, spec.raw.splits.label());
+    seed_from(&text)
+}
+
+fn seed_from(text: &str) -> u64 {
+    let h = blake3::hash(text.as_bytes());
+    u64::from_le_bytes(h.as_bytes()[..8].try_into().expect("8 bytes"))
+}
+
+/// Every grid point of an entry as (label, entry with the point applied, grid cleared).
+pub fn grid_points(entry: &MethodEntry) -> Result<Vec<(String, MethodEntry)>, String> {
+    let mut base = entry.clone();
+    base.grid.clear();
+    let mut points = vec![(Vec::<String>::new(), serde_json::to_value(&base).map_err(|e| e.to_string())?)];
+    for (key, values) in &entry.grid {
+        let mut next = Vec::with_capacity(points.len() * values.len());
+        for (labels, value) in &points {
+            for v in values {
+                let mut value = value.clone();
+                set_path(&mut value, key, v.clone())?;
+                let mut labels = labels.clone();
+                labels.push(format!("{key}={}", compact(v)));
+                next.push((labels, value));
+            }
+        }
+        points = next;
+    }
+    points
+        .into_iter()
+        .map(|(labels, value)| {
+            let entry: MethodEntry = serde_json::from_value(value).map_err(|e| format!("grid point {}: {e}", labels.join(",")))?;
+            Ok((labels.join(","), entry))
+        })
+        .collect()
+}
+
+fn compact(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Set `a.b.c` in a JSON object, creating objects on the way.
+fn set_path(root: &mut serde_json::Value, path: &str, v: serde_json::Value) -> Result<(), String> {
+    let mut cur = root;
+    let parts: Vec<&str> = path.split('.').collect();
+    for (i, part) in parts.iter().enumerate() {
+        if cur.is_null() {
+            *cur = serde_json::Value::Object(Default::default());
+        }
+        let obj = cur.as_object_mut().ok_or_else(|| format!("grid key {path}: {part} is not a map"))?;
+        if i + 1 == parts.len() {
+            obj.insert(part.to_string(), v);
+            return Ok(());
+        }
+        cur = obj.entry(part.to_string()).or_insert(serde_json::Value::Null);
+    }
+    Ok(())
+}
+
+/// All cells, ordered by dataset, method entry (spec order), grid point and split.
+/// `n_splits` gives the number of splits per dataset.
+pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>) -> Result<Vec<Cell>, String> {
+    let mut by_entry: BTreeMap<String, Vec<(String, MethodEntry)>> = BTreeMap::new();
+    for m in &spec.raw.methods {
+        by_entry.insert(m.name.clone(), grid_points(m)?);
+    }
+    // Keys of cells that others depend on: (entry, dataset, split) -> key. Entries are
+    // resolved sources-first (the checker has rejected cycles).
+    let mut keys: BTreeMap<(String, String, usize), String> = BTreeMap::new();
+    let mut order: Vec<&MethodEntry> = Vec::new();
+    while order.len() < spec.raw.methods.len() {
+        let before = order.len();
+        for m in &spec.raw.methods {
+            let ready = match &m.hyper {
+                HyperSpec::From(src) => order.iter().any(|o| &o.name == src),
+                _ => true,
+            };
+            if ready && !order.iter().any(|o| o.name == m.name) {
+                order.push(m);
+            }
+        }
+        if order.len() == before {
+            return Err("hyper.from forms a cycle".into());
+        }
+    }
+    let mut cells_by_entry: BTreeMap<String, Vec<Cell>> = BTreeMap::new();
+    for m in order {
+        let mut cells = Vec::new();
+        for dataset in &spec.raw.datasets {
+            let splits = *n_splits.get(dataset).ok_or_else(|| format!("no splits for dataset {dataset}"))?;
+            for (setting, entry) in &by_entry[&m.name] {
+                for split in 0..splits {
+                    let depends_on = match &m.hyper {
+                        HyperSpec::From(src) => Some(
+                            keys.get(&(src.clone(), dataset.clone(), split))
+                                .ok_or_else(|| format!("{}: no cell of \"{src}\" for {dataset} split {split}", m.name))?
+                                .clone(),
+                        ),
+                        _ => None,
+                    };
+                    let canonical = serde_json::json!({
+                        "version": crate::VERSION,
+                        "dataset": dataset,
+                        "splits": spec.raw.splits.label(),
+                        "split_seed": split_seed(spec, dataset),
+                        "split": split,
+                        "standardize": spec.raw.standardize,
+                        "timeout_seconds": spec.raw.timeout_seconds,
+                        "entry": entry,
+                        "depends_on": depends_on,
+                    });
+                    let key = blake3::hash(canonical.to_string().as_bytes()).to_hex()[..24].to_string();
+                    let seed = seed_from(&format!("cell\n{}\n{key}", spec.raw.seed));
+                    if setting.is_empty() {
+                        keys.insert((m.name.clone(), dataset.clone(), split), key.clone());
+                    }
+                    cells.push(Cell { key, dataset: dataset.clone(), split, entry: entry.clone(), setting: setting.clone(), depends_on, seed });
+                }
+            }
+        }
+        cells_by_entry.insert(m.name.clone(), cells);
+    }
+    // Present in report order: dataset, then the spec's method order.
+    let mut all = Vec::new();
+    for dataset in &spec.raw.datasets {
+        for m in &spec.raw.methods {
+            all.extend(cells_by_entry[&m.name].iter().filter(|c| &c.dataset == dataset).cloned());
+        }
+    }
+    Ok(all)
+}

@@ -1,0 +1,405 @@
+//! Experiment specs: YAML as written (`RawSpec`, serde with `deny_unknown_fields`) ->
+//! checked (`Spec`, every problem reported at once with file:line:column and field path)
+//! -> cells (`expand`), each with a stable key and its own seed.
+pub mod expand;
+pub mod report_spec;
+
+pub use expand::{expand, Cell};
+pub use report_spec::{FigureKind, FigureSpec, PaperValue, TableSpec, ToleranceRule};
+
+use crate::data::{Registry, SplitProtocol};
+use crate::kernels::KernelParams;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// A spec exactly as written in YAML.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSpec {
+    /// Experiment name: results go to `results/<name>/`, the report to `reports/<name>/`.
+    pub name: String,
+    #[serde(default)]
+    pub title: Option<String>,
+    /// The paper reproduced (e.g. `girolami-rogers2006`).
+    #[serde(default)]
+    pub paper: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Root seed; every split and cell seed is derived from it.
+    #[serde(default)]
+    pub seed: u64,
+    pub datasets: Vec<String>,
+    pub splits: SplitProtocol,
+    /// Standardise features with training-set statistics (default true).
+    #[serde(default = "yes")]
+    pub standardize: bool,
+    /// Wall-clock limit per cell; a cell over it is recorded as failed.
+    #[serde(default)]
+    pub timeout_seconds: Option<f64>,
+    pub methods: Vec<MethodEntry>,
+    #[serde(default)]
+    pub tables: Vec<TableSpec>,
+    #[serde(default)]
+    pub figures: Vec<FigureSpec>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One method entry: a method implementation with its kernel, hyper-parameter policy,
+/// settings and an optional grid (each grid point becomes its own cells).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MethodEntry {
+    /// Unique name within the spec (table columns, `hyper: {from: ...}`).
+    pub name: String,
+    /// The implementation, one of `mcgp list`'s methods.
+    pub method: String,
+    #[serde(default)]
+    pub kernel: KernelParams,
+    #[serde(default)]
+    pub hyper: HyperSpec,
+    /// Method-specific settings (checked by the method).
+    #[serde(default)]
+    pub settings: serde_json::Value,
+    /// Dotted paths (`kernel.variance`, `settings.mc_samples`) to lists of values;
+    /// the cartesian product of the lists expands into cells.
+    #[serde(default)]
+    pub grid: BTreeMap<String, Vec<serde_json::Value>>,
+}
+
+/// Hyper-parameter policy: `fixed`, `learn`, or `{ from: <method entry> }`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "HyperRepr", into = "HyperRepr")]
+pub enum HyperSpec {
+    /// Use the kernel as written.
+    #[default]
+    Fixed,
+    /// Learn them (each method maximises its own evidence), starting from the kernel as written.
+    Learn,
+    /// Take them from the named method entry's fitted cell on the same dataset and split.
+    From(String),
+}
+
+/// How `HyperSpec` is written in YAML (a word or a one-key map).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+enum HyperRepr {
+    Word(String),
+    From {
+        from: String,
+    },
+}
+
+impl TryFrom<HyperRepr> for HyperSpec {
+    type Error = String;
+    fn try_from(r: HyperRepr) -> Result<Self, String> {
+        match r {
+            HyperRepr::Word(w) if w == "fixed" => Ok(HyperSpec::Fixed),
+            HyperRepr::Word(w) if w == "learn" => Ok(HyperSpec::Learn),
+            HyperRepr::Word(w) => Err(format!("hyper must be fixed, learn or {{ from: <method entry> }}, got \"{w}\"")),
+            HyperRepr::From { from } => Ok(HyperSpec::From(from)),
+        }
+    }
+}
+
+impl From<HyperSpec> for HyperRepr {
+    fn from(h: HyperSpec) -> Self {
+        match h {
+            HyperSpec::Fixed => HyperRepr::Word("fixed".into()),
+            HyperSpec::Learn => HyperRepr::Word("learn".into()),
+            HyperSpec::From(from) => HyperRepr::From { from },
+        }
+    }
+}
+
+/// One problem found in a spec.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpecIssue {
+    pub line: usize,
+    pub column: usize,
+    /// Dotted field path, e.g. `methods[1].settings.mc_samples`.
+    pub path: String,
+    pub message: String,
+}
+
+/// Every problem found in one spec file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpecError {
+    pub file: String,
+    pub issues: Vec<SpecIssue>,
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (k, i) in self.issues.iter().enumerate() {
+            if k > 0 {
+                writeln!(f)?;
+            }
+            let path = if i.path.is_empty() { String::new() } else { format!("{}: ", i.path) };
+            write!(f, "{}:{}:{}: {}{}", self.file, i.line, i.column, path, i.message)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for SpecError {}
+
+/// A checked spec plus the text it came from.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    pub raw: RawSpec,
+    pub file: String,
+    pub text: String,
+    /// blake3 of the text.
+    pub hash: String,
+}
+
+impl Spec {
+    pub fn name(&self) -> &str {
+        &self.raw.name
+    }
+
+    pub fn method_names(&self) -> Vec<String> {
+        self.raw.methods.iter().map(|m| m.name.clone()).collect()
+    }
+
+    pub fn method(&self, name: &str) -> Option<&MethodEntry> {
+        self.raw.methods.iter().find(|m| m.name == name)
+    }
+}
+
+/// Read and check a spec file.
+pub fn load(path: &std::path::Path, registry: &Registry) -> Result<Spec, SpecError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| SpecError {
+        file: file.clone(),
+        issues: vec![SpecIssue { line: 0, column: 0, path: String::new(), message: format!("cannot read: {e}") }],
+    })?;
+    parse(&text, &file, registry)
+}
+
+/// Parse and check spec text; `file` names it in messages.
+pub fn parse(text: &str, file: &str, registry: &Registry) -> Result<Spec, SpecError> {
+    let raw: RawSpec = serde_path_to_error::deserialize(serde_norway::Deserializer::from_str(text)).map_err(|e| {
+        let path = e.path().to_string();
+        let path = if path == "." { String::new() } else { path };
+        let inner = e.into_inner();
+        // Serde buffers internally tagged enums (the split protocol), so their errors carry no
+        // usable location; fall back to finding the field named by the path.
+        let located = inner.location().map(|l| (l.line(), l.column())).filter(|&(l, c)| (l, c) != (1, 1) || path.is_empty());
+        let last_key = path.rsplit(['.', '[']).next().filter(|k| !k.is_empty() && !k.ends_with(']'));
+        let (line, column) = located.unwrap_or_else(|| locate(text, &path, last_key));
+        let message = inner.to_string();
+        let message = match message.find(" at line ") {
+            Some(i) => message[..i].to_string(),
+            None => message,
+        };
+        // serde_norway prefixes its own path ("methods[0]: ..."); ours is already shown.
+        let message = match message.split_once(": ") {
+            Some((head, rest)) if !head.contains(' ') => rest.to_string(),
+            _ => message,
+        };
+        SpecError { file: file.to_string(), issues: vec![SpecIssue { line, column, path, message }] }
+    })?;
+    let issues = check(&raw, registry);
+    if !issues.is_empty() {
+        let issues = issues
+            .into_iter()
+            .map(|(path, needle, message)| {
+                let (line, column) = locate(text, &path, needle.as_deref());
+                SpecIssue { line, column, path, message }
+            })
+            .collect();
+        return Err(SpecError { file: file.to_string(), issues });
+    }
+    Ok(Spec { raw, file: file.to_string(), text: text.to_string(), hash: blake3::hash(text.as_bytes()).to_hex().to_string() })
+}
+
+/// "did you mean" for an unknown name.
+pub fn suggest(name: &str, known: &[String]) -> String {
+    let best = known.iter().map(|k| (strsim::levenshtein(name, k), k)).min();
+    match best {
+        Some((d, k)) if d <= 3 => format!(" (did you mean \"{k}\"?)"),
+        _ => format!(" (known: {})", known.join(", ")),
+    }
+}
+
+type Problem = (String, Option<String>, String); // (field path, text to locate, message)
+
+/// Every semantic rule, collected rather than stopping at the first.
+fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
+    let mut out: Vec<Problem> = Vec::new();
+    let mut err = |path: String, needle: Option<&str>, msg: String| out.push((path, needle.map(str::to_string), msg));
+
+    if raw.name.is_empty() || !raw.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        err("name".into(), Some("name"), format!("must be non-empty letters, digits, '-' or '_' (it names folders), got \"{}\"", raw.name));
+    }
+    if raw.datasets.is_empty() {
+        err("datasets".into(), Some("datasets"), "must list at least one dataset".into());
+    }
+    let known_datasets = registry.names();
+    for (i, d) in raw.datasets.iter().enumerate() {
+        if !registry.contains(d) {
+            err(format!("datasets[{i}]"), Some(d), format!("unknown dataset \"{d}\"{}", suggest(d, &known_datasets)));
+        }
+    }
+    if let Err(e) = raw.splits.validate() {
+        err("splits".into(), Some("splits"), e);
+    }
+    if let Some(t) = raw.timeout_seconds {
+        if !(t > 0.0) {
+            err("timeout_seconds".into(), Some("timeout_seconds"), format!("must be positive, got {t}"));
+        }
+    }
+    if raw.methods.is_empty() {
+        err("methods".into(), Some("methods"), "must list at least one method".into());
+    }
+    let names: Vec<String> = raw.methods.iter().map(|m| m.name.clone()).collect();
+    let known_methods: Vec<String> = crate::methods::METHODS.iter().map(|(n, _)| n.to_string()).collect();
+    let mut seen = BTreeSet::new();
+    for (i, m) in raw.methods.iter().enumerate() {
+        let at = format!("methods[{i}]");
+        if !seen.insert(m.name.clone()) {
+            err(format!("{at}.name"), Some(&m.name), format!("duplicate method name \"{}\"", m.name));
+        }
+        if !known_methods.contains(&m.method) {
+            err(format!("{at}.method"), Some(&m.method), format!("unknown method \"{}\"{}", m.method, suggest(&m.method, &known_methods)));
+            continue;
+        }
+        for (key, values) in &m.grid {
+            if !(key.starts_with("kernel.") || key.starts_with("settings.")) {
+                err(format!("{at}.grid.{key}"), Some(key), "grid keys must start with \"kernel.\" or \"settings.\"".into());
+            }
+            if values.is_empty() {
+                err(format!("{at}.grid.{key}"), Some(key), "a grid needs at least one value".into());
+            }
+        }
+        // Check every grid point, so a bad value is caught before the run.
+        match expand::grid_points(m) {
+            Ok(points) => {
+                for (label, entry) in points {
+                    let where_ = if label.is_empty() { at.clone() } else { format!("{at} [{label}]") };
+                    if let Err(e) = entry.kernel.validate() {
+                        err(where_.clone(), Some(&m.name), e);
+                    }
+                    if let Err(e) = crate::methods::build(&entry.method, &entry.settings) {
+                        err(where_, Some(&m.name), e);
+                    }
+                }
+            }
+            Err(e) => err(format!("{at}.grid"), Some(&m.name), e),
+        }
+        if let HyperSpec::From(src) = &m.hyper {
+            match raw.methods.iter().find(|s| &s.name == src) {
+                None => err(format!("{at}.hyper.from"), Some(src), format!("no method entry named \"{src}\"{}", suggest(src, &names))),
+                Some(s) if !s.grid.is_empty() => {
+                    err(format!("{at}.hyper.from"), Some(src), format!("\"{src}\" has a grid, so it has no single fit per split to take hyper-parameters from"))
+                }
+                Some(_) if src == &m.name => err(format!("{at}.hyper.from"), Some(src), "a method cannot take hyper-parameters from itself".into()),
+                Some(_) => {}
+            }
+        }
+    }
+    if let Some(cycle) = hyper_cycle(&raw.methods) {
+        err("methods".into(), Some(&cycle), format!("hyper.from forms a cycle through \"{cycle}\""));
+    }
+    let mut ids = BTreeSet::new();
+    for (i, t) in raw.tables.iter().enumerate() {
+        let at = format!("tables[{i}]");
+        if !ids.insert(t.id.clone()) {
+            err(format!("{at}.id"), Some(&t.id), format!("duplicate table/figure id \"{}\"", t.id));
+        }
+        if t.metrics.is_empty() {
+            err(format!("{at}.metrics"), Some(&t.id), "must list at least one metric".into());
+        }
+        check_refs(&mut err, &at, &t.methods, &names, "methods", "method entry");
+        check_refs(&mut err, &at, &t.datasets, &raw.datasets, "datasets", "dataset of this spec");
+        for (k, p) in t.paper.iter().enumerate() {
+            if !names.contains(&p.method) {
+                err(format!("{at}.paper[{k}].method"), Some(&p.method), format!("no method entry named \"{}\"{}", p.method, suggest(&p.method, &names)));
+            }
+            if !raw.datasets.contains(&p.dataset) {
+                err(format!("{at}.paper[{k}].dataset"), Some(&p.dataset), format!("\"{}\" is not a dataset of this spec", p.dataset));
+            }
+        }
+    }
+    for (i, f) in raw.figures.iter().enumerate() {
+        let at = format!("figures[{i}]");
+        if !ids.insert(f.id.clone()) {
+            err(format!("{at}.id"), Some(&f.id), format!("duplicate table/figure id \"{}\"", f.id));
+        }
+        check_refs(&mut err, &at, &f.methods, &names, "methods", "method entry");
+        check_refs(&mut err, &at, &f.datasets, &raw.datasets, "datasets", "dataset of this spec");
+        match f.kind {
+            FigureKind::Trace if f.trace.is_none() => err(format!("{at}.trace"), Some(&f.id), "a trace figure needs `trace` (the traced quantity)".into()),
+            FigureKind::Trace => {}
+            _ if f.metric.is_none() => err(format!("{at}.metric"), Some(&f.id), format!("a {:?} figure needs `metric`", f.kind).to_lowercase()),
+            FigureKind::Scatter if f.methods.len() != 2 => {
+                err(format!("{at}.methods"), Some(&f.id), "a scatter figure needs exactly two methods (x, y)".into())
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn check_refs(
+    err: &mut impl FnMut(String, Option<&str>, String),
+    at: &str,
+    used: &[String],
+    known: &[String],
+    field: &str,
+    what: &str,
+) {
+    for (k, u) in used.iter().enumerate() {
+        if !known.contains(u) {
+            err(format!("{at}.{field}[{k}]"), Some(u), format!("\"{u}\" is not a {what}{}", suggest(u, known)));
+        }
+    }
+}
+
+/// The name of an entry on a `hyper: {from: ...}` cycle, if any.
+fn hyper_cycle(methods: &[MethodEntry]) -> Option<String> {
+    for start in methods {
+        let mut cur = start;
+        for _ in 0..=methods.len() {
+            match &cur.hyper {
+                HyperSpec::From(src) => match methods.iter().find(|m| &m.name == src) {
+                    Some(next) if next.name == start.name => return Some(start.name.clone()),
+                    Some(next) => cur = next,
+                    None => break,
+                },
+                _ => break,
+            }
+        }
+    }
+    None
+}
+
+/// Line and column (1-based) of the best place to point at: the first occurrence of `needle`
+/// as a whole token, after the line where the path's top-level key starts.
+fn locate(text: &str, path: &str, needle: Option<&str>) -> (usize, usize) {
+    let top = path.split(['.', '[']).next().unwrap_or("");
+    let start_line = text.lines().position(|l| l.starts_with(&format!("{top}:"))).unwrap_or(0);
+    let find_in = |from: usize| {
+        let needle = needle?;
+        text.lines().enumerate().skip(from).find_map(|(i, l)| {
+            let mut search = 0;
+            while let Some(pos) = l[search..].find(needle) {
+                let col = search + pos;
+                let before = l[..col].chars().last();
+                let after = l[col + needle.len()..].chars().next();
+                let is_word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '-');
+                if !is_word(before) && !is_word(after) {
+                    return Some((i + 1, col + 1));
+                }
+                search = col + needle.len();
+            }
+            None
+        })
+    };
+    find_in(start_line).or_else(|| find_in(0)).unwrap_or((start_line + 1, 1))
+}

@@ -1,0 +1,123 @@
+//! The spec's description of what to render: tables (with the paper's published
+//! numbers beside this run's) and figures.
+use serde::{Deserialize, Serialize};
+
+/// A table: rows are (dataset, metric), columns are method entries. Each cell shows
+/// this run's mean ± sd over splits next to the paper's value when one is given.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableSpec {
+    pub id: String,
+    pub title: String,
+    /// Metrics shown, one row per dataset and metric, in this order.
+    pub metrics: Vec<String>,
+    /// Method entries shown as columns; all of the spec's methods when omitted.
+    #[serde(default)]
+    pub methods: Vec<String>,
+    /// Datasets shown; all of the spec's datasets when omitted.
+    #[serde(default)]
+    pub datasets: Vec<String>,
+    /// How "matches the paper" is decided for this table.
+    #[serde(default)]
+    pub tolerance: ToleranceRule,
+    /// The paper's published numbers (shown beside this run's; never used as results).
+    #[serde(default)]
+    pub paper: Vec<PaperValue>,
+    /// Free text shown under the table (e.g. why a column is expected to differ).
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+/// One published number: the mean (and sd over `n` splits, when the paper gives it)
+/// of `metric` for `method` on `dataset`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PaperValue {
+    pub dataset: String,
+    pub method: String,
+    pub metric: String,
+    /// The grid point (`k=v,...`) when the method entry has a grid; omitted otherwise.
+    #[serde(default)]
+    pub setting: Option<String>,
+    pub mean: f64,
+    #[serde(default)]
+    pub sd: Option<f64>,
+    #[serde(default)]
+    pub n: Option<usize>,
+}
+
+/// The rule deciding whether this run's mean matches a published one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "rule", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ToleranceRule {
+    /// |run - paper| <= k * sqrt(sd_paper^2/n_paper + sd_run^2/n_run) (the default, k = 3).
+    /// Falls back to `relative` with `rel` where the paper gives no sd.
+    StandardError {
+        #[serde(default = "default_k")]
+        k: f64,
+        #[serde(default = "default_rel")]
+        rel: f64,
+    },
+    /// |run - paper| <= rel * |paper|.
+    Relative { rel: f64 },
+    /// |run - paper| <= abs.
+    Absolute { abs: f64 },
+}
+
+fn default_k() -> f64 {
+    3.0
+}
+fn default_rel() -> f64 {
+    0.1
+}
+
+impl Default for ToleranceRule {
+    fn default() -> Self {
+        ToleranceRule::StandardError { k: default_k(), rel: default_rel() }
+    }
+}
+
+/// The kinds of figure the report can draw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FigureKind {
+    /// Mean ± standard error of `metric` against `x` (dataset names or a grid key), one line per method.
+    Errorbar,
+    /// Distribution over splits of `metric`, one violin per (dataset, method).
+    Violin,
+    /// Histogram over splits of `metric` (or of a hyper-parameter `hp_<name>`), one panel per method.
+    Histogram,
+    /// Paired scatter over splits: `metric` of `methods[0]` (x) against `methods[1]` (y), y = x drawn.
+    Scatter,
+    /// Per-iteration trace `trace` against iteration or wall time, one line per cell.
+    Trace,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FigureSpec {
+    pub id: String,
+    pub title: String,
+    pub kind: FigureKind,
+    /// The metric plotted (errorbar, violin, histogram, scatter).
+    #[serde(default)]
+    pub metric: Option<String>,
+    /// Errorbar x axis: `dataset` (default) or a grid key such as `kernel.variance`.
+    #[serde(default)]
+    pub x: Option<String>,
+    /// Trace name (trace figures).
+    #[serde(default)]
+    pub trace: Option<String>,
+    /// Trace x axis: `iter` (default) or `time`.
+    #[serde(default)]
+    pub trace_x: Option<String>,
+    #[serde(default)]
+    pub methods: Vec<String>,
+    #[serde(default)]
+    pub datasets: Vec<String>,
+    /// Logarithmic x axis (errorbar over a grid, trace over time).
+    #[serde(default)]
+    pub log_x: bool,
+    #[serde(default)]
+    pub caption: Option<String>,
+}

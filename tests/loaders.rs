@@ -1,0 +1,355 @@
+//! Loads every dataset of `data/datasets.yaml` and checks it against the facts in
+//! `data/SOURCES.md`. The expected numbers below were copied by hand from SOURCES.md (the
+//! oracle), not produced by running the loader.
+
+use std::path::PathBuf;
+
+use mcgp::data::{DataError, Dataset, Registry};
+
+fn registry() -> Registry {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data");
+    Registry::load(&dir).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// What SOURCES.md says about one dataset.
+struct Expected {
+    name: &'static str,
+    features: usize,
+    class_names: &'static [&'static str],
+    /// Per-class counts of the training file(s) (all rows if there are no test files).
+    train_counts: &'static [usize],
+    /// Per-class counts of the fixed test files, if the dataset has them.
+    test_counts: Option<&'static [usize]>,
+}
+
+const DIGITS: &[&str] = &["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+const LETTERS: &[&str] = &[
+    "A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "K", "L", "M", "N", "O", "P", "Q", "R", "S",
+    "T", "U", "V", "W", "X", "Y", "Z",
+];
+
+const EXPECTED: &[Expected] = &[
+    Expected {
+        name: "iris",
+        features: 4,
+        class_names: &["Iris-setosa", "Iris-versicolor", "Iris-virginica"],
+        train_counts: &[50, 50, 50],
+        test_counts: None,
+    },
+    Expected {
+        name: "thyroid",
+        features: 5,
+        class_names: &["1", "2", "3"],
+        train_counts: &[150, 35, 30],
+        test_counts: None,
+    },
+    Expected {
+        name: "wine",
+        features: 13,
+        class_names: &["1", "2", "3"],
+        train_counts: &[59, 71, 48],
+        test_counts: None,
+    },
+    Expected {
+        name: "glass",
+        features: 9,
+        class_names: &["1", "2", "3", "5", "6", "7"],
+        train_counts: &[70, 76, 17, 13, 9, 29],
+        test_counts: None,
+    },
+    Expected {
+        name: "vehicle",
+        features: 18,
+        class_names: &["bus", "opel", "saab", "van"],
+        train_counts: &[218, 212, 217, 199],
+        test_counts: None,
+    },
+    Expected {
+        name: "satimage",
+        features: 36,
+        class_names: &["1", "2", "3", "4", "5", "7"],
+        train_counts: &[1072, 479, 961, 415, 470, 1038],
+        test_counts: Some(&[461, 224, 397, 211, 237, 470]),
+    },
+    Expected {
+        name: "segment",
+        features: 19,
+        class_names: &["1", "2", "3", "4", "5", "6", "7"],
+        train_counts: &[330, 330, 330, 330, 330, 330, 330],
+        test_counts: None,
+    },
+    Expected {
+        name: "waveform",
+        features: 21,
+        class_names: &["0", "1", "2"],
+        train_counts: &[1657, 1647, 1696],
+        test_counts: None,
+    },
+    Expected {
+        name: "vowel",
+        features: 10,
+        class_names: &["1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11"],
+        train_counts: &[48; 11],
+        test_counts: Some(&[42; 11]),
+    },
+    Expected {
+        name: "svmguide2",
+        features: 20,
+        class_names: &["1", "2", "3"],
+        train_counts: &[221, 117, 53],
+        test_counts: None,
+    },
+    Expected {
+        name: "dna",
+        features: 180,
+        class_names: &["1", "2", "3"],
+        train_counts: &[464, 485, 1051],
+        test_counts: Some(&[303, 280, 603]),
+    },
+    Expected {
+        name: "letter",
+        features: 16,
+        class_names: LETTERS,
+        train_counts: &[
+            789, 766, 736, 805, 768, 775, 773, 734, 755, 747, 739, 761, 792, 783, 753, 803, 783,
+            758, 748, 796, 813, 764, 752, 787, 786, 734,
+        ],
+        test_counts: None,
+    },
+    Expected {
+        name: "abe",
+        features: 16,
+        class_names: &["A", "B", "E"],
+        train_counts: &[789, 766, 768],
+        test_counts: None,
+    },
+    Expected {
+        name: "shuttle",
+        features: 9,
+        class_names: &["1", "2", "3", "4", "5", "6", "7"],
+        train_counts: &[34108, 37, 132, 6748, 2458, 6, 11],
+        test_counts: Some(&[11478, 13, 39, 2155, 809, 4, 2]),
+    },
+    Expected {
+        name: "usps",
+        features: 256,
+        class_names: DIGITS,
+        train_counts: &[1194, 1005, 731, 658, 652, 556, 664, 645, 542, 644],
+        test_counts: Some(&[359, 264, 198, 166, 200, 160, 170, 147, 166, 177]),
+    },
+    Expected {
+        name: "mnist",
+        features: 784,
+        class_names: DIGITS,
+        train_counts: &[5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949],
+        test_counts: Some(&[980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]),
+    },
+];
+
+/// Total rows stated in SOURCES.md's summary table (train + test), a second check on the
+/// per-class counts above.
+const ROWS: &[(&str, usize)] = &[
+    ("iris", 150),
+    ("thyroid", 215),
+    ("wine", 178),
+    ("glass", 214),
+    ("vehicle", 846),
+    ("satimage", 4435 + 2000),
+    ("segment", 2310),
+    ("waveform", 5000),
+    ("vowel", 528 + 462),
+    ("svmguide2", 391),
+    ("dna", 2000 + 1186),
+    ("letter", 20000),
+    ("abe", 2323),
+    ("shuttle", 43500 + 14500),
+    ("usps", 7291 + 2007),
+    ("mnist", 60000 + 10000),
+];
+
+fn counts(d: &Dataset, rows: std::ops::Range<usize>) -> Vec<usize> {
+    let mut c = vec![0; d.n_classes()];
+    for i in rows {
+        c[d.y[i]] += 1;
+    }
+    c
+}
+
+fn check(name: &str) -> Dataset {
+    let e = EXPECTED
+        .iter()
+        .find(|e| e.name == name)
+        .unwrap_or_else(|| panic!("no expectations for {name}"));
+    let rows = ROWS
+        .iter()
+        .find(|r| r.0 == name)
+        .map(|r| r.1)
+        .unwrap_or_else(|| panic!("no row count for {name}"));
+    let d = registry()
+        .load_dataset(name)
+        .unwrap_or_else(|err| panic!("{err}"));
+
+    assert_eq!(d.name, name);
+    assert_eq!(d.n(), rows, "{name}: rows");
+    assert_eq!(d.d(), e.features, "{name}: features");
+    assert_eq!(d.feature_names.len(), e.features, "{name}: feature names");
+    assert_eq!(d.y.len(), rows, "{name}: labels");
+    assert_eq!(d.class_names, e.class_names, "{name}: class names");
+    assert!(
+        d.x.iter().all(|v| v.is_finite()),
+        "{name}: non-finite value"
+    );
+
+    let n_train: usize = e.train_counts.iter().sum();
+    match e.test_counts {
+        Some(test) => {
+            assert_eq!(d.n_fixed_train, Some(n_train), "{name}: n_fixed_train");
+            assert_eq!(
+                counts(&d, 0..n_train),
+                e.train_counts,
+                "{name}: training class counts"
+            );
+            assert_eq!(
+                counts(&d, n_train..d.n()),
+                test,
+                "{name}: test class counts"
+            );
+        }
+        None => {
+            assert_eq!(d.n_fixed_train, None, "{name}: n_fixed_train");
+            assert_eq!(counts(&d, 0..d.n()), e.train_counts, "{name}: class counts");
+        }
+    }
+    d
+}
+
+#[test]
+fn every_registered_dataset_has_expectations() {
+    let mut names: Vec<&str> = EXPECTED.iter().map(|e| e.name).collect();
+    names.push("isolet");
+    names.sort_unstable();
+    assert_eq!(registry().names(), names);
+}
+
+#[test]
+fn iris() {
+    let d = check("iris");
+    // First row of the UCI file: 5.1,3.5,1.4,0.2,Iris-setosa
+    assert_eq!(d.x.row(0).to_vec(), [5.1, 3.5, 1.4, 0.2]);
+}
+
+#[test]
+fn thyroid() {
+    check("thyroid");
+}
+
+#[test]
+fn wine() {
+    check("wine");
+}
+
+#[test]
+fn glass() {
+    let d = check("glass");
+    // The Id column is dropped: the first feature is RI (1.52101), not Id (1).
+    assert_eq!(d.x[[0, 0]], 1.52101);
+}
+
+#[test]
+fn vehicle() {
+    check("vehicle");
+}
+
+#[test]
+fn satimage() {
+    check("satimage");
+}
+
+#[test]
+fn segment() {
+    let d = check("segment");
+    // Feature 3 (region-pixel-count) is constant 9.
+    assert!(d.x.column(2).iter().all(|&v| v == 9.0));
+}
+
+#[test]
+fn waveform() {
+    check("waveform");
+}
+
+#[test]
+fn vowel() {
+    let d = check("vowel");
+    // row.names dropped, y is the label: first row 1,1,-3.639,0.418,...
+    assert_eq!(d.feature_names[0], "x.1");
+    assert_eq!(d.x[[0, 0]], -3.639);
+}
+
+#[test]
+fn svmguide2() {
+    let d = check("svmguide2");
+    assert_eq!(d.x[[0, 0]], 0.0424107142857143);
+}
+
+#[test]
+fn dna() {
+    let d = check("dna");
+    assert!(
+        d.x.iter().all(|&v| v == 0.0 || v == 1.0),
+        "dna features are binary"
+    );
+}
+
+#[test]
+fn letter() {
+    check("letter");
+}
+
+#[test]
+fn abe() {
+    check("abe");
+}
+
+#[test]
+fn shuttle() {
+    check("shuttle");
+}
+
+#[test]
+fn usps() {
+    let d = check("usps");
+    assert!(
+        d.x.iter().all(|&v| (-1.0..=1.0).contains(&v)),
+        "usps pixels lie in [-1, 1]"
+    );
+}
+
+#[test]
+fn mnist() {
+    let d = check("mnist");
+    assert!(
+        d.x.iter().all(|&v| (0.0..=1.0).contains(&v)),
+        "mnist pixels are scaled to [0, 1]"
+    );
+}
+
+#[test]
+fn isolet_is_missing_with_a_clear_error() {
+    let err = registry()
+        .load_dataset("isolet")
+        .expect_err("isolet is not shipped");
+    assert!(matches!(err, DataError::MissingFile { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("isolet1+2+3+4.data: file not found"), "{msg}");
+    assert!(msg.contains("SOURCES.md"), "{msg}");
+    assert!(msg.contains("NOT SHIPPED"), "{msg}");
+}
+
+#[test]
+fn unknown_dataset_suggests_a_name() {
+    let msg = registry()
+        .load_dataset("mnsit")
+        .expect_err("typo")
+        .to_string();
+    assert!(msg.contains("did you mean 'mnist'"), "{msg}");
+}

@@ -1,0 +1,191 @@
+//! End to end through the `mcgp` binary: determinism across thread counts, resume after an
+//! abrupt kill without recomputing, failed cells recorded while the run goes on, and a
+//! report that holds every table and figure the spec asks for.
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SMALL: &str = "\
+name: small
+seed: 7
+datasets: [iris]
+splits: { protocol: random, train_fraction: 0.6, repeats: 3 }
+methods:
+  - name: fixed
+    method: laplace
+    kernel: { lengthscale: 2.0, variance: 4.0 }
+  - name: learned
+    method: laplace
+    kernel: { ard: true, lengthscale: 2.0, variance: 4.0 }
+    hyper: learn
+    settings: { max_hyper_iters: 15, mc_samples: 500 }
+  - name: handed
+    method: laplace
+    kernel: { ard: true }
+    hyper: { from: learned }
+    settings: { mc_samples: 500 }
+tables:
+  - id: tab-main
+    title: Main table
+    metrics: [error_pct, log_pred_sum]
+    paper:
+      - { dataset: iris, method: learned, metric: error_pct, mean: 4.0, sd: 2.0, n: 50 }
+figures:
+  - { id: fig-err, title: Error, kind: errorbar, metric: error_pct }
+  - { id: fig-violin, title: Violin, kind: violin, metric: log_pred_sum }
+  - { id: fig-hist, title: Hist, kind: histogram, metric: hp_variance }
+  - { id: fig-scatter, title: Scatter, kind: scatter, metric: log_pred_sum, methods: [fixed, learned] }
+  - { id: fig-trace, title: Trace, kind: trace, trace: log_evidence, methods: [learned] }
+";
+
+fn mcgp() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_mcgp"))
+}
+
+fn workdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mcgp-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn run(dir: &Path, spec: &Path, envs: &[(&str, &str)]) -> std::process::Output {
+    let mut cmd = mcgp();
+    cmd.arg("run").arg(spec).arg("--results").arg(dir.join("results")).arg("--reports").arg(dir.join("reports"));
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("mcgp runs")
+}
+
+/// Assert two sets of cell records are equal, naming the first cell that differs.
+fn assert_same_cells(a: &BTreeMap<String, Value>, b: &BTreeMap<String, Value>) {
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>(), "different cells stored");
+    for (k, va) in a {
+        assert!(va == &b[k], "cell {k} differs:\n{va}\n{}", b[k]);
+    }
+}
+
+/// Every stored cell record, with the fields that measure time removed.
+fn cells_without_timing(results: &Path) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(results.join("cells")).unwrap() {
+        let path = entry.unwrap().path();
+        let mut v: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let obj = v.as_object_mut().unwrap();
+        obj.remove("wall_seconds");
+        obj.remove("cpu_seconds");
+        obj["metrics"].as_object_mut().unwrap().retain(|k, _| !k.starts_with("time_"));
+        for t in obj["trace"].as_array_mut().unwrap() {
+            t.as_object_mut().unwrap().remove("time");
+        }
+        out.insert(path.file_name().unwrap().to_string_lossy().into_owned(), v);
+    }
+    out
+}
+
+fn manifest(results: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(results.join("manifest.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn quickstart_is_bit_identical_on_one_and_two_threads() {
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/quickstart.yaml");
+    let one = workdir("threads1");
+    let two = workdir("threads2");
+    assert!(run(&one, &spec, &[("RAYON_NUM_THREADS", "1")]).status.success());
+    assert!(run(&two, &spec, &[("RAYON_NUM_THREADS", "2")]).status.success());
+    assert_eq!(manifest(&one.join("results/quickstart"))["threads"], 1);
+    assert_eq!(manifest(&two.join("results/quickstart"))["threads"], 2);
+    let a = cells_without_timing(&one.join("results/quickstart"));
+    let b = cells_without_timing(&two.join("results/quickstart"));
+    assert_eq!(a.len(), 60);
+    assert_same_cells(&a, &b);
+}
+
+#[test]
+fn a_killed_run_resumes_without_recomputing_and_gives_the_same_results() {
+    let dir = workdir("resume");
+    let spec = dir.join("small.yaml");
+    std::fs::write(&spec, SMALL).unwrap();
+
+    // Die abruptly after 4 stored cells.
+    let killed = run(&dir, &spec, &[("MCGP_ABORT_AFTER_CELLS", "4")]);
+    assert!(!killed.status.success());
+    let results = dir.join("results/small");
+    let before: BTreeMap<String, Vec<u8>> = std::fs::read_dir(results.join("cells"))
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())
+        })
+        .collect();
+    assert_eq!(before.len(), 4);
+
+    let resumed = run(&dir, &spec, &[]);
+    assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+    let m = manifest(&results);
+    assert_eq!(m["cells_total"], 9);
+    assert_eq!(m["cells_cached"], 4);
+    assert_eq!(m["cells_computed"], 5);
+    // The 4 finished cells were not recomputed: their files, timings included, are untouched.
+    for (name, bytes) in &before {
+        assert_eq!(&std::fs::read(results.join("cells").join(name)).unwrap(), bytes);
+    }
+
+    // Same results as a run that was never interrupted.
+    let clean = workdir("resume-clean");
+    assert!(run(&clean, &spec, &[]).status.success());
+    assert_same_cells(&cells_without_timing(&results), &cells_without_timing(&clean.join("results/small")));
+    for f in ["results.csv", "results.parquet", "summary.csv", "traces.csv", "splits/iris.csv"] {
+        assert!(results.join(f).exists(), "{f} missing");
+    }
+
+    // The report holds every table and figure the spec asks for.
+    let report = dir.join("reports/small");
+    let html = std::fs::read_to_string(report.join("index.html")).unwrap();
+    for id in ["tab-main", "fig-err", "fig-violin", "fig-hist", "fig-scatter", "fig-trace"] {
+        assert!(html.contains(id), "report lacks {id}");
+    }
+    for id in ["fig-err", "fig-violin", "fig-hist", "fig-scatter", "fig-trace"] {
+        let svg = std::fs::read_to_string(report.join("figures").join(format!("{id}.svg"))).unwrap();
+        assert!(svg.contains("<svg"), "{id}.svg is not SVG");
+    }
+    assert!(std::fs::read_to_string(dir.join("reports/index.html")).unwrap().contains("small"));
+}
+
+#[test]
+fn a_failing_cell_is_recorded_and_the_run_goes_on() {
+    let dir = workdir("failing");
+    let spec = dir.join("fail.yaml");
+    // A timeout no fit can meet makes every cell fail; the run still finishes and reports them.
+    let text = SMALL.replace("seed: 7", "seed: 7\ntimeout_seconds: 0.000001").replace("repeats: 3", "repeats: 1");
+    std::fs::write(&spec, text).unwrap();
+    let out = run(&dir, &spec, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let cells = cells_without_timing(&dir.join("results/small"));
+    assert_eq!(cells.len(), 3);
+    let failed: Vec<&Value> = cells.values().filter(|c| c["status"] == "failed").collect();
+    assert!(failed.iter().any(|c| c["error"].as_str().unwrap().contains("timed out")), "{cells:?}");
+    // The dependent cell fails because its source failed, with a message that says so.
+    assert!(failed.iter().any(|c| c["method"] == "handed" && c["error"].as_str().unwrap().contains("\"learned\"")));
+    let html = std::fs::read_to_string(dir.join("reports/small/index.html")).unwrap();
+    assert!(html.contains("timed out"));
+}
+
+#[test]
+fn check_and_list_work() {
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/quickstart.yaml");
+    let out = mcgp().arg("check").arg(&spec).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = mcgp().arg("list").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("glass") && text.contains("laplace"), "{text}");
+    let dir = workdir("badspec");
+    let bad = dir.join("bad.yaml");
+    std::fs::write(&bad, SMALL.replace("[iris]", "[irsi]")).unwrap();
+    let out = mcgp().arg("check").arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("did you mean \"iris\""));
+}

@@ -1,0 +1,396 @@
+//! The report on synthetic results with hand-computed expectations: tables beside paper
+//! values (matching, not matching, missing), every figure kind, failed cells, score and index.
+//!
+//! Set MCGP_REPORT_DEMO=<dir> to also render the synthetic report there for a look.
+use mcgp::report::{render_experiment, render_index, ReportInput, Score};
+use mcgp::results::{CellRecord, EvidenceKind, Handoff, Manifest, Status, TracePoint};
+use mcgp::spec::{FigureKind, FigureSpec, PaperValue, TableSpec, ToleranceRule};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+const DATASETS: [&str; 3] = ["alpha", "beta", "gamma"];
+const METHODS: [&str; 2] = ["ep", "laplace"];
+/// Per-split offsets: over 5 splits mean 0 and sample variance 10/4 = 2.5.
+const OFFSETS: [f64; 5] = [-2.0, -1.0, 0.0, 1.0, 2.0];
+const FAILURE: &str = "Cholesky factorisation failed: K + W not positive definite after jitter 1e-6";
+
+fn base_error(dataset: usize, method: usize) -> f64 {
+    10.0 * (dataset + 1) as f64 + 2.0 * method as f64 // alpha/ep 10, alpha/laplace 12, beta/laplace 22, gamma/laplace 32
+}
+
+fn cell(dataset: &str, split: usize, method: &str, setting: &str) -> CellRecord {
+    CellRecord {
+        key: format!("{dataset}-{split}-{method}-{setting}"),
+        experiment: "synthetic".into(),
+        dataset: dataset.into(),
+        split,
+        method: method.into(),
+        method_kind: method.into(),
+        setting: setting.into(),
+        status: Status::Ok,
+        error: None,
+        seed: split as u64,
+        metrics: BTreeMap::new(),
+        evidence_kind: None,
+        hyperparameters: BTreeMap::new(),
+        diagnostics: BTreeMap::new(),
+        trace: Vec::new(),
+        handoff: Handoff::default(),
+        wall_seconds: 1.0,
+        cpu_seconds: 1.0,
+    }
+}
+
+/// 3 datasets × 2 methods × 5 splits; (gamma, laplace, split 4) failed.
+fn synthetic_cells() -> Vec<CellRecord> {
+    let mut cells = Vec::new();
+    for (d, dataset) in DATASETS.iter().enumerate() {
+        for (m, method) in METHODS.iter().enumerate() {
+            for (split, off) in OFFSETS.iter().enumerate() {
+                let mut c = cell(dataset, split, method, "");
+                if *dataset == "gamma" && *method == "laplace" && split == 4 {
+                    c.status = Status::Failed;
+                    c.error = Some(FAILURE.into());
+                    // A failed cell can leave a partial trace.
+                    c.trace.push(TracePoint {
+                        iter: 0,
+                        time: 0.01,
+                        name: "log_evidence".into(),
+                        value: -300.0,
+                    });
+                    cells.push(c);
+                    continue;
+                }
+                c.metrics.insert("error_pct".into(), base_error(d, m) + off);
+                c.metrics
+                    .insert("log_pred_sum".into(), -50.0 - 10.0 * d as f64 - 5.0 * m as f64 + off);
+                c.metrics.insert("time_train".into(), 0.5 + 0.1 * split as f64);
+                // Only the Laplace entry reports an evidence, as in methods without a bound.
+                if *method == "laplace" {
+                    c.metrics
+                        .insert("log_evidence".into(), -100.0 - 20.0 * d as f64 + 0.1 * off);
+                    c.evidence_kind = Some(EvidenceKind::Approximation);
+                }
+                c.hyperparameters
+                    .insert("variance".into(), 2.0 + 0.5 * m as f64 + 0.3 * off);
+                c.hyperparameters.insert("lengthscale".into(), 1.5 + 0.1 * off);
+                for iter in 0..12 {
+                    c.trace.push(TracePoint {
+                        iter,
+                        time: 0.05 * (iter + 1) as f64,
+                        name: "log_evidence".into(),
+                        value: -100.0 - 20.0 * d as f64 - 80.0 * (-(iter as f64) / 3.0).exp() + off,
+                    });
+                    c.trace.push(TracePoint {
+                        iter,
+                        time: 0.05 * (iter + 1) as f64,
+                        name: "grad_norm".into(),
+                        value: 1.0,
+                    });
+                }
+                cells.push(c);
+            }
+        }
+    }
+    cells
+}
+
+fn paper(dataset: &str, method: &str, metric: &str, mean: f64, sd: Option<f64>, n: Option<usize>) -> PaperValue {
+    PaperValue {
+        dataset: dataset.into(),
+        method: method.into(),
+        metric: metric.into(),
+        setting: None,
+        mean,
+        sd,
+        n,
+    }
+}
+
+fn tables() -> Vec<TableSpec> {
+    vec![
+        TableSpec {
+            id: "tab-main".into(),
+            title: "Error and predictive likelihood".into(),
+            metrics: vec!["error_pct".into(), "log_pred_sum".into()],
+            methods: vec![],
+            datasets: vec![],
+            tolerance: ToleranceRule::default(),
+            paper: vec![
+                // run 10 ± √2.5 (n 5): tol 3·√(4/20 + 2.5/5) = 2.51, |10 − 11| = 1 → match
+                paper("alpha", "ep", "error_pct", 11.0, Some(2.0), Some(20)),
+                // run 22: |22 − 30| = 8 > 2.51 → no match
+                paper("beta", "laplace", "error_pct", 30.0, Some(2.0), Some(20)),
+                // run −55, no paper sd: ±10% of 52 = 5.2, |−55 + 52| = 3 → match
+                paper("alpha", "laplace", "log_pred_sum", -52.0, None, None),
+                // run (failed split) 32 − 0.5 = 31.5, sd √(5/3), n 4; paper n taken as 4:
+                // tol 3·√(1/4 + (5/3)/4) = 2.449, |31.5 − 31| = 0.5 → match
+                paper("gamma", "laplace", "error_pct", 31.0, Some(1.0), None),
+            ],
+            note: Some("Synthetic numbers with hand-computed expectations.".into()),
+        },
+        TableSpec {
+            id: "tab-evidence".into(),
+            title: "Marginal likelihood".into(),
+            metrics: vec!["log_evidence".into()],
+            methods: vec!["laplace".into(), "ep".into()],
+            datasets: vec!["alpha".into(), "beta".into()],
+            tolerance: ToleranceRule::Absolute { abs: 1.0 },
+            paper: vec![
+                // run −100: |−100 + 100.5| = 0.5 ≤ 1 → match
+                paper("alpha", "laplace", "log_evidence", -100.5, Some(1.0), Some(50)),
+                // run −120: 2 > 1 → no match
+                paper("beta", "laplace", "log_evidence", -122.0, Some(1.0), Some(50)),
+                // ep reports no evidence: compared, missing
+                paper("alpha", "ep", "log_evidence", -99.0, None, None),
+                // gamma is not a row of this table but still compared: run −140.05, 0.05 ≤ 1 → match
+                paper("gamma", "laplace", "log_evidence", -140.0, None, None),
+            ],
+            note: None,
+        },
+    ]
+}
+
+fn figure(id: &str, kind: FigureKind, metric: Option<&str>) -> FigureSpec {
+    FigureSpec {
+        id: id.into(),
+        title: format!("Figure {id}"),
+        kind,
+        metric: metric.map(String::from),
+        x: None,
+        trace: None,
+        trace_x: None,
+        methods: vec![],
+        datasets: vec![],
+        log_x: false,
+        caption: None,
+    }
+}
+
+fn figures() -> Vec<FigureSpec> {
+    let mut scatter = figure("fig-scatter", FigureKind::Scatter, Some("log_pred_sum"));
+    scatter.methods = vec!["ep".into(), "laplace".into()];
+    let mut trace = figure("fig-trace", FigureKind::Trace, None);
+    trace.trace = Some("log_evidence".into());
+    trace.trace_x = Some("time".into());
+    trace.log_x = true;
+    vec![
+        figure("fig-errorbar", FigureKind::Errorbar, Some("error_pct")),
+        figure("fig-violin", FigureKind::Violin, Some("log_pred_sum")),
+        figure("fig-hist", FigureKind::Histogram, Some("hp_variance")),
+        scatter,
+        trace,
+        figure("fig-empty", FigureKind::Errorbar, Some("no_such_metric")),
+    ]
+}
+
+fn manifest() -> Manifest {
+    Manifest {
+        experiment: "synthetic".into(),
+        title: "Synthetic report test".into(),
+        paper: Some("nobody2024".into()),
+        spec_path: "experiments/synthetic.yaml".into(),
+        spec_hash: "abc123".into(),
+        spec_text: "name: synthetic\ndatasets: [alpha, beta, gamma]\n".into(),
+        git_commit: "0123456789abcdef".into(),
+        git_dirty: true,
+        crate_version: "0.1.0".into(),
+        rustc: "rustc 1.95.0".into(),
+        host: "testhost".into(),
+        threads: 2,
+        started: "2025-01-01T00:00:00Z".into(),
+        finished: "2025-01-01T00:05:00Z".into(),
+        cpu_seconds: 590.0,
+        wall_seconds: 300.0,
+        cells_total: 30,
+        cells_computed: 20,
+        cells_cached: 10,
+        cells_failed: 1,
+    }
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// An SVG document with at least one drawn shape; returns its text.
+fn read_svg(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut body = text.trim_start();
+    if body.starts_with("<?xml") {
+        body = body[body.find("?>").expect("xml header closes") + 2..].trim_start();
+    }
+    assert!(body.starts_with("<svg"), "{} does not start with <svg", path.display());
+    assert!(
+        body.trim_end().ends_with("</svg>"),
+        "{} is not a complete SVG",
+        path.display()
+    );
+    assert!(
+        ["<path", "<polyline", "<rect", "<circle", "<polygon"]
+            .iter()
+            .any(|t| body.contains(t)),
+        "{} draws nothing",
+        path.display()
+    );
+    text
+}
+
+/// The contents of an SVG's <text> elements, trimmed.
+fn texts(svg: &str) -> Vec<String> {
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|t| {
+            let start = t.find('>')? + 1;
+            let end = t.find("</text>")?;
+            Some(t[start..end].trim().to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn report_shows_tables_figures_failures_and_score() {
+    let cells = synthetic_cells();
+    let (tables, figures, manifest) = (tables(), figures(), manifest());
+    let (datasets, methods) = (strings(&DATASETS), strings(&METHODS));
+    let input = ReportInput {
+        manifest: &manifest,
+        tables: &tables,
+        figures: &figures,
+        datasets: &datasets,
+        methods: &methods,
+        cells: &cells,
+    };
+    let reports = tempfile::tempdir().unwrap();
+    let out = reports.path().join("synthetic");
+    let score = render_experiment(&input, &out).unwrap();
+    if let Some(demo) = std::env::var_os("MCGP_REPORT_DEMO") {
+        let demo = Path::new(&demo);
+        render_experiment(&input, &demo.join("synthetic")).unwrap();
+        render_index(demo).unwrap();
+    }
+
+    // Hand-computed: tab-main 3 of 4, tab-evidence 2 of 4 (one missing).
+    assert_eq!((score.matched, score.compared, score.cells_failed), (5, 8, 1));
+    let stored: Score = serde_json::from_str(&std::fs::read_to_string(out.join("score.json")).unwrap()).unwrap();
+    assert_eq!(stored, score);
+    assert_eq!(stored.experiment, "synthetic");
+    assert_eq!(stored.finished, "2025-01-01T00:05:00Z");
+
+    let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+    for t in &tables {
+        assert!(html.contains(&format!("id=\"table-{}\"", t.id)), "table {}", t.id);
+        assert!(html.contains(&t.title), "table title {}", t.title);
+    }
+    assert!(html.contains("Matched 3 / 4"), "tab-main per-table score");
+    assert!(html.contains("Matched 2 / 4"), "tab-evidence per-table score");
+    // this run, mean ± sd: alpha/ep error 10 ± √2.5; gamma/laplace 31.5 ± √(5/3) over 4 splits.
+    assert!(html.contains("10.00 ± 1.58"));
+    assert!(html.contains("31.50 ± 1.29"));
+    assert!(html.contains("n = 4, 1 failed"));
+    // (10 − 11) / 2 = −0.5 paper sd; the paper value without sd has no such difference.
+    assert!(html.contains("Δ −0.500 sd"));
+    assert!(html.contains("Δ n/a"));
+    assert!(html.contains("no run result"), "the missing paper value is shown");
+    assert!(html.contains("Predictive error (%)") && html.contains("Log marginal likelihood"));
+    assert!(html.contains("approximation"), "evidence kind labelled");
+    // Columns follow the table's method order (laplace before ep in tab-evidence).
+    let ev = &html[html.find("id=\"table-tab-evidence\"").unwrap()..];
+    assert!(ev.find("<th>laplace</th>").unwrap() < ev.find("<th>ep</th>").unwrap());
+    // Provenance and the spec text.
+    assert!(html.contains("0123456789abcdef (dirty"));
+    assert!(html.contains("<details>") && html.contains("name: synthetic"));
+    assert!(html.contains("5m"), "wall time shown");
+    // The failed cell.
+    assert!(html.contains(FAILURE));
+
+    for f in &figures {
+        assert!(html.contains(&format!("id=\"fig-{}\"", f.id)), "figure {}", f.id);
+        assert!(html.contains(&format!("src=\"figures/{}.svg\"", f.id)));
+        read_svg(&out.join("figures").join(format!("{}.svg", f.id)));
+    }
+    let svg = |id: &str| read_svg(&out.join("figures").join(format!("{id}.svg")));
+    // Each kind draws its data, not just a frame: markers/bars/violins/lines as appropriate.
+    assert!(
+        svg("fig-errorbar").matches("<polygon").count() >= 6,
+        "a marker per (dataset, method)"
+    );
+    assert!(
+        svg("fig-violin").matches("<polygon").count() >= 6,
+        "a violin per (dataset, method)"
+    );
+    assert!(svg("fig-hist").matches("<rect").count() >= 8, "bars in 2 × 3 panels");
+    assert!(
+        svg("fig-scatter").matches("<polygon").count() >= 14,
+        "a point per paired split"
+    );
+    assert!(svg("fig-trace").matches("<polyline").count() >= 29, "a line per cell");
+    assert!(svg("fig-empty").contains("no data"));
+    assert!(!svg("fig-errorbar").contains("no data"));
+    // Dataset names label the categorical axis.
+    assert!(texts(&svg("fig-errorbar")).contains(&"alpha".to_string()));
+    assert!(texts(&svg("fig-violin")).contains(&"gamma".to_string()));
+
+    render_index(reports.path()).unwrap();
+    let index = std::fs::read_to_string(reports.path().join("index.html")).unwrap();
+    assert!(index.contains("href=\"synthetic/index.html\""));
+    assert!(index.contains("Synthetic report test"));
+    assert!(index.contains("5 / 8"));
+}
+
+#[test]
+fn grid_settings_become_columns_and_an_x_axis() {
+    let mut cells = Vec::new();
+    for (i, v) in ["10", "0.5", "2"].iter().enumerate() {
+        for split in 0..3 {
+            let mut c = cell("alpha", split, "vb", &format!("kernel.variance={v}"));
+            c.metrics.insert("error_pct".into(), 5.0 + i as f64 + split as f64);
+            cells.push(c);
+        }
+    }
+    let table = TableSpec {
+        id: "tab-grid".into(),
+        title: "Grid".into(),
+        metrics: vec!["error_pct".into()],
+        methods: vec![],
+        datasets: vec![],
+        tolerance: ToleranceRule::Relative { rel: 0.1 },
+        paper: vec![PaperValue {
+            setting: Some("kernel.variance=2.0".into()), // same grid point, spelled differently
+            ..paper("alpha", "vb", "error_pct", 7.5, None, None)
+        }],
+        note: None,
+    };
+    let mut fig = figure("fig-grid", FigureKind::Errorbar, Some("error_pct"));
+    fig.x = Some("kernel.variance".into());
+    fig.log_x = true;
+    let manifest = Manifest {
+        title: "Grid settings".into(),
+        ..manifest()
+    };
+    let (datasets, methods) = (strings(&["alpha"]), strings(&["vb"]));
+    let input = ReportInput {
+        manifest: &manifest,
+        tables: std::slice::from_ref(&table),
+        figures: std::slice::from_ref(&fig),
+        datasets: &datasets,
+        methods: &methods,
+        cells: &cells,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let score = render_experiment(&input, dir.path()).unwrap();
+    if let Some(demo) = std::env::var_os("MCGP_REPORT_DEMO") {
+        render_experiment(&input, &Path::new(&demo).join("grid")).unwrap();
+    }
+    // The run at variance 2 has mean 8 (splits 7, 8, 9): |8 − 7.5| = 0.5 ≤ 0.1·7.5.
+    assert_eq!((score.matched, score.compared), (1, 1));
+    let html = std::fs::read_to_string(dir.path().join("index.html")).unwrap();
+    let col = |s: &str| {
+        html.find(&format!("<th>vb [kernel.variance={s}]</th>"))
+            .unwrap_or_else(|| panic!("column {s}"))
+    };
+    assert!(col("0.5") < col("2") && col("2") < col("10"), "numeric setting order");
+    let svg = read_svg(&dir.path().join("figures/fig-grid.svg"));
+    assert!(svg.contains("<polyline"), "series line over the grid");
+    assert!(svg.contains("(log scale)"));
+}

@@ -1,0 +1,84 @@
+//! Bad specs give errors that name the file, the line and column, the field and the rule.
+use mcgp::data::{default_data_dir, Registry};
+use mcgp::spec::parse;
+
+fn registry() -> Registry {
+    Registry::load(&default_data_dir()).expect("registry loads")
+}
+
+const GOOD: &str = "\
+name: t
+datasets: [iris]
+splits: { protocol: random, train_fraction: 0.6, repeats: 2 }
+methods:
+  - name: lap
+    method: laplace
+";
+
+fn error_of(text: &str) -> String {
+    parse(text, "bad.yaml", &registry()).expect_err("spec must be rejected").to_string()
+}
+
+#[test]
+fn a_good_spec_parses() {
+    let spec = parse(GOOD, "good.yaml", &registry()).expect("valid");
+    assert_eq!(spec.name(), "t");
+}
+
+#[test]
+fn unknown_field_is_named_with_its_line() {
+    let text = GOOD.replace("    method: laplace\n", "    method: laplace\n    kernl: { ard: true }\n");
+    let e = error_of(&text);
+    assert!(e.starts_with("bad.yaml:"), "{e}");
+    assert!(e.contains("unknown field `kernl`"), "{e}");
+    assert!(e.contains(":7:"), "line 7 expected: {e}");
+}
+
+#[test]
+fn wrong_type_is_named_with_its_line() {
+    let text = GOOD.replace("repeats: 2", "repeats: many");
+    let e = error_of(&text);
+    assert!(e.contains("bad.yaml:3:"), "{e}");
+    assert!(e.contains("invalid type") && e.contains("many"), "{e}");
+}
+
+#[test]
+fn unknown_dataset_suggests_the_closest_name() {
+    let text = GOOD.replace("[iris]", "[irsi]");
+    let e = error_of(&text);
+    assert!(e.contains("bad.yaml:2:"), "{e}");
+    assert!(e.contains("datasets[0]: unknown dataset \"irsi\" (did you mean \"iris\"?)"), "{e}");
+}
+
+#[test]
+fn unknown_method_suggests_the_closest_name() {
+    let text = GOOD.replace("method: laplace", "method: lapalce");
+    let e = error_of(&text);
+    assert!(e.contains("bad.yaml:6:"), "{e}");
+    assert!(e.contains("methods[0].method: unknown method \"lapalce\" (did you mean \"laplace\"?)"), "{e}");
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let text = GOOD.replace("[iris]", "[irsi, wnie]").replace("method: laplace", "method: nope");
+    let e = error_of(&text);
+    assert_eq!(e.lines().count(), 3, "{e}");
+}
+
+#[test]
+fn bad_settings_and_references_are_caught_before_running() {
+    let text = format!(
+        "{GOOD}    settings: {{ mc_samples: 1 }}\n  - name: lap2\n    method: laplace\n    hyper: {{ from: lapp }}\n    kernel: {{ variance: -1 }}\n"
+    );
+    let e = error_of(&text);
+    assert!(e.contains("mc_samples must be at least 2"), "{e}");
+    assert!(e.contains("no method entry named \"lapp\" (did you mean \"lap\"?)"), "{e}");
+    assert!(e.contains("kernel.variance must be a positive number"), "{e}");
+}
+
+#[test]
+fn split_protocol_rules_are_checked() {
+    let text = GOOD.replace("train_fraction: 0.6", "train_fraction: 1.5");
+    let e = error_of(&text);
+    assert!(e.contains("splits") && e.contains("train_fraction"), "{e}");
+}
