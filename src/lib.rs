@@ -5,6 +5,7 @@
 //! are the numerical building blocks the methods share.
 #![allow(non_snake_case)] // numeric code uses the papers' symbols (K, L, W, ...)
 
+pub mod atomic;
 pub mod data;
 pub mod kernels;
 pub mod likelihoods;
@@ -15,6 +16,7 @@ pub mod results;
 pub mod runner;
 pub mod spec;
 pub mod special;
+pub mod suggest;
 
 /// Crate version; part of every cell key so a new version never reuses stale results.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

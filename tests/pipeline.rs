@@ -123,6 +123,20 @@ fn a_killed_run_resumes_without_recomputing_and_gives_the_same_results() {
         .collect();
     assert_eq!(before.len(), 4);
 
+    // A partial report can be rendered from the 4 stored cells, and says it is partial.
+    let partial = mcgp()
+        .arg("report")
+        .arg(&spec)
+        .arg("--results")
+        .arg(dir.join("results"))
+        .arg("--reports")
+        .arg(dir.join("reports"))
+        .output()
+        .unwrap();
+    assert!(partial.status.success(), "{}", String::from_utf8_lossy(&partial.stderr));
+    let html = std::fs::read_to_string(dir.join("reports/small/index.html")).unwrap();
+    assert!(html.contains("5 not run yet (partial report)"), "partial report must say so");
+
     let resumed = run(&dir, &spec, &[]);
     assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
     let m = manifest(&results);
@@ -138,7 +152,7 @@ fn a_killed_run_resumes_without_recomputing_and_gives_the_same_results() {
     let clean = workdir("resume-clean");
     assert!(run(&clean, &spec, &[]).status.success());
     assert_same_cells(&cells_without_timing(&results), &cells_without_timing(&clean.join("results/small")));
-    for f in ["results.csv", "results.parquet", "summary.csv", "traces.csv", "splits/iris.csv"] {
+    for f in ["results.csv", "results.parquet", "summary.csv", "traces.csv", "traces.parquet", "splits/iris.csv"] {
         assert!(results.join(f).exists(), "{f} missing");
     }
 
@@ -153,6 +167,20 @@ fn a_killed_run_resumes_without_recomputing_and_gives_the_same_results() {
         assert!(svg.contains("<svg"), "{id}.svg is not SVG");
     }
     assert!(std::fs::read_to_string(dir.join("reports/index.html")).unwrap().contains("small"));
+
+    // `mcgp report` re-renders from the stored cells alone.
+    std::fs::remove_dir_all(&report).unwrap();
+    let out = mcgp()
+        .arg("report")
+        .arg(&spec)
+        .arg("--results")
+        .arg(dir.join("results"))
+        .arg("--reports")
+        .arg(dir.join("reports"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::read_to_string(report.join("index.html")).unwrap().contains("tab-main"));
 }
 
 #[test]
@@ -188,4 +216,32 @@ fn check_and_list_work() {
     let out = mcgp().arg("check").arg(&bad).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("did you mean \"iris\""));
+}
+
+/// Every reduced paper spec under experiments/ci/ runs end to end with no failed cell and
+/// renders every table and figure it asks for. (The full specs are run by hand; their
+/// reports are committed.)
+#[test]
+fn reduced_paper_specs_run_clean() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/ci");
+    let mut specs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|rd| rd.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "yaml")).collect())
+        .unwrap_or_default();
+    specs.sort();
+    for spec in specs {
+        let name = spec.file_stem().unwrap().to_string_lossy().into_owned();
+        let work = workdir(&format!("ci-{name}"));
+        let out = run(&work, &spec, &[]);
+        assert!(out.status.success(), "{}: {}", spec.display(), String::from_utf8_lossy(&out.stderr));
+        let text = std::fs::read_to_string(&spec).unwrap();
+        let raw: Value = serde_norway::from_str(&text).unwrap();
+        let experiment = raw["name"].as_str().unwrap();
+        let html = std::fs::read_to_string(work.join("reports").join(experiment).join("index.html")).unwrap();
+        for section in ["tables", "figures"] {
+            for item in raw[section].as_array().into_iter().flatten() {
+                let id = item["id"].as_str().unwrap();
+                assert!(html.contains(id), "{}: report lacks {section} item {id}", spec.display());
+            }
+        }
+    }
 }

@@ -52,27 +52,19 @@ fn synthetic_cells() -> Vec<CellRecord> {
                     c.status = Status::Failed;
                     c.error = Some(FAILURE.into());
                     // A failed cell can leave a partial trace.
-                    c.trace.push(TracePoint {
-                        iter: 0,
-                        time: 0.01,
-                        name: "log_evidence".into(),
-                        value: -300.0,
-                    });
+                    c.trace.push(TracePoint { iter: 0, time: 0.01, name: "log_evidence".into(), value: -300.0 });
                     cells.push(c);
                     continue;
                 }
                 c.metrics.insert("error_pct".into(), base_error(d, m) + off);
-                c.metrics
-                    .insert("log_pred_sum".into(), -50.0 - 10.0 * d as f64 - 5.0 * m as f64 + off);
+                c.metrics.insert("log_pred_sum".into(), -50.0 - 10.0 * d as f64 - 5.0 * m as f64 + off);
                 c.metrics.insert("time_train".into(), 0.5 + 0.1 * split as f64);
                 // Only the Laplace entry reports an evidence, as in methods without a bound.
                 if *method == "laplace" {
-                    c.metrics
-                        .insert("log_evidence".into(), -100.0 - 20.0 * d as f64 + 0.1 * off);
+                    c.metrics.insert("log_evidence".into(), -100.0 - 20.0 * d as f64 + 0.1 * off);
                     c.evidence_kind = Some(EvidenceKind::Approximation);
                 }
-                c.hyperparameters
-                    .insert("variance".into(), 2.0 + 0.5 * m as f64 + 0.3 * off);
+                c.hyperparameters.insert("variance".into(), 2.0 + 0.5 * m as f64 + 0.3 * off);
                 c.hyperparameters.insert("lengthscale".into(), 1.5 + 0.1 * off);
                 for iter in 0..12 {
                     c.trace.push(TracePoint {
@@ -81,12 +73,7 @@ fn synthetic_cells() -> Vec<CellRecord> {
                         name: "log_evidence".into(),
                         value: -100.0 - 20.0 * d as f64 - 80.0 * (-(iter as f64) / 3.0).exp() + off,
                     });
-                    c.trace.push(TracePoint {
-                        iter,
-                        time: 0.05 * (iter + 1) as f64,
-                        name: "grad_norm".into(),
-                        value: 1.0,
-                    });
+                    c.trace.push(TracePoint { iter, time: 0.05 * (iter + 1) as f64, name: "grad_norm".into(), value: 1.0 });
                 }
                 cells.push(c);
             }
@@ -96,15 +83,7 @@ fn synthetic_cells() -> Vec<CellRecord> {
 }
 
 fn paper(dataset: &str, method: &str, metric: &str, mean: f64, sd: Option<f64>, n: Option<usize>) -> PaperValue {
-    PaperValue {
-        dataset: dataset.into(),
-        method: method.into(),
-        metric: metric.into(),
-        setting: None,
-        mean,
-        sd,
-        n,
-    }
+    PaperValue { dataset: dataset.into(), method: method.into(), metric: metric.into(), setting: None, mean, sd, n }
 }
 
 fn tables() -> Vec<TableSpec> {
@@ -116,7 +95,10 @@ fn tables() -> Vec<TableSpec> {
             methods: vec![],
             datasets: vec![],
             tolerance: ToleranceRule::default(),
+            paper_only: vec!["svm".into()],
             paper: vec![
+                // a method this harness does not run: shown, never scored
+                paper("alpha", "svm", "error_pct", 9.25, Some(1.0), Some(20)),
                 // run 10 ± √2.5 (n 5): tol 3·√(4/20 + 2.5/5) = 2.51, |10 − 11| = 1 → match
                 paper("alpha", "ep", "error_pct", 11.0, Some(2.0), Some(20)),
                 // run 22: |22 − 30| = 8 > 2.51 → no match
@@ -136,6 +118,7 @@ fn tables() -> Vec<TableSpec> {
             methods: vec!["laplace".into(), "ep".into()],
             datasets: vec!["alpha".into(), "beta".into()],
             tolerance: ToleranceRule::Absolute { abs: 1.0 },
+            paper_only: vec![],
             paper: vec![
                 // run −100: |−100 + 100.5| = 0.5 ≤ 1 → match
                 paper("alpha", "laplace", "log_evidence", -100.5, Some(1.0), Some(50)),
@@ -158,6 +141,7 @@ fn figure(id: &str, kind: FigureKind, metric: Option<&str>) -> FigureSpec {
         kind,
         metric: metric.map(String::from),
         x: None,
+        y: None,
         trace: None,
         trace_x: None,
         methods: vec![],
@@ -206,6 +190,7 @@ fn manifest() -> Manifest {
         cells_computed: 20,
         cells_cached: 10,
         cells_failed: 1,
+        cells_missing: 0,
     }
 }
 
@@ -221,18 +206,8 @@ fn read_svg(path: &Path) -> String {
         body = body[body.find("?>").expect("xml header closes") + 2..].trim_start();
     }
     assert!(body.starts_with("<svg"), "{} does not start with <svg", path.display());
-    assert!(
-        body.trim_end().ends_with("</svg>"),
-        "{} is not a complete SVG",
-        path.display()
-    );
-    assert!(
-        ["<path", "<polyline", "<rect", "<circle", "<polygon"]
-            .iter()
-            .any(|t| body.contains(t)),
-        "{} draws nothing",
-        path.display()
-    );
+    assert!(body.trim_end().ends_with("</svg>"), "{} is not a complete SVG", path.display());
+    assert!(["<path", "<polyline", "<rect", "<circle", "<polygon"].iter().any(|t| body.contains(t)), "{} draws nothing", path.display());
     text
 }
 
@@ -253,14 +228,8 @@ fn report_shows_tables_figures_failures_and_score() {
     let cells = synthetic_cells();
     let (tables, figures, manifest) = (tables(), figures(), manifest());
     let (datasets, methods) = (strings(&DATASETS), strings(&METHODS));
-    let input = ReportInput {
-        manifest: &manifest,
-        tables: &tables,
-        figures: &figures,
-        datasets: &datasets,
-        methods: &methods,
-        cells: &cells,
-    };
+    let input =
+        ReportInput { manifest: &manifest, tables: &tables, figures: &figures, datasets: &datasets, methods: &methods, cells: &cells };
     let reports = tempfile::tempdir().unwrap();
     let out = reports.path().join("synthetic");
     let score = render_experiment(&input, &out).unwrap();
@@ -282,7 +251,8 @@ fn report_shows_tables_figures_failures_and_score() {
         assert!(html.contains(&format!("id=\"table-{}\"", t.id)), "table {}", t.id);
         assert!(html.contains(&t.title), "table title {}", t.title);
     }
-    assert!(html.contains("Matched 3 / 4"), "tab-main per-table score");
+    assert!(html.contains("Matched 3 / 4"), "tab-main per-table score (the paper-only svm value is not scored)");
+    assert!(html.contains("svm (paper only)") && html.contains("9.25 ± 1.00 (n = 20)"), "paper-only column");
     assert!(html.contains("Matched 2 / 4"), "tab-evidence per-table score");
     // this run, mean ± sd: alpha/ep error 10 ± √2.5; gamma/laplace 31.5 ± √(5/3) over 4 splits.
     assert!(html.contains("10.00 ± 1.58"));
@@ -311,19 +281,10 @@ fn report_shows_tables_figures_failures_and_score() {
     }
     let svg = |id: &str| read_svg(&out.join("figures").join(format!("{id}.svg")));
     // Each kind draws its data, not just a frame: markers/bars/violins/lines as appropriate.
-    assert!(
-        svg("fig-errorbar").matches("<polygon").count() >= 6,
-        "a marker per (dataset, method)"
-    );
-    assert!(
-        svg("fig-violin").matches("<polygon").count() >= 6,
-        "a violin per (dataset, method)"
-    );
+    assert!(svg("fig-errorbar").matches("<polygon").count() >= 6, "a marker per (dataset, method)");
+    assert!(svg("fig-violin").matches("<polygon").count() >= 6, "a violin per (dataset, method)");
     assert!(svg("fig-hist").matches("<rect").count() >= 8, "bars in 2 × 3 panels");
-    assert!(
-        svg("fig-scatter").matches("<polygon").count() >= 14,
-        "a point per paired split"
-    );
+    assert!(svg("fig-scatter").matches("<polygon").count() >= 14, "a point per paired split");
     assert!(svg("fig-trace").matches("<polyline").count() >= 29, "a line per cell");
     assert!(svg("fig-empty").contains("no data"));
     assert!(!svg("fig-errorbar").contains("no data"));
@@ -355,6 +316,7 @@ fn grid_settings_become_columns_and_an_x_axis() {
         methods: vec![],
         datasets: vec![],
         tolerance: ToleranceRule::Relative { rel: 0.1 },
+        paper_only: vec![],
         paper: vec![PaperValue {
             setting: Some("kernel.variance=2.0".into()), // same grid point, spelled differently
             ..paper("alpha", "vb", "error_pct", 7.5, None, None)
@@ -364,10 +326,7 @@ fn grid_settings_become_columns_and_an_x_axis() {
     let mut fig = figure("fig-grid", FigureKind::Errorbar, Some("error_pct"));
     fig.x = Some("kernel.variance".into());
     fig.log_x = true;
-    let manifest = Manifest {
-        title: "Grid settings".into(),
-        ..manifest()
-    };
+    let manifest = Manifest { title: "Grid settings".into(), ..manifest() };
     let (datasets, methods) = (strings(&["alpha"]), strings(&["vb"]));
     let input = ReportInput {
         manifest: &manifest,
@@ -385,12 +344,39 @@ fn grid_settings_become_columns_and_an_x_axis() {
     // The run at variance 2 has mean 8 (splits 7, 8, 9): |8 − 7.5| = 0.5 ≤ 0.1·7.5.
     assert_eq!((score.matched, score.compared), (1, 1));
     let html = std::fs::read_to_string(dir.path().join("index.html")).unwrap();
-    let col = |s: &str| {
-        html.find(&format!("<th>vb [kernel.variance={s}]</th>"))
-            .unwrap_or_else(|| panic!("column {s}"))
-    };
+    let col = |s: &str| html.find(&format!("<th>vb [kernel.variance={s}]</th>")).unwrap_or_else(|| panic!("column {s}"));
     assert!(col("0.5") < col("2") && col("2") < col("10"), "numeric setting order");
     let svg = read_svg(&dir.path().join("figures/fig-grid.svg"));
     assert!(svg.contains("<polyline"), "series line over the grid");
     assert!(svg.contains("(log scale)"));
+}
+
+#[test]
+fn heatmap_shows_the_mean_over_splits_at_every_grid_point() {
+    // error_pct = 10 a + b + split on a 2 x 3 grid: the mean over splits 0, 1, 2 is 10 a + b + 1.
+    let mut cells = Vec::new();
+    for a in [1, 2] {
+        for b in [1, 3, 5] {
+            for split in 0..3 {
+                let mut c = cell("alpha", split, "vb", &format!("kernel.lengthscale={a},kernel.variance={b}"));
+                c.metrics.insert("error_pct".into(), (10 * a + b + split) as f64);
+                cells.push(c);
+            }
+        }
+    }
+    let mut fig = figure("fig-heat", FigureKind::Heatmap, Some("error_pct"));
+    fig.x = Some("kernel.variance".into());
+    fig.y = Some("kernel.lengthscale".into());
+    let manifest = Manifest { title: "Heatmap".into(), ..manifest() };
+    let (datasets, methods) = (strings(&["alpha"]), strings(&["vb"]));
+    let input =
+        ReportInput { manifest: &manifest, tables: &[], figures: std::slice::from_ref(&fig), datasets: &datasets, methods: &methods, cells: &cells };
+    let dir = tempfile::tempdir().unwrap();
+    render_experiment(&input, dir.path()).unwrap();
+    let svg = read_svg(&dir.path().join("figures/fig-heat.svg"));
+    let labels = texts(&svg);
+    for want in ["12", "14", "16", "22", "24", "26"] {
+        assert!(labels.iter().any(|t| t == want), "cell value {want} missing from {labels:?}");
+    }
+    assert!(!labels.iter().any(|t| t == "11"), "a single split's value is not a mean");
 }

@@ -1,5 +1,8 @@
 //! All integration tests, built into one binary.
+mod gibbs_mnp;
+mod klmnl;
 mod loaders;
 mod pipeline;
 mod report;
 mod spec_errors;
+mod vbmnp;

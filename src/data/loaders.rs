@@ -97,7 +97,8 @@ fn read_files(
                     Format::Libsvm => {
                         read_libsvm(table, &path, &bytes, spec.n_features.unwrap_or(0))?
                     }
-                    Format::Idx => {}
+                    // Idx is read above; synthetic entries have no files (Registry generates them).
+                    Format::Idx | Format::Synthetic => {}
                 }
             }
         }
@@ -593,6 +594,9 @@ mod tests {
             drop_columns: vec![],
             n_features: None,
             class_order: None,
+            generator: None,
+            n: None,
+            seed: None,
             description: "test".into(),
             citation: "none".into(),
         }

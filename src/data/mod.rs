@@ -14,6 +14,7 @@ mod loaders;
 mod registry;
 mod splits;
 mod standardize;
+pub mod synthetic;
 
 use std::path::PathBuf;
 

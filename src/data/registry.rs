@@ -28,6 +28,8 @@ pub enum Format {
     Libsvm,
     /// MNIST IDX binary files, given as (images, labels) pairs.
     Idx,
+    /// No files: rows drawn by a named generator (`generator`, `n`, `seed`; see [`super::synthetic`]).
+    Synthetic,
 }
 
 impl Format {
@@ -37,6 +39,7 @@ impl Format {
             Format::Whitespace => "whitespace",
             Format::Libsvm => "libsvm",
             Format::Idx => "idx",
+            Format::Synthetic => "synthetic",
         }
     }
 }
@@ -46,6 +49,8 @@ impl Format {
 #[serde(deny_unknown_fields)]
 pub struct DatasetSpec {
     /// Training rows (or all rows), relative to the data folder; read in order and concatenated.
+    /// Empty (omitted) for format synthetic.
+    #[serde(default)]
     pub files: Vec<String>,
     /// The dataset's own fixed test rows, appended after `files`.
     #[serde(default)]
@@ -68,6 +73,13 @@ pub struct DatasetSpec {
     /// them.
     #[serde(default)]
     pub class_order: Option<Vec<String>>,
+    /// Format synthetic: the generator's name, the number of rows and the seed.
+    #[serde(default)]
+    pub generator: Option<String>,
+    #[serde(default)]
+    pub n: Option<usize>,
+    #[serde(default)]
+    pub seed: Option<u64>,
     pub description: String,
     pub citation: String,
 }
@@ -84,6 +96,12 @@ impl DatasetSpec {
 
     /// The entry's own rules (those that do not need the files). Err names the field.
     fn check(&self) -> Result<(), String> {
+        if self.format == Format::Synthetic {
+            return self.check_synthetic();
+        }
+        if self.generator.is_some() || self.n.is_some() || self.seed.is_some() {
+            return Err("`generator`, `n` and `seed` are only for format synthetic".into());
+        }
         if self.files.is_empty() {
             return Err("`files` is empty".into());
         }
@@ -147,6 +165,28 @@ impl DatasetSpec {
         }
         Ok(())
     }
+
+    /// Rules of a `format: synthetic` entry: a known generator and `n`, no files.
+    fn check_synthetic(&self) -> Result<(), String> {
+        if !self.files.is_empty() || self.test_files.is_some() {
+            return Err("format synthetic takes no `files` or `test_files`".into());
+        }
+        if self.header || self.label_column.is_some() || !self.drop_columns.is_empty() || self.n_features.is_some() || self.class_order.is_some() {
+            return Err("format synthetic allows only `generator`, `n`, `seed`, `description` and `citation`".into());
+        }
+        match self.generator.as_deref() {
+            None => return Err("format synthetic needs `generator`".into()),
+            Some(g) if !super::synthetic::GENERATORS.contains(&g) => {
+                return Err(format!("unknown generator \"{g}\" (known: {})", super::synthetic::GENERATORS.join(", ")))
+            }
+            Some(_) => {}
+        }
+        match self.n {
+            None => Err("format synthetic needs `n` (number of rows)".into()),
+            Some(n) if n < 2 => Err(format!("`n` must be at least 2, found {n}")),
+            Some(_) => Ok(()),
+        }
+    }
 }
 
 /// All datasets known to the project, read from `<data_dir>/datasets.yaml`.
@@ -208,7 +248,10 @@ impl Registry {
     /// One line for `mcgp list`: name, description, files, and which files are missing.
     pub fn describe(&self, name: &str) -> Option<String> {
         let spec = self.entries.get(name)?;
-        let mut files = spec.files.join(" + ");
+        let mut files = match (&spec.generator, spec.n) {
+            (Some(g), Some(n)) => format!("{g} n={n} seed={}", spec.seed.unwrap_or(0)),
+            _ => spec.files.join(" + "),
+        };
         if let Some(test) = &spec.test_files {
             files.push_str(&format!("; test: {}", test.join(" + ")));
         }
@@ -233,45 +276,20 @@ impl Registry {
     /// Loads dataset `name`: all rows, the fixed training rows first.
     pub fn load_dataset(&self, name: &str) -> Result<Dataset, DataError> {
         let spec = self.entries.get(name).ok_or_else(|| self.unknown(name))?;
+        if let (Format::Synthetic, Some(generator), Some(n)) = (spec.format, &spec.generator, spec.n) {
+            return super::synthetic::generate(name, generator, n, spec.seed.unwrap_or(0))
+                .map_err(|message| DataError::Registry { path: show(&self.dir.join(REGISTRY_FILE)), message });
+        }
         loaders::load(name, spec, &self.dir)
     }
 
     fn unknown(&self, name: &str) -> DataError {
-        let lower = name.to_lowercase();
-        let closest = self
-            .entries
-            .keys()
-            .map(|k| (edit_distance(&lower, &k.to_lowercase()), k))
-            .min();
-        // Only suggest names that are plausibly a typo of what was asked for.
-        let suggestion = match closest {
-            Some((dist, k)) if dist <= (name.chars().count() / 2).max(2) => {
-                format!(" (did you mean '{k}'?)")
-            }
-            _ => String::new(),
+        let suggestion = match crate::suggest::closest(name, self.entries.keys().map(String::as_str)) {
+            Some(k) => format!(" (did you mean '{k}'?)"),
+            None => String::new(),
         };
-        DataError::UnknownDataset {
-            name: name.to_string(),
-            suggestion,
-            known: self.names().join(", "),
-        }
+        DataError::UnknownDataset { name: name.to_string(), suggestion, known: self.names().join(", ") }
     }
-}
-
-/// Levenshtein distance (insertions, deletions, substitutions), on chars.
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = Vec::with_capacity(b.len() + 1);
-        cur.push(i + 1);
-        for (j, cb) in b.iter().enumerate() {
-            let substitute = prev[j] + usize::from(ca != *cb);
-            cur.push(substitute.min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 #[cfg(test)]
@@ -282,14 +300,6 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join(REGISTRY_FILE), text).expect("write registry");
         dir
-    }
-
-    #[test]
-    fn edit_distance_basics() {
-        assert_eq!(edit_distance("iris", "iris"), 0);
-        assert_eq!(edit_distance("irs", "iris"), 1);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(edit_distance("", "abc"), 3);
     }
 
     #[test]
@@ -348,6 +358,30 @@ mod tests {
             .expect("class_order");
         let normalised: Vec<String> = order.iter().map(|l| loaders::normalize_label(l)).collect();
         assert_eq!(normalised, ["3", "1", "2"]);
+    }
+
+    #[test]
+    fn synthetic_entries_generate_and_are_checked() {
+        let dir = write_registry(
+            "toy: {format: synthetic, generator: gr2006-toy, n: 90, seed: 5, description: d, citation: c}\n",
+        );
+        let reg = Registry::load(dir.path()).expect("registry");
+        let d = reg.load_dataset("toy").expect("generated");
+        assert_eq!((d.n(), d.d(), d.n_classes()), (90, 10, 3));
+        assert_eq!(d.x, reg.load_dataset("toy").expect("generated").x, "deterministic");
+        assert!(reg.describe("toy").expect("known").contains("gr2006-toy n=90 seed=5"));
+        for (entry, needle) in [
+            ("{format: synthetic, generator: nope, n: 9, description: d, citation: c}", "unknown generator"),
+            ("{format: synthetic, generator: gr2006-toy, description: d, citation: c}", "needs `n`"),
+            ("{format: synthetic, n: 9, description: d, citation: c}", "needs `generator`"),
+            ("{files: [a], format: synthetic, generator: gr2006-toy, n: 9, description: d, citation: c}", "no `files`"),
+            ("{files: [a], format: csv, n: 9, description: d, citation: c}", "only for format synthetic"),
+            ("{format: csv, description: d, citation: c}", "`files` is empty"),
+        ] {
+            let dir = write_registry(&format!("x: {entry}\n"));
+            let msg = Registry::load(dir.path()).expect_err(entry).to_string();
+            assert!(msg.contains(needle), "{entry}: {msg}");
+        }
     }
 
     #[test]

@@ -10,7 +10,6 @@
 //! first, then fixed test rows).
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use rand::seq::SliceRandom;
@@ -394,28 +393,15 @@ const SPLITS_HEADER: &str = "split,role,row";
 /// Writes splits as CSV (`split,role,row`), atomically: a temp file in the same folder renamed
 /// over `path`, so a crash never leaves a half-written split file.
 pub fn write_splits(path: &Path, splits: &[Split]) -> Result<(), DataError> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    std::fs::create_dir_all(dir).map_err(|e| DataError::io(dir, e))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| DataError::io(dir, e))?;
-    {
-        let mut w = std::io::BufWriter::new(tmp.as_file_mut());
-        let io = |e| DataError::io(path, e);
-        writeln!(w, "{SPLITS_HEADER}").map_err(io)?;
-        for s in splits {
-            for (role, rows) in [("train", &s.train), ("test", &s.test)] {
-                for row in rows.iter() {
-                    writeln!(w, "{},{role},{row}", s.index).map_err(io)?;
-                }
+    let mut text = format!("{SPLITS_HEADER}\n");
+    for s in splits {
+        for (role, rows) in [("train", &s.train), ("test", &s.test)] {
+            for row in rows.iter() {
+                text.push_str(&format!("{},{role},{row}\n", s.index));
             }
         }
-        w.flush().map_err(io)?;
     }
-    tmp.persist(path)
-        .map_err(|e| DataError::io(path, e.error))?;
-    Ok(())
+    crate::atomic::write_atomic(path, text.as_bytes()).map_err(|e| DataError::io(path, e))
 }
 
 /// Reads a split CSV written by [`write_splits`] (or by another tool in that format). Checks

@@ -1,6 +1,8 @@
 //! Multi-class likelihoods p(y | f) for a latent C-vector f per datum.
+pub mod probit;
 pub mod softmax;
 
+pub use probit::Probit;
 pub use softmax::Softmax;
 
 use faer::MatRef;

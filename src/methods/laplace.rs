@@ -157,12 +157,22 @@ fn curvature(K: &Mat<f64>, pi: &[f64], n_classes: usize) -> Result<(Vec<Mat<f64>
 
 /// Newton's method for the posterior mode (GPML Alg. 3.3), with step halving whenever a
 /// full step would lower Psi.
-fn find_mode(K: &Mat<f64>, y: &[usize], n_classes: usize, params: &LaplaceParams) -> Result<Mode, FitError> {
+///
+/// `warm` is an `a` from a nearby kernel (hyper-parameter learning): f = K a is then a good
+/// start, used only when it beats f = 0.
+fn find_mode(K: &Mat<f64>, y: &[usize], n_classes: usize, params: &LaplaceParams, warm: Option<&[f64]>) -> Result<Mode, FitError> {
     let n = K.nrows();
     let nc = n * n_classes;
     let mut f = vec![0.0; nc];
     let mut a = vec![0.0; nc];
     let mut psi = objective(&a, &f, y, n, n_classes);
+    if let Some(a0) = warm {
+        let f0 = block_matvec(K, a0, n_classes);
+        let psi0 = objective(a0, &f0, y, n, n_classes);
+        if psi0 > psi {
+            (a, f, psi) = (a0.to_vec(), f0, psi0);
+        }
+    }
     let mut iters = 0;
     for _ in 0..params.max_newton_iters {
         iters += 1;
@@ -307,9 +317,9 @@ fn log_evidence_grad(mode: &Mode, K: &Mat<f64>, dKs: &[Mat<f64>]) -> Vec<f64> {
 }
 
 /// log q(y | X, theta) and its gradient w.r.t. the kernel's log-parameters.
-fn evidence_and_grad(kernel: &SqExp, problem: &Problem, params: &LaplaceParams) -> Result<(f64, Vec<f64>, Mode), FitError> {
+fn evidence_and_grad(kernel: &SqExp, problem: &Problem, params: &LaplaceParams, warm: Option<&[f64]>) -> Result<(f64, Vec<f64>, Mode), FitError> {
     let K = kernel.gram(problem.x);
-    let mode = find_mode(&K, problem.y, problem.n_classes, params)?;
+    let mode = find_mode(&K, problem.y, problem.n_classes, params, warm)?;
     let dKs = kernel.gram_grads(problem.x, &K);
     let grad = log_evidence_grad(&mode, &K, &dKs);
     Ok((mode.log_evidence, grad, mode))
@@ -335,15 +345,22 @@ impl Laplace {
             HyperPolicy::Learn => {
                 let evals = std::sync::atomic::AtomicUsize::new(0);
                 let trace = std::sync::Mutex::new(Vec::new());
+                let last_a: std::sync::Mutex<Option<Vec<f64>>> = std::sync::Mutex::new(None);
                 let deadline = ctx.deadline;
                 let start = ctx.start;
                 let cost = |p: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
                     if deadline.is_some_and(|d| std::time::Instant::now() > d) {
                         return Err(FitError::Timeout { seconds: start.elapsed().as_secs_f64() });
                     }
-                    let (v, g, _) = evidence_and_grad(&kernel.with_log_params(p), problem, &self.params)?;
+                    let warm = last_a.lock().expect("warm-start lock").clone();
+                    let (v, g, mode) = evidence_and_grad(&kernel.with_log_params(p), problem, &self.params, warm.as_deref())?;
+                    *last_a.lock().expect("warm-start lock") = Some(mode.a);
+                    // Trace the best evidence so far (line-search trial points would make it jagged).
                     let k = evals.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    trace.lock().expect("trace lock").push((k, start.elapsed().as_secs_f64(), v));
+                    let mut points = trace.lock().expect("trace lock");
+                    if points.last().is_none_or(|&(_, _, best): &(usize, f64, f64)| v > best) {
+                        points.push((k, start.elapsed().as_secs_f64(), v));
+                    }
                     Ok((-v, g.iter().map(|x| -x).collect()))
                 };
                 let min = minimize_lbfgs(&cost, &kernel.log_params(), &kernel.free_mask(), self.params.max_hyper_iters)?;
@@ -358,7 +375,7 @@ impl Laplace {
         };
         ctx.check_deadline()?;
         let K = kernel.gram(problem.x);
-        let mode = find_mode(&K, problem.y, problem.n_classes, &self.params)?;
+        let mode = find_mode(&K, problem.y, problem.n_classes, &self.params, None)?;
         diagnostics.insert("newton_iterations".into(), mode.newton_iters.to_string());
         Ok(LaplaceModel { kernel, x_train: problem.x.clone(), mode, mc_samples: self.params.mc_samples, diagnostics })
     }
@@ -495,7 +512,7 @@ mod tests {
             if ard {
                 kern.log_lengthscales[1] += 0.4;
             }
-            let (_, grad, _) = evidence_and_grad(&kern, &problem, &params).unwrap();
+            let (_, grad, _) = evidence_and_grad(&kern, &problem, &params, None).unwrap();
             let p0 = kern.log_params();
             for j in 0..p0.len() {
                 let h = 1e-5;
@@ -503,8 +520,8 @@ mod tests {
                 pp[j] += h;
                 let mut pm = p0.clone();
                 pm[j] -= h;
-                let vp = evidence_and_grad(&kern.with_log_params(&pp), &problem, &params).unwrap().0;
-                let vm = evidence_and_grad(&kern.with_log_params(&pm), &problem, &params).unwrap().0;
+                let vp = evidence_and_grad(&kern.with_log_params(&pp), &problem, &params, None).unwrap().0;
+                let vm = evidence_and_grad(&kern.with_log_params(&pm), &problem, &params, None).unwrap().0;
                 let fd = (vp - vm) / (2.0 * h);
                 assert!((fd - grad[j]).abs() < 1e-6 * (1.0 + fd.abs()), "ard={ard} param {j}: analytic {} vs fd {fd}", grad[j]);
             }
@@ -519,7 +536,7 @@ mod tests {
         let kern = kernel(false, 1.0, 3.0);
         let K = kern.gram(&x);
         let params = LaplaceParams { newton_tol: 1e-14, ..Default::default() };
-        let mode = find_mode(&K, &y, C, &params).unwrap();
+        let mode = find_mode(&K, &y, C, &params, None).unwrap();
 
         // The exact mode of Psi(f) = -1/2 f^T Kbig^{-1} f + sum log softmax, found by a generic
         // optimiser on the dense nC-dimensional problem.
@@ -623,6 +640,20 @@ mod tests {
                 assert!((p[(j, c)] - acc[j][c]).abs() < 0.01, "point {j} class {c}: {} vs {}", p[(j, c)], acc[j][c]);
             }
         }
+    }
+
+    #[test]
+    fn a_warm_start_finds_the_same_mode() {
+        let (x, y) = tiny(5, 5);
+        let params = LaplaceParams { newton_tol: 1e-14, ..Default::default() };
+        let near = find_mode(&kernel(false, 0.7, 2.0).gram(&x), &y, 3, &params, None).unwrap();
+        let K = kernel(false, 1.0, 3.0).gram(&x);
+        let cold = find_mode(&K, &y, 3, &params, None).unwrap();
+        let warm = find_mode(&K, &y, 3, &params, Some(&near.a)).unwrap();
+        for (a, b) in warm.f.iter().zip(&cold.f) {
+            assert!((a - b).abs() < 1e-6);
+        }
+        assert!((warm.log_evidence - cold.log_evidence).abs() < 1e-9);
     }
 
     #[test]

@@ -3,8 +3,13 @@
 //! A method value is checked configuration (`<Name>`, built from serde `<Name>Params`) and
 //! is shared by many cells; `fit` returns a new fitted model (`<Name>Model`). All randomness
 //! comes from `FitContext::rng`, so a cell's seed fixes its result bit for bit.
+pub mod gibbs_mnp;
+pub mod importance;
+pub mod klmnl;
 pub mod laplace;
 pub mod optimize;
+pub mod vbmnp;
+pub mod vbmnp_sparse;
 
 use crate::kernels::SqExp;
 use crate::linalg::LinalgError;
@@ -30,17 +35,21 @@ pub enum HyperPolicy {
     Learn,
 }
 
-/// Per-fit context: randomness, the wall-clock deadline and the trace.
+/// Per-fit context: randomness, the wall-clock deadline, the trace, and what the cell this
+/// one depends on (`hyper: {from: ...}`) handed over.
 pub struct FitContext<'a> {
     pub rng: &'a mut Pcg64,
     pub deadline: Option<Instant>,
     pub start: Instant,
     pub trace: Vec<TracePoint>,
+    /// The source cell's handoff (its hyper-parameters are already in the kernel; its named
+    /// vectors, e.g. a posterior mean used as an importance-sampling centre, are here).
+    pub source: Option<&'a Handoff>,
 }
 
 impl<'a> FitContext<'a> {
     pub fn new(rng: &'a mut Pcg64, deadline: Option<Instant>) -> Self {
-        FitContext { rng, deadline, start: Instant::now(), trace: Vec::new() }
+        FitContext { rng, deadline, start: Instant::now(), trace: Vec::new(), source: None }
     }
 
     /// Record named values at one outer iteration.
@@ -94,6 +103,19 @@ pub trait Fitted: Send + Sync {
     /// Non-fatal diagnostics: iterations, convergence, jitter, warnings.
     fn diagnostics(&self) -> BTreeMap<String, String>;
 
+    /// Further named numbers the method computes (bounds, estimates, effective sample sizes,
+    /// ordering checks); the runner stores each as a metric of the cell.
+    fn extra_metrics(&self) -> BTreeMap<String, f64> {
+        BTreeMap::new()
+    }
+
+    /// Further test-set numbers that need the true classes of the rows last passed to
+    /// `predict_proba` (bounds on log p(y*), orderings against other estimates); the runner
+    /// calls it after scoring and stores each entry as a metric. Fitting never sees these labels.
+    fn test_metrics(&self, _y_test: &[usize]) -> BTreeMap<String, f64> {
+        BTreeMap::new()
+    }
+
     /// What dependent cells may take from this one; by default the kernel's log-parameters.
     fn handoff(&self) -> Handoff {
         Handoff { log_hyperparameters: self.kernel().log_params(), vectors: BTreeMap::new() }
@@ -102,14 +124,38 @@ pub trait Fitted: Send + Sync {
 
 /// Methods known to the harness: (YAML name, one-line description).
 pub const METHODS: &[(&str, &str)] = &[(
+    "klmnl",
+    "KL-MNL: variational multinomial-logit GP (Chai 2012), non-sparse; evidence = the bound log Z_h (eq. 21), hyper-parameters by L-BFGS on it",
+), (
+    "mc_mnl",
+    "MC-MNL: importance-sampled logit marginal likelihood and predictive (Chai 2012 App. F; t4 proposal at the KL-MNL mean; evidence = 99.9% upper bound)",
+), (
+    "mc_mnp",
+    "MC-MNP: importance-sampled multinomial-probit marginal likelihood and predictive (Chai 2012 App. F; t4 proposal at the KL-MNL mean)",
+), (
     "laplace",
     "Laplace approximation for the multinomial-logit GP (Rasmussen & Williams 2006, Alg. 3.3/3.4; evidence by Laplace, hyper-parameters by L-BFGS)",
+), (
+    "vbmnp",
+    "Variational Bayes multinomial-probit GP (Girolami & Rogers 2006; lower bound, importance-sampled RBF precisions)",
+), (
+    "vbmnp_sparse",
+    "Sparse VB multinomial-probit GP by ADF with random or informative point inclusion (Girolami & Rogers 2006 §5; fixed kernel, no evidence)",
+), (
+    "gibbs_mnp",
+    "Gibbs sampler for the multinomial-probit GP (Girolami & Rogers 2006, App. D; exact cone draws, fixed hyper-parameters; evidence = prior-sampling estimate)",
 )];
 
 /// Build a checked method from its YAML name and settings. The error names the bad setting.
 pub fn build(name: &str, settings: &serde_json::Value) -> Result<Box<dyn Method>, String> {
     match name {
         "laplace" => Ok(Box::new(laplace::LaplaceParams::from_settings(settings)?.check()?)),
+        "klmnl" => Ok(Box::new(klmnl::KlmnlParams::from_settings(settings)?.check()?)),
+        "mc_mnl" => Ok(Box::new(importance::ImportanceParams::from_settings(settings)?.check(importance::Lik::Logit)?)),
+        "mc_mnp" => Ok(Box::new(importance::ImportanceParams::from_settings(settings)?.check(importance::Lik::Probit)?)),
+        "vbmnp_sparse" => Ok(Box::new(vbmnp_sparse::VbmnpSparseParams::from_settings(settings)?.check()?)),
+        "vbmnp" => Ok(Box::new(vbmnp::VbmnpParams::from_settings(settings)?.check()?)),
+        "gibbs_mnp" => Ok(Box::new(gibbs_mnp::GibbsMnpParams::from_settings(settings)?.check()?)),
         other => Err(format!("unknown method \"{other}\"")),
     }
 }

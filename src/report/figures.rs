@@ -55,6 +55,7 @@ pub fn draw(spec: &FigureSpec, input: &ReportInput) -> Result<Drawn, String> {
         FigureKind::Histogram => histogram(spec, input, &mut notes)?,
         FigureKind::Scatter => scatter(spec, input, &mut notes)?,
         FigureKind::Trace => trace(spec, input, &mut notes)?,
+        FigureKind::Heatmap => heatmap(spec, input, &mut notes)?,
     };
     let svg = match plot {
         Plot::Svg(svg) => svg,
@@ -94,11 +95,7 @@ impl<'i> Selection<'i> {
         } else {
             spec.methods.iter().map(String::as_str).collect()
         };
-        let all = input
-            .cells
-            .iter()
-            .filter(|c| datasets.contains(&c.dataset.as_str()) && methods.contains(&c.method.as_str()))
-            .collect();
+        let all = input.cells.iter().filter(|c| datasets.contains(&c.dataset.as_str()) && methods.contains(&c.method.as_str())).collect();
         Selection { datasets, methods, all }
     }
 
@@ -118,32 +115,20 @@ impl<'i> Selection<'i> {
                 out.push((c.method.as_str(), c.setting.as_str()));
             }
         }
-        out.sort_by(|a, b| {
-            self.method_index(a.0)
-                .cmp(&self.method_index(b.0))
-                .then_with(|| setting_cmp(a.1, b.1))
-        });
+        out.sort_by(|a, b| self.method_index(a.0).cmp(&self.method_index(b.0)).then_with(|| setting_cmp(a.1, b.1)));
         out
     }
 }
 
 /// A cell's value of `metric`; `hp_<name>` reads a hyper-parameter when no metric has that name.
 fn cell_value(cell: &CellRecord, metric: &str) -> Option<f64> {
-    let v = cell
-        .metrics
-        .get(metric)
-        .or_else(|| metric.strip_prefix("hp_").and_then(|hp| cell.hyperparameters.get(hp)))
-        .copied()?;
+    let v = cell.metrics.get(metric).or_else(|| metric.strip_prefix("hp_").and_then(|hp| cell.hyperparameters.get(hp))).copied()?;
     v.is_finite().then_some(v)
 }
 
 /// Method colours follow the spec's method order, so a method keeps its colour across figures.
 fn method_colour(input: &ReportInput, sel: &Selection, method: &str) -> RGBColor {
-    let i = input
-        .methods
-        .iter()
-        .position(|m| m == method)
-        .unwrap_or_else(|| sel.method_index(method));
+    let i = input.methods.iter().position(|m| m == method).unwrap_or_else(|| sel.method_index(method));
     PALETTE[i % PALETTE.len()]
 }
 
@@ -160,13 +145,7 @@ struct Axis {
 
 impl Axis {
     fn linear((lo, hi): (f64, f64), desc: impl Into<String>) -> Axis {
-        Axis {
-            lo,
-            hi,
-            ticks: nice_ticks(lo, hi, 6),
-            labels: Box::new(tick),
-            desc: desc.into(),
-        }
+        Axis { lo, hi, ticks: nice_ticks(lo, hi, 6), labels: Box::new(tick), desc: desc.into() }
     }
 
     /// `lo`/`hi` are log10 of the data range; values are plotted as log10(x).
@@ -194,38 +173,16 @@ impl Axis {
             t
         } else {
             // Less than a decade: nice linear ticks, placed on the log axis.
-            nice_ticks(10f64.powf(lo), 10f64.powf(hi), 5)
-                .into_iter()
-                .filter(|v| *v > 0.0)
-                .map(f64::log10)
-                .collect()
+            nice_ticks(10f64.powf(lo), 10f64.powf(hi), 5).into_iter().filter(|v| *v > 0.0).map(f64::log10).collect()
         };
-        Axis {
-            lo,
-            hi,
-            ticks,
-            labels: Box::new(|v| tick(10f64.powf(v))),
-            desc: desc.into(),
-        }
+        Axis { lo, hi, ticks, labels: Box::new(|v| tick(10f64.powf(v))), desc: desc.into() }
     }
 
     /// Named positions on an f64 axis.
     fn categorical(names: Vec<(f64, String)>, (lo, hi): (f64, f64), desc: impl Into<String>) -> Axis {
         let ticks = names.iter().map(|(x, _)| *x).collect();
-        let labels = Box::new(move |v: f64| {
-            names
-                .iter()
-                .find(|(x, _)| (x - v).abs() < 1e-6)
-                .map(|(_, n)| n.clone())
-                .unwrap_or_default()
-        });
-        Axis {
-            lo,
-            hi,
-            ticks,
-            labels,
-            desc: desc.into(),
-        }
+        let labels = Box::new(move |v: f64| names.iter().find(|(x, _)| (x - v).abs() < 1e-6).map(|(_, n)| n.clone()).unwrap_or_default());
+        Axis { lo, hi, ticks, labels, desc: desc.into() }
     }
 }
 
@@ -311,18 +268,7 @@ fn chart<'a, 'b>(area: &'a Area<'b>, caption: &str, x: &Axis, y: &Axis, small: b
         .y_label_area_size(if small { 58 } else { 74 })
         .caption(caption, (FONT, if small { 16 } else { 21 }));
     let mut chart = builder
-        .build_cartesian_2d(
-            Ticked {
-                lo: x.lo,
-                hi: x.hi,
-                ticks: x.ticks.clone(),
-            },
-            Ticked {
-                lo: y.lo,
-                hi: y.hi,
-                ticks: y.ticks.clone(),
-            },
-        )
+        .build_cartesian_2d(Ticked { lo: x.lo, hi: x.hi, ticks: x.ticks.clone() }, Ticked { lo: y.lo, hi: y.hi, ticks: y.ticks.clone() })
         .map_err(err)?;
     let x_fmt = |v: &f64| (x.labels)(*v);
     let y_fmt = |v: &f64| (y.labels)(*v);
@@ -392,21 +338,11 @@ fn legend_entry<'a, 'b: 'a>(
     shape: Option<usize>,
     line: bool,
 ) -> Result<(), String> {
-    chart
-        .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())
-        .map_err(err)?
-        .label(legend_text(label))
-        .legend(move |(x, y)| {
-            let line_style = if line {
-                colour.stroke_width(2)
-            } else {
-                TRANSPARENT.stroke_width(0)
-            };
-            let points = shape.map_or_else(Vec::new, |s| marker_points(s, 4));
-            EmptyElement::at((x + 9, y))
-                + PathElement::new(vec![(-9, 0), (9, 0)], line_style)
-                + Polygon::new(points, colour.filled())
-        });
+    chart.draw_series(std::iter::empty::<Circle<(f64, f64), i32>>()).map_err(err)?.label(legend_text(label)).legend(move |(x, y)| {
+        let line_style = if line { colour.stroke_width(2) } else { TRANSPARENT.stroke_width(0) };
+        let points = shape.map_or_else(Vec::new, |s| marker_points(s, 4));
+        EmptyElement::at((x + 9, y)) + PathElement::new(vec![(-9, 0), (9, 0)], line_style) + Polygon::new(points, colour.filled())
+    });
     Ok(())
 }
 
@@ -429,27 +365,19 @@ fn no_data(title: &str, reason: &str) -> Result<String, String> {
     let (w, h) = (SIZE.0, 220);
     render((w, h), |root| {
         let mid = w as i32 / 2;
-        root.draw(&Rectangle::new(
-            [(1, 1), (w as i32 - 2, h as i32 - 2)],
-            BLACK.mix(0.3).stroke_width(1),
-        ))
-        .map_err(err)?;
-        root.draw(&Text::new(title.to_string(), (mid, 40), centred(18)))
-            .map_err(err)?;
-        root.draw(&Text::new("no data", (mid, 110), centred(28).color(&BLACK.mix(0.5))))
-            .map_err(err)?;
-        root.draw(&Text::new(
-            reason.to_string(),
-            (mid, 160),
-            centred(13).color(&BLACK.mix(0.6)),
-        ))
-        .map_err(err)?;
+        root.draw(&Rectangle::new([(1, 1), (w as i32 - 2, h as i32 - 2)], BLACK.mix(0.3).stroke_width(1))).map_err(err)?;
+        root.draw(&Text::new(title.to_string(), (mid, 40), centred(18))).map_err(err)?;
+        root.draw(&Text::new("no data", (mid, 110), centred(28).color(&BLACK.mix(0.5)))).map_err(err)?;
+        root.draw(&Text::new(reason.to_string(), (mid, 160), centred(13).color(&BLACK.mix(0.6)))).map_err(err)?;
         Ok(())
     })
 }
 
 // ---------------------------------------------------------------------------------------
 // Error bars: mean ± SE against datasets or a numeric grid key
+
+/// Values over splits at each x of one series.
+type XValues = Vec<(f64, Vec<f64>)>;
 
 struct Series {
     label: String,
@@ -468,8 +396,8 @@ fn errorbar(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> 
     let categorical = x_key == "dataset";
     let log_x = spec.log_x && !categorical;
 
-    // (series label, method) -> x -> values over splits
-    let mut raw: Vec<((String, String), Vec<(f64, Vec<f64>)>)> = Vec::new();
+    // ((series label, method), [(x, values over splits)])
+    let mut raw: Vec<((String, String), XValues)> = Vec::new();
     let (mut no_key, mut non_positive) = (0, 0);
     for cell in sel.ok() {
         let Some(v) = cell_value(cell, metric) else { continue };
@@ -510,39 +438,20 @@ fn errorbar(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> 
         }
     }
     if no_key > 0 {
-        notes.push(format!(
-            "{no_key} cells have no numeric `{x_key}` in their setting and are left out."
-        ));
+        notes.push(format!("{no_key} cells have no numeric `{x_key}` in their setting and are left out."));
     }
     if non_positive > 0 {
-        notes.push(format!(
-            "{non_positive} cells with {x_key} ≤ 0 cannot be shown on the log axis."
-        ));
+        notes.push(format!("{non_positive} cells with {x_key} ≤ 0 cannot be shown on the log axis."));
     }
-    raw.sort_by(|a, b| {
-        sel.method_index(&a.0 .1)
-            .cmp(&sel.method_index(&b.0 .1))
-            .then_with(|| a.0 .0.cmp(&b.0 .0))
-    });
+    raw.sort_by(|a, b| sel.method_index(&a.0 .1).cmp(&sel.method_index(&b.0 .1)).then_with(|| a.0 .0.cmp(&b.0 .0)));
 
     let mut series: Vec<Series> = Vec::new();
     for ((label, method), xs) in raw {
-        let shape = series
-            .iter()
-            .filter(|s| s.colour == method_colour(input, &sel, &method))
-            .count();
-        let mut points: Vec<(f64, Aggregate)> = xs
-            .iter()
-            .filter_map(|(x, vs)| Aggregate::of(vs).map(|a| (*x, a)))
-            .collect();
+        let shape = series.iter().filter(|s| s.colour == method_colour(input, &sel, &method)).count();
+        let mut points: Vec<(f64, Aggregate)> = xs.iter().filter_map(|(x, vs)| Aggregate::of(vs).map(|a| (*x, a))).collect();
         points.sort_by(|a, b| a.0.total_cmp(&b.0));
         if !points.is_empty() {
-            series.push(Series {
-                label,
-                colour: method_colour(input, &sel, &method),
-                shape,
-                points,
-            });
+            series.push(Series { label, colour: method_colour(input, &sel, &method), shape, points });
         }
     }
     if series.is_empty() {
@@ -562,38 +471,20 @@ fn errorbar(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> 
         }
     };
     let x_axis = if categorical {
-        let names = sel
-            .datasets
-            .iter()
-            .enumerate()
-            .map(|(i, d)| (i as f64, d.to_string()))
-            .collect();
+        let names = sel.datasets.iter().enumerate().map(|(i, d)| (i as f64, d.to_string())).collect();
         Axis::categorical(names, (-0.5, sel.datasets.len() as f64 - 0.5), "dataset")
     } else {
-        let range = padded(
-            series
-                .iter()
-                .enumerate()
-                .flat_map(|(si, s)| s.points.iter().map(move |p| (si, p.0)))
-                .map(|(si, x)| px(si, x)),
-        )
-        .ok_or("no finite x")?;
+        let range = padded(series.iter().enumerate().flat_map(|(si, s)| s.points.iter().map(move |p| (si, p.0))).map(|(si, x)| px(si, x)))
+            .ok_or("no finite x")?;
         if log_x {
             Axis::log10(range, format!("{x_key} (log scale)"))
         } else {
             Axis::linear(range, x_key)
         }
     };
-    let y_range = padded(
-        series
-            .iter()
-            .flat_map(|s| s.points.iter().flat_map(|(_, a)| [a.mean - a.se, a.mean + a.se])),
-    )
-    .ok_or("no finite values")?;
-    let y_axis = Axis::linear(
-        legend_room(y_range, series.len()),
-        format!("{} (mean ± SE)", metric_label(metric)),
-    );
+    let y_range =
+        padded(series.iter().flat_map(|s| s.points.iter().flat_map(|(_, a)| [a.mean - a.se, a.mean + a.se]))).ok_or("no finite values")?;
+    let y_axis = Axis::linear(legend_room(y_range, series.len()), format!("{} (mean ± SE)", metric_label(metric)));
     let cap = 0.01 * (x_axis.hi - x_axis.lo);
 
     let svg = render(SIZE, |root| {
@@ -601,21 +492,13 @@ fn errorbar(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> 
         for (si, s) in series.iter().enumerate() {
             if !categorical && s.points.len() > 1 {
                 let line = s.points.iter().map(|(x, a)| (px(si, *x), a.mean));
-                chart
-                    .draw_series(LineSeries::new(line, s.colour.stroke_width(2)))
-                    .map_err(err)?;
+                chart.draw_series(LineSeries::new(line, s.colour.stroke_width(2))).map_err(err)?;
             }
             for (x, a) in &s.points {
                 let x = px(si, *x);
                 let (lo, hi) = (a.mean - a.se, a.mean + a.se);
-                let bars = [
-                    vec![(x, lo), (x, hi)],
-                    vec![(x - cap, lo), (x + cap, lo)],
-                    vec![(x - cap, hi), (x + cap, hi)],
-                ];
-                chart
-                    .draw_series(bars.into_iter().map(|b| PathElement::new(b, s.colour.stroke_width(2))))
-                    .map_err(err)?;
+                let bars = [vec![(x, lo), (x, hi)], vec![(x - cap, lo), (x + cap, lo)], vec![(x - cap, hi), (x + cap, hi)]];
+                chart.draw_series(bars.into_iter().map(|b| PathElement::new(b, s.colour.stroke_width(2)))).map_err(err)?;
                 let mark = EmptyElement::at((x, a.mean)) + Polygon::new(marker_points(s.shape, 4), s.colour.filled());
                 chart.draw_series(std::iter::once(mark)).map_err(err)?;
             }
@@ -623,10 +506,7 @@ fn errorbar(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> 
         }
         legend(&mut chart, SeriesLabelPosition::UpperRight)
     })?;
-    notes.insert(
-        0,
-        format!("Mean ± standard error over splits of {}.", metric_label(metric)),
-    );
+    notes.insert(0, format!("Mean ± standard error over splits of {}.", metric_label(metric)));
     Ok(Plot::Svg(svg))
 }
 
@@ -653,7 +533,7 @@ fn kde(values: &[f64]) -> Option<Vec<(f64, f64)>> {
     sorted.sort_by(f64::total_cmp);
     let iqr = quantile(&sorted, 0.75) - quantile(&sorted, 0.25);
     let spread = if iqr > 0.0 { sd.min(iqr / 1.34) } else { sd };
-    if !(spread > 0.0) {
+    if spread.is_nan() || spread <= 0.0 {
         return None;
     }
     let n = values.len() as f64;
@@ -697,20 +577,13 @@ fn violin(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> Re
     if groups.is_empty() {
         return Ok(Plot::NoData(format!("no finished cell has `{metric}`")));
     }
-    let names = sel
-        .datasets
-        .iter()
-        .enumerate()
-        .map(|(d, name)| ((d * (k + 1)) as f64 + (k as f64 - 1.0) / 2.0, name.to_string()))
-        .collect();
+    let names =
+        sel.datasets.iter().enumerate().map(|(d, name)| ((d * (k + 1)) as f64 + (k as f64 - 1.0) / 2.0, name.to_string())).collect();
     let last = ((sel.datasets.len() - 1) * (k + 1) + k - 1) as f64;
     let x_axis = Axis::categorical(names, (-0.6, last + 0.6), "dataset");
-    let all_y = groups.iter().flat_map(|(_, _, values, density)| {
-        values
-            .iter()
-            .copied()
-            .chain(density.iter().flat_map(|d| [d[0].0, d[d.len() - 1].0]))
-    });
+    let all_y = groups
+        .iter()
+        .flat_map(|(_, _, values, density)| values.iter().copied().chain(density.iter().flat_map(|d| [d[0].0, d[d.len() - 1].0])));
     let y_range = padded(all_y).ok_or("no finite values")?;
     let y_axis = Axis::linear(legend_room(y_range, variants.len()), metric_label(metric));
     let colours: Vec<RGBColor> = variants.iter().map(|(m, _)| method_colour(input, &sel, m)).collect();
@@ -724,26 +597,14 @@ fn violin(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> Re
                 let half = |d: f64| 0.42 * d / peak;
                 let mut outline: Vec<(f64, f64)> = density.iter().map(|(y, d)| (x - half(*d), *y)).collect();
                 outline.extend(density.iter().rev().map(|(y, d)| (x + half(*d), *y)));
-                chart
-                    .draw_series(std::iter::once(Polygon::new(outline.clone(), colour.mix(0.3).filled())))
-                    .map_err(err)?;
+                chart.draw_series(std::iter::once(Polygon::new(outline.clone(), colour.mix(0.3).filled()))).map_err(err)?;
                 outline.push(outline[0]);
-                chart
-                    .draw_series(std::iter::once(PathElement::new(outline, colour.stroke_width(1))))
-                    .map_err(err)?;
+                chart.draw_series(std::iter::once(PathElement::new(outline, colour.stroke_width(1)))).map_err(err)?;
             }
-            chart
-                .draw_series(
-                    values
-                        .iter()
-                        .map(|y| Circle::new((*x, *y), 2.5, colour.mix(0.8).filled())),
-                )
-                .map_err(err)?;
+            chart.draw_series(values.iter().map(|y| Circle::new((*x, *y), 2.5, colour.mix(0.8).filled()))).map_err(err)?;
             if let Some(a) = Aggregate::of(values) {
                 let bar = vec![(x - 0.22, a.mean), (x + 0.22, a.mean)];
-                chart
-                    .draw_series(std::iter::once(PathElement::new(bar, BLACK.stroke_width(2))))
-                    .map_err(err)?;
+                chart.draw_series(std::iter::once(PathElement::new(bar, BLACK.stroke_width(2)))).map_err(err)?;
             }
         }
         for (v, (method, setting)) in variants.iter().enumerate() {
@@ -785,14 +646,8 @@ fn histogram(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) ->
         }
         // Bins span the data; the axis adds a margin so the outer bars do not touch it.
         let all = per_variant.iter().flatten().copied();
-        let (min, max) = all
-            .clone()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
-        let (lo, hi) = if max > min {
-            (min, max)
-        } else {
-            padded([min]).ok_or("no finite values")?
-        };
+        let (min, max) = all.clone().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+        let (lo, hi) = if max > min { (min, max) } else { padded([min]).ok_or("no finite values")? };
         let axis = padded([lo, hi]).ok_or("no finite values")?;
         // Sturges' rule on the largest panel.
         let bins = ((n_max as f64).log2().ceil() as usize + 1).clamp(3, 30);
@@ -812,19 +667,10 @@ fn histogram(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) ->
     if columns.is_empty() {
         return Ok(Plot::NoData(format!("no finished cell has `{metric}`")));
     }
-    let max_count = columns
-        .iter()
-        .flat_map(|c| c.4.iter().flatten())
-        .copied()
-        .max()
-        .unwrap_or(1)
-        .max(1);
+    let max_count = columns.iter().flat_map(|c| c.4.iter().flatten()).copied().max().unwrap_or(1).max(1);
     let (rows, cols) = (variants.len(), columns.len());
     let size = ((300 * cols as u32).max(SIZE.0), 50 + 210 * rows as u32);
-    let y_ticks: Vec<f64> = nice_ticks(0.0, max_count as f64, 4)
-        .into_iter()
-        .filter(|t| t.fract() == 0.0)
-        .collect();
+    let y_ticks: Vec<f64> = nice_ticks(0.0, max_count as f64, 4).into_iter().filter(|t| t.fract() == 0.0).collect();
 
     let svg = render(size, |root| {
         let body = root.titled(&spec.title, (FONT, 21)).map_err(err)?;
@@ -836,43 +682,25 @@ fn histogram(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) ->
                     continue;
                 };
                 let x_axis = Axis::linear(*axis, metric_label(metric));
-                let y_axis = Axis {
-                    lo: 0.0,
-                    hi: max_count as f64 * 1.1,
-                    ticks: y_ticks.clone(),
-                    labels: Box::new(tick),
-                    desc: "splits".into(),
-                };
+                let y_axis =
+                    Axis { lo: 0.0, hi: max_count as f64 * 1.1, ticks: y_ticks.clone(), labels: Box::new(tick), desc: "splits".into() };
                 let caption = format!("{dataset} · {}", method_label(variant.0, variant.1));
                 let mut chart = chart(panel, &caption, &x_axis, &y_axis, true)?;
                 let bars = counts[r].iter().enumerate().filter(|(_, n)| **n > 0).map(|(i, n)| {
                     let x0 = lo + width * i as f64;
                     [(x0, 0.0), (x0 + width, *n as f64)]
                 });
-                chart
-                    .draw_series(bars.clone().map(|b| Rectangle::new(b, colour.mix(0.55).filled())))
-                    .map_err(err)?;
-                chart
-                    .draw_series(bars.map(|b| Rectangle::new(b, colour.stroke_width(1))))
-                    .map_err(err)?;
+                chart.draw_series(bars.clone().map(|b| Rectangle::new(b, colour.mix(0.55).filled()))).map_err(err)?;
+                chart.draw_series(bars.map(|b| Rectangle::new(b, colour.stroke_width(1)))).map_err(err)?;
                 if counts[r].iter().all(|n| *n == 0) {
                     let mid = ((axis.0 + axis.1) / 2.0, max_count as f64 * 0.55);
-                    chart
-                        .draw_series(std::iter::once(Text::new(
-                            "no data",
-                            mid,
-                            centred(13).color(&BLACK.mix(0.5)),
-                        )))
-                        .map_err(err)?;
+                    chart.draw_series(std::iter::once(Text::new("no data", mid, centred(13).color(&BLACK.mix(0.5))))).map_err(err)?;
                 }
             }
         }
         Ok(())
     })?;
-    notes.insert(
-        0,
-        "Counts of splits; the panels of a dataset share their bins (Sturges' rule).".into(),
-    );
+    notes.insert(0, "Counts of splits; the panels of a dataset share their bins (Sturges' rule).".into());
     Ok(Plot::Svg(svg))
 }
 
@@ -890,26 +718,19 @@ fn scatter(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> R
     // Pair cells of the same dataset and split; grid settings pair when equal or when one side has none.
     let mut points: Vec<(usize, f64, f64)> = Vec::new();
     for a in sel.ok().filter(|c| c.method == mx) {
-        for b in sel
-            .ok()
-            .filter(|c| c.method == my && c.dataset == a.dataset && c.split == a.split)
-        {
+        for b in sel.ok().filter(|c| c.method == my && c.dataset == a.dataset && c.split == a.split) {
             if !(a.setting == b.setting || a.setting.is_empty() || b.setting.is_empty()) {
                 continue;
             }
-            if let (Some(x), Some(y), Some(d)) = (
-                cell_value(a, metric),
-                cell_value(b, metric),
-                sel.datasets.iter().position(|d| *d == a.dataset),
-            ) {
+            if let (Some(x), Some(y), Some(d)) =
+                (cell_value(a, metric), cell_value(b, metric), sel.datasets.iter().position(|d| *d == a.dataset))
+            {
                 points.push((d, x, y));
             }
         }
     }
     if points.is_empty() {
-        return Ok(Plot::NoData(format!(
-            "no (dataset, split) where both {mx} and {my} have `{metric}`"
-        )));
+        return Ok(Plot::NoData(format!("no (dataset, split) where both {mx} and {my} have `{metric}`")));
     }
     let range = padded(points.iter().flat_map(|p| [p.1, p.2])).ok_or("no finite values")?;
     let label = metric_label(metric);
@@ -919,10 +740,7 @@ fn scatter(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> R
     let svg = render((600, 540), |root| {
         let mut chart = chart(root, &spec.title, &x_axis, &y_axis, false)?;
         chart
-            .draw_series(LineSeries::new(
-                [(range.0, range.0), (range.1, range.1)],
-                BLACK.mix(0.45).stroke_width(1),
-            ))
+            .draw_series(LineSeries::new([(range.0, range.0), (range.1, range.1)], BLACK.mix(0.45).stroke_width(1)))
             .map_err(err)?
             .label(legend_text("y = x"))
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK.mix(0.45).stroke_width(1)));
@@ -932,18 +750,13 @@ fn scatter(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> R
             if mine.is_empty() {
                 continue;
             }
-            let marks = mine
-                .iter()
-                .map(|p| EmptyElement::at(*p) + Polygon::new(marker_points(d, 4), colour.filled()));
+            let marks = mine.iter().map(|p| EmptyElement::at(*p) + Polygon::new(marker_points(d, 4), colour.filled()));
             chart.draw_series(marks).map_err(err)?;
             legend_entry(&mut chart, dataset, colour, Some(d), false)?;
         }
         legend(&mut chart, SeriesLabelPosition::UpperLeft)
     })?;
-    notes.insert(
-        0,
-        format!("One point per (dataset, split); points above the line have higher {label} for {my}."),
-    );
+    notes.insert(0, format!("One point per (dataset, split); points above the line have higher {label} for {my}."));
     Ok(Plot::Svg(svg))
 }
 
@@ -991,24 +804,15 @@ fn trace(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> Res
         return Ok(Plot::NoData(format!("no cell has trace points named `{name}`")));
     }
     if dropped > 0 {
-        notes.push(format!(
-            "{dropped} trace points at x ≤ 0 cannot be shown on the log axis."
-        ));
+        notes.push(format!("{dropped} trace points at x ≤ 0 cannot be shown on the log axis."));
     }
     if failed > 0 {
-        notes.push(format!(
-            "Includes the traces of {failed} failed cell{}.",
-            if failed == 1 { "" } else { "s" }
-        ));
+        notes.push(format!("Includes the traces of {failed} failed cell{}.", if failed == 1 { "" } else { "s" }));
     }
     let x_range = padded(lines.iter().flat_map(|l| l.1.iter().map(|p| p.0))).ok_or("no finite x")?;
     let y_range = padded(lines.iter().flat_map(|l| l.1.iter().map(|p| p.1))).ok_or("no finite values")?;
     let x_desc = if by_time { "time (s)" } else { "iteration" };
-    let x_axis = if spec.log_x {
-        Axis::log10(x_range, format!("{x_desc} (log scale)"))
-    } else {
-        Axis::linear(x_range, x_desc)
-    };
+    let x_axis = if spec.log_x { Axis::log10(x_range, format!("{x_desc} (log scale)")) } else { Axis::linear(x_range, x_desc) };
     let n_methods = sel.methods.iter().filter(|m| lines.iter().any(|l| l.0 == **m)).count();
     let y_axis = Axis::linear(legend_room(y_range, n_methods), metric_label(&name));
 
@@ -1017,13 +821,9 @@ fn trace(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> Res
         for (method, pts) in &lines {
             let colour = method_colour(input, &sel, method);
             if pts.len() == 1 {
-                chart
-                    .draw_series(pts.iter().map(|p| Circle::new(*p, 3, colour.filled())))
-                    .map_err(err)?;
+                chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, colour.filled()))).map_err(err)?;
             } else {
-                chart
-                    .draw_series(LineSeries::new(pts.iter().copied(), colour.mix(0.7).stroke_width(1)))
-                    .map_err(err)?;
+                chart.draw_series(LineSeries::new(pts.iter().copied(), colour.mix(0.7).stroke_width(1))).map_err(err)?;
             }
         }
         let mut shown: Vec<&str> = Vec::new();
@@ -1038,10 +838,7 @@ fn trace(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> Res
         }
         legend(&mut chart, SeriesLabelPosition::UpperRight)
     })?;
-    notes.insert(
-        0,
-        format!("`{name}` per cell (one line per dataset, split and setting), coloured by method."),
-    );
+    notes.insert(0, format!("`{name}` per cell (one line per dataset, split and setting), coloured by method."));
     Ok(Plot::Svg(svg))
 }
 
@@ -1067,4 +864,111 @@ mod tests {
         // ±2 bandwidths beyond the data hold ~95% or more of each kernel's mass.
         assert!(mass > 0.9 && mass < 1.01, "{mass}");
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Heatmaps: mean over splits of a metric on a two-dimensional grid of settings
+
+/// A sequential colour map (viridis, 5 anchors, linear in between) for t in [0, 1].
+fn viridis(t: f64) -> RGBColor {
+    const ANCHORS: [(f64, f64, f64); 5] =
+        [(68.0, 1.0, 84.0), (59.0, 82.0, 139.0), (33.0, 145.0, 140.0), (94.0, 201.0, 98.0), (253.0, 231.0, 37.0)];
+    let t = if t.is_finite() { t.clamp(0.0, 1.0) } else { 0.0 };
+    let pos = t * (ANCHORS.len() - 1) as f64;
+    let i = (pos.floor() as usize).min(ANCHORS.len() - 2);
+    let f = pos - i as f64;
+    let (a, b) = (ANCHORS[i], ANCHORS[i + 1]);
+    let mix = |u: f64, v: f64| (u + f * (v - u)).round() as u8;
+    RGBColor(mix(a.0, b.0), mix(a.1, b.1), mix(a.2, b.2))
+}
+
+/// One heatmap panel: the distinct x and y grid values and the mean at each (x, y).
+struct Panel {
+    title: String,
+    xs: Vec<f64>,
+    ys: Vec<f64>,
+    means: Vec<(usize, usize, f64)>,
+}
+
+fn heatmap(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> Result<Plot, String> {
+    let (Some(metric), Some(xk), Some(yk)) = (spec.metric.as_deref(), spec.x.as_deref(), spec.y.as_deref()) else {
+        return Ok(Plot::NoData("a heatmap needs `metric`, `x` and `y`".into()));
+    };
+    let sel = Selection::new(spec, input);
+    let mut panels: Vec<Panel> = Vec::new();
+    for dataset in &sel.datasets {
+        for method in &sel.methods {
+            let mut values: Vec<((f64, f64), Vec<f64>)> = Vec::new();
+            for c in sel.ok().filter(|c| c.dataset == *dataset && c.method == *method) {
+                let num = |k: &str| setting_value(&c.setting, k).and_then(|s| s.parse::<f64>().ok());
+                let (Some(x), Some(y), Some(v)) = (num(xk), num(yk), cell_value(c, metric)) else { continue };
+                match values.iter_mut().find(|(p, _)| *p == (x, y)) {
+                    Some((_, vs)) => vs.push(v),
+                    None => values.push(((x, y), vec![v])),
+                }
+            }
+            if values.is_empty() {
+                continue;
+            }
+            let mut xs: Vec<f64> = values.iter().map(|((x, _), _)| *x).collect();
+            let mut ys: Vec<f64> = values.iter().map(|((_, y), _)| *y).collect();
+            for v in [&mut xs, &mut ys] {
+                v.sort_by(f64::total_cmp);
+                v.dedup();
+            }
+            let means = values
+                .iter()
+                .filter_map(|((x, y), vs)| {
+                    let a = Aggregate::of(vs)?;
+                    Some((xs.iter().position(|v| v == x)?, ys.iter().position(|v| v == y)?, a.mean))
+                })
+                .collect();
+            let title = if sel.datasets.len() > 1 { format!("{method} — {dataset}") } else { method.to_string() };
+            panels.push(Panel { title, xs, ys, means });
+        }
+    }
+    if panels.is_empty() {
+        return Ok(Plot::NoData(format!("no finished cell has `{metric}` with numeric `{xk}` and `{yk}` settings")));
+    }
+    // One colour scale for every panel, so panels compare at a glance.
+    let (lo, hi) = panels.iter().flat_map(|p| p.means.iter().map(|m| m.2)).fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+    let scale = |v: f64| if hi > lo { (v - lo) / (hi - lo) } else { 0.5 };
+
+    let cols = panels.len().min(3);
+    let rows = panels.len().div_ceil(cols);
+    let (pw, ph) = (420u32, 380u32);
+    let title_px = 40u32;
+    let svg = render((pw * cols as u32, ph * rows as u32 + title_px), |root| {
+        let (top, body) = root.split_vertically(title_px);
+        top.draw(&Text::new(spec.title.clone(), ((pw * cols as u32 / 2) as i32, 20), centred(19))).map_err(err)?;
+        let areas = body.split_evenly((rows, cols));
+        for (panel, area) in panels.iter().zip(areas.iter()) {
+            // Cells are drawn at grid indices, labelled with their values (log or not, the grid is what was run).
+            let x_names: Vec<(f64, String)> = panel.xs.iter().enumerate().map(|(i, v)| (i as f64, tick(*v))).collect();
+            let y_names: Vec<(f64, String)> = panel.ys.iter().enumerate().map(|(i, v)| (i as f64, tick(*v))).collect();
+            let x_axis = Axis::categorical(x_names, (-0.5, panel.xs.len() as f64 - 0.5), xk);
+            let y_axis = Axis::categorical(y_names, (-0.5, panel.ys.len() as f64 - 0.5), yk);
+            let mut ch = chart(area, &panel.title, &x_axis, &y_axis, true)?;
+            let label_size = if panel.xs.len() > 8 { 9 } else { 11 };
+            for &(i, j, m) in &panel.means {
+                let (x, y) = (i as f64, j as f64);
+                let colour = viridis(scale(m));
+                ch.draw_series(std::iter::once(Rectangle::new([(x - 0.5, y - 0.5), (x + 0.5, y + 0.5)], colour.filled()))).map_err(err)?;
+                let ink = if scale(m) > 0.6 { BLACK } else { WHITE };
+                let style = TextStyle::from((FONT, label_size).into_font()).pos(Pos::new(HPos::Center, VPos::Center)).color(&ink);
+                ch.draw_series(std::iter::once(Text::new(tick(m), (x, y), style))).map_err(err)?;
+            }
+        }
+        Ok(())
+    })?;
+    notes.insert(
+        0,
+        format!(
+            "Mean over splits of {} at each ({xk}, {yk}) grid point; one colour scale for all panels, from {} (dark) to {} (yellow).",
+            metric_label(metric),
+            tick(lo),
+            tick(hi)
+        ),
+    );
+    Ok(Plot::Svg(svg))
 }

@@ -12,7 +12,7 @@ pub fn num(x: f64) -> String {
     let a = x.abs();
     let text = if a == 0.0 {
         "0".into()
-    } else if a >= 1e6 || a < 1e-3 {
+    } else if !(1e-3..1e6).contains(&a) {
         format!("{x:.2e}")
     } else if a >= 1.0 {
         format!("{x:.2}")
@@ -38,7 +38,7 @@ pub fn tick(v: f64) -> String {
     let a = v.abs();
     if a < 1e-12 {
         "0".into()
-    } else if a >= 1e5 || a < 1e-3 {
+    } else if !(1e-3..1e5).contains(&a) {
         format!("{v:.1e}").replace(".0e", "e")
     } else {
         // Round away binary noise (0.30000000000000004) before the shortest-form Display.
@@ -104,20 +104,12 @@ pub fn parse_setting(setting: &str) -> Vec<(&str, &str)> {
 
 /// The value of `key` in a setting.
 pub fn setting_value<'s>(setting: &'s str, key: &str) -> Option<&'s str> {
-    parse_setting(setting)
-        .into_iter()
-        .find(|(k, _)| *k == key)
-        .map(|(_, v)| v)
+    parse_setting(setting).into_iter().find(|(k, _)| *k == key).map(|(_, v)| v)
 }
 
 /// The setting without `key`, e.g. the rest of a grid point once one key is on the x axis.
 pub fn setting_without(setting: &str, key: &str) -> String {
-    parse_setting(setting)
-        .into_iter()
-        .filter(|(k, _)| *k != key)
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
+    parse_setting(setting).into_iter().filter(|(k, _)| *k != key).map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
 }
 
 fn value_cmp(a: &str, b: &str) -> Ordering {
@@ -145,11 +137,7 @@ pub fn settings_equal(a: &str, b: &str) -> bool {
     let mut pb = parse_setting(b);
     pa.sort();
     pb.sort();
-    pa.len() == pb.len()
-        && pa
-            .iter()
-            .zip(pb.iter())
-            .all(|((ka, va), (kb, vb))| ka == kb && value_cmp(va, vb) == Ordering::Equal)
+    pa.len() == pb.len() && pa.iter().zip(pb.iter()).all(|((ka, va), (kb, vb))| ka == kb && value_cmp(va, vb) == Ordering::Equal)
 }
 
 /// Column / series label "method [setting]".

@@ -13,7 +13,6 @@ pub use tolerance::within_tolerance;
 use crate::results::{aggregate, CellRecord, Manifest, Status};
 use crate::spec::{FigureSpec, TableSpec};
 use serde::{Deserialize, Serialize};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 const EXPERIMENT_TEMPLATE: &str = include_str!("templates/experiment.html");
@@ -67,45 +66,21 @@ pub enum ReportError {
 /// `<out_dir>/score.json` (last, so a score means the page is complete); returns the score.
 pub fn render_experiment(input: &ReportInput, out_dir: &Path) -> Result<Score, ReportError> {
     let figures_dir = out_dir.join("figures");
-    std::fs::create_dir_all(&figures_dir).map_err(|source| ReportError::Write {
-        path: figures_dir.clone(),
-        source,
-    })?;
+    std::fs::create_dir_all(&figures_dir).map_err(|source| ReportError::Write { path: figures_dir.clone(), source })?;
 
     let aggregates = aggregate(input.cells);
-    let tables: Vec<tables::TableView> = input
-        .tables
-        .iter()
-        .map(|t| tables::build(t, input, &aggregates))
-        .collect();
+    let tables: Vec<tables::TableView> = input.tables.iter().map(|t| tables::build(t, input, &aggregates)).collect();
 
     let mut figure_views = Vec::new();
     for spec in input.figures {
         // The id becomes a file name: refuse anything that could leave figures/.
         if spec.id.is_empty() || spec.id.starts_with('.') || spec.id.contains(['/', '\\']) {
-            return Err(ReportError::Figure {
-                id: spec.id.clone(),
-                message: "the id is not a plain file name".into(),
-            });
+            return Err(ReportError::Figure { id: spec.id.clone(), message: "the id is not a plain file name".into() });
         }
-        let drawn = figures::draw(spec, input).map_err(|message| ReportError::Figure {
-            id: spec.id.clone(),
-            message,
-        })?;
+        let drawn = figures::draw(spec, input).map_err(|message| ReportError::Figure { id: spec.id.clone(), message })?;
         write_atomic(&figures_dir.join(format!("{}.svg", spec.id)), drawn.svg.as_bytes())?;
-        let caption = spec
-            .caption
-            .iter()
-            .cloned()
-            .chain(drawn.notes)
-            .collect::<Vec<_>>()
-            .join(" ");
-        figure_views.push(FigureView {
-            id: spec.id.clone(),
-            title: spec.title.clone(),
-            src: format!("figures/{}.svg", spec.id),
-            caption,
-        });
+        let caption = spec.caption.iter().cloned().chain(drawn.notes).collect::<Vec<_>>().join(" ");
+        figure_views.push(FigureView { id: spec.id.clone(), title: spec.title.clone(), src: format!("figures/{}.svg", spec.id), caption });
     }
 
     let m = input.manifest;
@@ -146,10 +121,7 @@ pub fn render_experiment(input: &ReportInput, out_dir: &Path) -> Result<Score, R
     let html = render_template("experiment.html", EXPERIMENT_TEMPLATE, &view)?;
     write_atomic(&out_dir.join("index.html"), html.as_bytes())?;
     let score_path = out_dir.join("score.json");
-    let json = serde_json::to_string_pretty(&score).map_err(|source| ReportError::Json {
-        path: score_path.clone(),
-        source,
-    })?;
+    let json = serde_json::to_string_pretty(&score).map_err(|source| ReportError::Json { path: score_path.clone(), source })?;
     write_atomic(&score_path, json.as_bytes())?;
     Ok(score)
 }
@@ -158,10 +130,7 @@ pub fn render_experiment(input: &ReportInput, out_dir: &Path) -> Result<Score, R
 /// `<reports_dir>/*/score.json`, with its reproduction score and a link to its page.
 /// An unreadable score file is listed as such rather than hiding the other experiments.
 pub fn render_index(reports_dir: &Path) -> Result<(), ReportError> {
-    let read_err = |source| ReportError::Read {
-        path: reports_dir.to_path_buf(),
-        source,
-    };
+    let read_err = |source| ReportError::Read { path: reports_dir.to_path_buf(), source };
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(reports_dir)
         .map_err(read_err)?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -171,10 +140,7 @@ pub fn render_index(reports_dir: &Path) -> Result<(), ReportError> {
     let mut rows = Vec::new();
     let mut problems = Vec::new();
     for dir in dirs {
-        let name = dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let path = dir.join("score.json");
         let parsed = std::fs::read_to_string(&path)
             .map_err(|e| e.to_string())
@@ -192,15 +158,7 @@ pub fn render_index(reports_dir: &Path) -> Result<(), ReportError> {
             Err(e) => problems.push(format!("{name}/score.json: {e}")),
         }
     }
-    let html = render_template(
-        "index.html",
-        INDEX_TEMPLATE,
-        &IndexView {
-            style: STYLE,
-            rows,
-            problems,
-        },
-    )?;
+    let html = render_template("index.html", INDEX_TEMPLATE, &IndexView { style: STYLE, rows, problems })?;
     write_atomic(&reports_dir.join("index.html"), html.as_bytes())
 }
 
@@ -272,10 +230,7 @@ struct IndexRow {
 
 fn score_view(matched: usize, compared: usize) -> ScoreView {
     if compared == 0 {
-        return ScoreView {
-            text: "no paper values".into(),
-            class: "none",
-        };
+        return ScoreView { text: "no paper values".into(), class: "none" };
     }
     let class = match matched {
         m if m == compared => "good",
@@ -283,22 +238,15 @@ fn score_view(matched: usize, compared: usize) -> ScoreView {
         _ => "partial",
     };
     let pct = 100.0 * matched as f64 / compared as f64;
-    ScoreView {
-        text: format!("{matched} / {compared} ({pct:.0}%)"),
-        class,
-    }
+    ScoreView { text: format!("{matched} / {compared} ({pct:.0}%)"), class }
 }
 
 fn provenance(m: &Manifest) -> Vec<KeyValue> {
-    let commit = if m.git_dirty {
-        format!("{} (dirty: uncommitted changes)", m.git_commit)
-    } else {
-        m.git_commit.clone()
-    };
-    let cells = format!(
-        "{} total: {} computed, {} cached, {} failed",
-        m.cells_total, m.cells_computed, m.cells_cached, m.cells_failed
-    );
+    let commit = if m.git_dirty { format!("{} (dirty: uncommitted changes)", m.git_commit) } else { m.git_commit.clone() };
+    let mut cells = format!("{} total: {} computed, {} cached, {} failed", m.cells_total, m.cells_computed, m.cells_cached, m.cells_failed);
+    if m.cells_missing > 0 {
+        cells.push_str(&format!(", {} not run yet (partial report)", m.cells_missing));
+    }
     [
         ("Git commit", commit),
         ("Spec", format!("{} (blake3 {})", m.spec_path, m.spec_hash)),
@@ -325,10 +273,7 @@ fn render_template(name: &str, source: &str, view: &impl Serialize) -> Result<St
             message.push_str(&format!(": {s}"));
             source = s.source();
         }
-        ReportError::Template {
-            template: name.to_string(),
-            message,
-        }
+        ReportError::Template { template: name.to_string(), message }
     };
     let mut tera = tera::Tera::default();
     tera.set_escape_fn(escape_html);
@@ -354,26 +299,6 @@ fn escape_html(input: &str) -> String {
     out
 }
 
-/// Write via a temporary file in the same directory, so readers never see half a file.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
-    let fail = |source| ReportError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(fail)?;
-    tmp.write_all(bytes).map_err(fail)?;
-    // Temporary files are created owner-only; a report is meant to be read (and served).
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644))
-            .map_err(fail)?;
-    }
-    tmp.persist(path).map_err(|e| fail(e.error))?;
-    Ok(())
+    crate::atomic::write_atomic(path, bytes).map_err(|source| ReportError::Write { path: path.to_path_buf(), source })
 }

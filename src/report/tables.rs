@@ -50,7 +50,7 @@ pub struct RowView {
 
 #[derive(Serialize)]
 pub struct CellView {
-    /// CSS class: `match`, `mismatch` or `nopaper`.
+    /// CSS class: `match`, `mismatch`, `nopaper` or `paperonly`.
     pub class: &'static str,
     pub run: String,
     pub n: String,
@@ -73,11 +73,7 @@ fn columns(spec: &TableSpec, methods: &[String], cells: &[CellRecord]) -> Vec<(S
         let mut settings: Vec<String> = Vec::new();
         let from_cells = cells.iter().filter(|c| &c.method == method).map(|c| c.setting.as_str());
         // A paper value may name a setting this run never produced: give it a column so the miss shows.
-        let from_paper = spec
-            .paper
-            .iter()
-            .filter(|p| &p.method == method)
-            .filter_map(|p| p.setting.as_deref());
+        let from_paper = spec.paper.iter().filter(|p| &p.method == method).filter_map(|p| p.setting.as_deref());
         for s in from_cells.chain(from_paper) {
             if !settings.iter().any(|known| settings_equal(known, s)) {
                 settings.push(s.to_string());
@@ -92,13 +88,9 @@ fn columns(spec: &TableSpec, methods: &[String], cells: &[CellRecord]) -> Vec<(S
     out
 }
 
-fn compare<'a>(
-    spec: &'a TableSpec,
-    cells: &[CellRecord],
-    aggregates: &BTreeMap<GroupKey, Aggregate>,
-) -> Vec<Comparison<'a>> {
+fn compare<'a>(spec: &'a TableSpec, cells: &[CellRecord], aggregates: &BTreeMap<GroupKey, Aggregate>) -> Vec<Comparison<'a>> {
     let mut out = Vec::new();
-    for paper in &spec.paper {
+    for paper in spec.paper.iter().filter(|p| !spec.paper_only.contains(&p.method)) {
         let mut run_settings: Vec<&str> = Vec::new();
         for c in cells.iter().filter(|c| c.method == paper.method) {
             if !run_settings.contains(&c.setting.as_str()) {
@@ -107,10 +99,7 @@ fn compare<'a>(
         }
         let targets: Vec<String> = match &paper.setting {
             // Use the run's spelling of the grid point so lookups and columns agree.
-            Some(s) => vec![run_settings
-                .iter()
-                .find(|r| settings_equal(r, s))
-                .map_or(s.clone(), |r| r.to_string())],
+            Some(s) => vec![run_settings.iter().find(|r| settings_equal(r, s)).map_or(s.clone(), |r| r.to_string())],
             None if run_settings.is_empty() => vec![String::new()],
             None => run_settings.iter().map(|s| s.to_string()).collect(),
         };
@@ -123,12 +112,7 @@ fn compare<'a>(
             };
             let run = aggregates.get(&key).copied();
             let outcome = run.map(|r| within_tolerance(&spec.tolerance, paper, &r));
-            out.push(Comparison {
-                paper,
-                setting,
-                run,
-                outcome,
-            });
+            out.push(Comparison { paper, setting, run, outcome });
         }
     }
     out
@@ -147,11 +131,7 @@ fn cell_view(run: Option<Aggregate>, group: &[&CellRecord], metric: &str, compar
     let failed = group.iter().filter(|c| c.status == Status::Failed).count();
     let (run_text, n_text) = match run {
         Some(a) => {
-            let n = if failed > 0 {
-                format!("n = {}, {failed} failed", a.n)
-            } else {
-                format!("n = {}", a.n)
-            };
+            let n = if failed > 0 { format!("n = {}, {failed} failed", a.n) } else { format!("n = {}", a.n) };
             (mean_sd(a.mean, Some(a.sd)), n)
         }
         None if failed > 0 => ("—".into(), format!("all {failed} failed")),
@@ -159,26 +139,14 @@ fn cell_view(run: Option<Aggregate>, group: &[&CellRecord], metric: &str, compar
     };
     // An ELBO and an EP log Z must never share a column unlabelled.
     let evidence = if metric == "log_evidence" {
-        let mut kinds: Vec<&str> = group
-            .iter()
-            .filter_map(|c| c.evidence_kind)
-            .map(evidence_label)
-            .collect();
+        let mut kinds: Vec<&str> = group.iter().filter_map(|c| c.evidence_kind).map(evidence_label).collect();
         kinds.sort_unstable();
         kinds.dedup();
         (!kinds.is_empty()).then(|| kinds.join(", "))
     } else {
         None
     };
-    let mut view = CellView {
-        class: "nopaper",
-        run: run_text,
-        n: n_text,
-        evidence,
-        paper: None,
-        diff: None,
-        tolerance: None,
-    };
+    let mut view = CellView { class: "nopaper", run: run_text, n: n_text, evidence, paper: None, diff: None, tolerance: None };
     if let Some(c) = comparison {
         let p = c.paper;
         let n = p.n.map(|n| format!(" (n = {n})")).unwrap_or_default();
@@ -198,17 +166,22 @@ fn cell_view(run: Option<Aggregate>, group: &[&CellRecord], metric: &str, compar
     view
 }
 
+/// A column of a method this harness does not run: the paper's number alone.
+fn paper_only_view(paper: Option<&PaperValue>) -> CellView {
+    CellView {
+        class: "paperonly",
+        run: "not run".into(),
+        n: String::new(),
+        evidence: None,
+        paper: paper.map(|p| format!("{}{}", mean_sd(p.mean, p.sd), p.n.map(|n| format!(" (n = {n})")).unwrap_or_default())),
+        diff: None,
+        tolerance: None,
+    }
+}
+
 pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupKey, Aggregate>) -> TableView {
-    let datasets = if spec.datasets.is_empty() {
-        input.datasets
-    } else {
-        &spec.datasets[..]
-    };
-    let methods = if spec.methods.is_empty() {
-        input.methods
-    } else {
-        &spec.methods[..]
-    };
+    let datasets = if spec.datasets.is_empty() { input.datasets } else { &spec.datasets[..] };
+    let methods = if spec.methods.is_empty() { input.methods } else { &spec.methods[..] };
     let columns = columns(spec, methods, input.cells);
     let comparisons = compare(spec, input.cells, aggregates);
 
@@ -218,25 +191,19 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
             let cells = columns
                 .iter()
                 .map(|(method, setting)| {
-                    let key = GroupKey {
-                        dataset: dataset.clone(),
-                        method: method.clone(),
-                        setting: setting.clone(),
-                        metric: metric.clone(),
-                    };
-                    let group: Vec<&CellRecord> = input
-                        .cells
-                        .iter()
-                        .filter(|c| &c.dataset == dataset && &c.method == method && &c.setting == setting)
-                        .collect();
+                    let key =
+                        GroupKey { dataset: dataset.clone(), method: method.clone(), setting: setting.clone(), metric: metric.clone() };
+                    let group: Vec<&CellRecord> =
+                        input.cells.iter().filter(|c| &c.dataset == dataset && &c.method == method && &c.setting == setting).collect();
                     let comparison = comparisons.iter().find(|c| {
-                        &c.paper.dataset == dataset
-                            && &c.paper.method == method
-                            && &c.paper.metric == metric
-                            && &c.setting == setting
+                        &c.paper.dataset == dataset && &c.paper.method == method && &c.paper.metric == metric && &c.setting == setting
                     });
                     cell_view(aggregates.get(&key).copied(), &group, metric, comparison)
                 })
+                .chain(spec.paper_only.iter().map(|method| {
+                    let paper = spec.paper.iter().find(|p| &p.dataset == dataset && &p.method == method && &p.metric == metric);
+                    paper_only_view(paper)
+                }))
                 .collect();
             rows.push(RowView {
                 dataset: dataset.clone(),
@@ -250,11 +217,7 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
 
     let outside = comparisons
         .iter()
-        .filter(|c| {
-            !datasets.contains(&c.paper.dataset)
-                || !spec.metrics.contains(&c.paper.metric)
-                || !methods.contains(&c.paper.method)
-        })
+        .filter(|c| !datasets.contains(&c.paper.dataset) || !spec.metrics.contains(&c.paper.metric) || !methods.contains(&c.paper.method))
         .map(|c| {
             let p = c.paper;
             let what = format!("{} / {} / {}", p.dataset, method_label(&p.method, &c.setting), p.metric);
@@ -268,10 +231,7 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
                         num(*tol)
                     ),
                 },
-                _ => OutsideView {
-                    class: "mismatch",
-                    text: format!("{what}: paper {}, no run result", mean_sd(p.mean, p.sd)),
-                },
+                _ => OutsideView { class: "mismatch", text: format!("{what}: paper {}, no run result", mean_sd(p.mean, p.sd)) },
             }
         })
         .collect();
@@ -279,7 +239,7 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
     TableView {
         id: spec.id.clone(),
         title: spec.title.clone(),
-        columns: columns.iter().map(|(m, s)| method_label(m, s)).collect(),
+        columns: columns.iter().map(|(m, s)| method_label(m, s)).chain(spec.paper_only.iter().map(|m| format!("{m} (paper only)"))).collect(),
         rows,
         rule: describe(&spec.tolerance),
         matched: comparisons.iter().filter(|c| c.matched()).count(),

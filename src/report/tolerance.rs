@@ -17,10 +17,7 @@ pub fn within_tolerance(rule: &ToleranceRule, paper: &PaperValue, run: &Aggregat
                 let se = (sd_paper * sd_paper / n_paper + run.sd * run.sd / n_run).sqrt();
                 (k * se, format!("{}·SE", short(k)))
             }
-            None => (
-                rel * paper.mean.abs(),
-                format!("±{}% (paper gives no sd)", short(rel * 100.0)),
-            ),
+            None => (rel * paper.mean.abs(), format!("±{}% (paper gives no sd)", short(rel * 100.0))),
         },
         ToleranceRule::Relative { rel } => (rel * paper.mean.abs(), format!("±{}%", short(rel * 100.0))),
         ToleranceRule::Absolute { abs } => (abs, format!("±{}", short(abs))),
@@ -54,24 +51,11 @@ mod tests {
     use super::*;
 
     fn paper(mean: f64, sd: Option<f64>, n: Option<usize>) -> PaperValue {
-        PaperValue {
-            dataset: "d".into(),
-            method: "m".into(),
-            metric: "error_pct".into(),
-            setting: None,
-            mean,
-            sd,
-            n,
-        }
+        PaperValue { dataset: "d".into(), method: "m".into(), metric: "error_pct".into(), setting: None, mean, sd, n }
     }
 
     fn run(mean: f64, sd: f64, n: usize) -> Aggregate {
-        Aggregate {
-            mean,
-            sd,
-            se: sd / (n as f64).sqrt(),
-            n,
-        }
+        Aggregate { mean, sd, se: sd / (n as f64).sqrt(), n }
     }
 
     const SE3: ToleranceRule = ToleranceRule::StandardError { k: 3.0, rel: 0.1 };

@@ -27,4 +27,7 @@ pub struct Manifest {
     pub cells_computed: usize,
     pub cells_cached: usize,
     pub cells_failed: usize,
+    /// Cells of the spec with no stored record (a report rendered from an interrupted run).
+    #[serde(default)]
+    pub cells_missing: usize,
 }

@@ -4,13 +4,12 @@
 //! results/<experiment>/cells/<key>.json   one CellRecord per finished cell (not committed)
 //! results/<experiment>/splits/<dataset>.csv  the splits the run used
 //! results/<experiment>/results.{parquet,csv} one row per cell x metric
-//! results/<experiment>/traces.csv          per-iteration traces
+//! results/<experiment>/traces.{parquet,csv} per-iteration traces
 //! results/<experiment>/summary.csv         mean / sd / se over splits
 //! results/<experiment>/manifest.json       provenance
 //! ```
 use super::{aggregate, CellRecord, Manifest, Status};
 use polars::prelude::*;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -23,19 +22,9 @@ pub enum StoreError {
     Polars { path: PathBuf, source: PolarsError },
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io { path: path.to_path_buf(), source }
-}
-
-/// Write `bytes` to `path` atomically: a reader sees the old file or the new one, never half.
+/// Write `bytes` to `path` atomically (see `crate::atomic`).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io(dir))?;
-    tmp.write_all(bytes).map_err(io(path))?;
-    tmp.as_file().sync_all().map_err(io(path))?;
-    tmp.persist(path).map_err(|e| StoreError::Io { path: path.to_path_buf(), source: e.error })?;
-    Ok(())
+    crate::atomic::write_atomic(path, bytes).map_err(|source| StoreError::Io { path: path.to_path_buf(), source })
 }
 
 /// The folder of one experiment's results.
@@ -93,8 +82,8 @@ impl Store {
     pub fn write_tables(&self, cells: &[CellRecord]) -> Result<(), StoreError> {
         let mut df = long_table(cells).map_err(|source| StoreError::Polars { path: self.dir.join("results.parquet"), source })?;
         self.write_frame(&mut df, "results")?;
-        let mut tr = trace_table(cells).map_err(|source| StoreError::Polars { path: self.dir.join("traces.csv"), source })?;
-        self.write_csv(&mut tr, "traces.csv")?;
+        let mut tr = trace_table(cells).map_err(|source| StoreError::Polars { path: self.dir.join("traces.parquet"), source })?;
+        self.write_frame(&mut tr, "traces")?;
         let mut summary = summary_table(cells).map_err(|source| StoreError::Polars { path: self.dir.join("summary.csv"), source })?;
         self.write_csv(&mut summary, "summary.csv")
     }

@@ -117,6 +117,7 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
     let fit_start = Instant::now();
     let problem = Problem { x: &x_train, y: &train.y, n_classes: data.n_classes() };
     let mut ctx = FitContext::new(&mut rng, deadline);
+    ctx.source = source.map(|r| &r.handoff);
     let fitted = method.fit(&problem, &kernel, policy, &mut ctx).map_err(|e| e.to_string())?;
     let trace = std::mem::take(&mut ctx.trace);
     let time_train = fit_start.elapsed().as_secs_f64();
@@ -129,6 +130,10 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
     metrics.insert("n_train".into(), train.y.len() as f64);
     metrics.insert("time_train".into(), time_train);
     metrics.insert("time_predict".into(), time_predict);
+    // The runner's own metrics take precedence over a method's extra ones of the same name.
+    for (name, value) in fitted.test_metrics(&test.y).into_iter().chain(fitted.extra_metrics()) {
+        metrics.entry(name).or_insert(value);
+    }
     let evidence = fitted.evidence();
     if let Some((v, _)) = evidence {
         metrics.insert("log_evidence".into(), v);

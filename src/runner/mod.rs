@@ -142,28 +142,8 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
 
     let cells: Vec<CellRecord> = prepared.cells.iter().map(|c| done[&c.key].clone()).collect();
     store.write_tables(&cells)?;
-    let manifest = Manifest {
-        experiment: spec.name().to_string(),
-        title: spec.raw.title.clone().unwrap_or_else(|| spec.name().to_string()),
-        paper: spec.raw.paper.clone(),
-        spec_path: spec.file.clone(),
-        spec_hash: spec.hash.clone(),
-        spec_text: spec.text.clone(),
-        git_commit: provenance::git_commit(&opts.project_root),
-        git_dirty: provenance::git_dirty(&opts.project_root),
-        crate_version: crate::VERSION.to_string(),
-        rustc: provenance::RUSTC.to_string(),
-        host: gethostname::gethostname().to_string_lossy().into_owned(),
-        threads,
-        started,
-        finished: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        cpu_seconds: cells.iter().map(|c| c.cpu_seconds).sum(),
-        wall_seconds: wall.elapsed().as_secs_f64(),
-        cells_total: cells.len(),
-        cells_computed: cells.len() - cached,
-        cells_cached: cached,
-        cells_failed: cells.iter().filter(|c| c.status == Status::Failed).count(),
-    };
+    let counts = CellCounts { total: prepared.cells.len(), computed: cells.len() - cached, cached, missing: 0 };
+    let manifest = manifest(spec, opts, &cells, started, wall.elapsed().as_secs_f64(), threads, counts);
     store.write_manifest(&manifest)?;
     if opts.render_report {
         report(spec, &manifest, &cells, opts)?;
@@ -187,23 +167,68 @@ pub fn report(spec: &Spec, manifest: &Manifest, cells: &[CellRecord], opts: &Run
     Ok(())
 }
 
-/// Re-render the report of a spec from its stored cells (no computation).
+/// Re-render the report of a spec from its stored cells (no computation). Works on an
+/// interrupted run too: the report then says how many cells are not stored yet.
 pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Result<RunSummary> {
     let store = Store::new(&opts.results_root, spec.name());
     let prepared = prepare(spec, registry, opts, &store)?;
-    let manifest = store
-        .read_manifest()?
-        .ok_or_else(|| anyhow::anyhow!("{}: no manifest; run the spec first", store.dir.display()))?;
     let mut cells = Vec::new();
     for c in &prepared.cells {
-        match store.read_cell(&c.key)? {
-            Some(r) => cells.push(r),
-            None => anyhow::bail!("cell {} ({} {} split {}) is not stored; run the spec first", c.key, c.dataset, c.entry.name, c.split),
+        if let Some(r) = store.read_cell(&c.key)? {
+            cells.push(r);
         }
     }
+    if cells.is_empty() {
+        anyhow::bail!("{}: no stored cells of this spec; run it first", store.dir.display());
+    }
+    let missing = prepared.cells.len() - cells.len();
+    // A finished run's manifest describes it; a partial one gets a manifest made now.
+    let manifest = match store.read_manifest()? {
+        Some(m) if missing == 0 && m.spec_hash == spec.hash => m,
+        _ => {
+            let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+            let counts = CellCounts { total: prepared.cells.len(), computed: 0, cached: cells.len(), missing };
+            manifest(spec, opts, &cells, now, 0.0, 0, counts)
+        }
+    };
     store.write_tables(&cells)?;
+    store.write_manifest(&manifest)?;
     report(spec, &manifest, &cells, opts)?;
     Ok(RunSummary { manifest, cells })
+}
+
+struct CellCounts {
+    total: usize,
+    computed: usize,
+    cached: usize,
+    missing: usize,
+}
+
+/// Provenance of the stored `cells` of `spec`.
+fn manifest(spec: &Spec, opts: &RunOptions, cells: &[CellRecord], started: String, wall_seconds: f64, threads: usize, counts: CellCounts) -> Manifest {
+    Manifest {
+        experiment: spec.name().to_string(),
+        title: spec.raw.title.clone().unwrap_or_else(|| spec.name().to_string()),
+        paper: spec.raw.paper.clone(),
+        spec_path: spec.file.clone(),
+        spec_hash: spec.hash.clone(),
+        spec_text: spec.text.clone(),
+        git_commit: provenance::git_commit(&opts.project_root),
+        git_dirty: provenance::git_dirty(&opts.project_root),
+        crate_version: crate::VERSION.to_string(),
+        rustc: provenance::RUSTC.to_string(),
+        host: gethostname::gethostname().to_string_lossy().into_owned(),
+        threads,
+        started,
+        finished: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        cpu_seconds: cells.iter().map(|c| c.cpu_seconds).sum(),
+        wall_seconds,
+        cells_total: counts.total,
+        cells_computed: counts.computed,
+        cells_cached: counts.cached,
+        cells_failed: cells.iter().filter(|c| c.status == Status::Failed).count(),
+        cells_missing: counts.missing,
+    }
 }
 
 fn progress_bar(enabled: bool, n: usize) -> ProgressBar {

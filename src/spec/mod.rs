@@ -218,12 +218,11 @@ pub fn parse(text: &str, file: &str, registry: &Registry) -> Result<Spec, SpecEr
     Ok(Spec { raw, file: file.to_string(), text: text.to_string(), hash: blake3::hash(text.as_bytes()).to_hex().to_string() })
 }
 
-/// "did you mean" for an unknown name.
+/// " (did you mean ...?)" for an unknown name, or the list of known names.
 pub fn suggest(name: &str, known: &[String]) -> String {
-    let best = known.iter().map(|k| (strsim::levenshtein(name, k), k)).min();
-    match best {
-        Some((d, k)) if d <= 3 => format!(" (did you mean \"{k}\"?)"),
-        _ => format!(" (known: {})", known.join(", ")),
+    match crate::suggest::closest(name, known.iter().map(String::as_str)) {
+        Some(k) => format!(" (did you mean \"{k}\"?)"),
+        None => format!(" (known: {})", known.join(", ")),
     }
 }
 
@@ -317,9 +316,19 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
         }
         check_refs(&mut err, &at, &t.methods, &names, "methods", "method entry");
         check_refs(&mut err, &at, &t.datasets, &raw.datasets, "datasets", "dataset of this spec");
+        for (k, col) in t.paper_only.iter().enumerate() {
+            if names.contains(col) {
+                err(format!("{at}.paper_only[{k}]"), Some(col), format!("\"{col}\" is a method entry of this spec; paper_only is for methods it does not run"));
+            }
+        }
         for (k, p) in t.paper.iter().enumerate() {
-            if !names.contains(&p.method) {
-                err(format!("{at}.paper[{k}].method"), Some(&p.method), format!("no method entry named \"{}\"{}", p.method, suggest(&p.method, &names)));
+            if !names.contains(&p.method) && !t.paper_only.contains(&p.method) {
+                let known: Vec<String> = names.iter().chain(&t.paper_only).cloned().collect();
+                err(
+                    format!("{at}.paper[{k}].method"),
+                    Some(&p.method),
+                    format!("no method entry or paper_only column named \"{}\"{}", p.method, suggest(&p.method, &known)),
+                );
             }
             if !raw.datasets.contains(&p.dataset) {
                 err(format!("{at}.paper[{k}].dataset"), Some(&p.dataset), format!("\"{}\" is not a dataset of this spec", p.dataset));
@@ -336,6 +345,9 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
         match f.kind {
             FigureKind::Trace if f.trace.is_none() => err(format!("{at}.trace"), Some(&f.id), "a trace figure needs `trace` (the traced quantity)".into()),
             FigureKind::Trace => {}
+            FigureKind::Heatmap if f.x.is_none() || f.y.is_none() || f.metric.is_none() => {
+                err(format!("{at}"), Some(&f.id), "a heatmap figure needs `metric`, `x` and `y` (grid keys)".into())
+            }
             _ if f.metric.is_none() => err(format!("{at}.metric"), Some(&f.id), format!("a {:?} figure needs `metric`", f.kind).to_lowercase()),
             FigureKind::Scatter if f.methods.len() != 2 => {
                 err(format!("{at}.methods"), Some(&f.id), "a scatter figure needs exactly two methods (x, y)".into())

@@ -23,6 +23,10 @@ pub struct TableSpec {
     /// The paper's published numbers (shown beside this run's; never used as results).
     #[serde(default)]
     pub paper: Vec<PaperValue>,
+    /// Columns the paper reports for methods this harness does not run (e.g. its SVM
+    /// baselines): shown with the paper's numbers only, never scored.
+    #[serde(default)]
+    pub paper_only: Vec<String>,
     /// Free text shown under the table (e.g. why a column is expected to differ).
     #[serde(default)]
     pub note: Option<String>,
@@ -91,6 +95,9 @@ pub enum FigureKind {
     Scatter,
     /// Per-iteration trace `trace` against iteration or wall time, one line per cell.
     Trace,
+    /// Mean over splits of `metric` over a two-dimensional grid (`x` and `y` are grid keys),
+    /// one panel per (method, dataset), colour bands with the value written in each cell.
+    Heatmap,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -105,6 +112,9 @@ pub struct FigureSpec {
     /// Errorbar x axis: `dataset` (default) or a grid key such as `kernel.variance`.
     #[serde(default)]
     pub x: Option<String>,
+    /// Heatmap y axis: a grid key.
+    #[serde(default)]
+    pub y: Option<String>,
     /// Trace name (trace figures).
     #[serde(default)]
     pub trace: Option<String>,
@@ -118,6 +128,7 @@ pub struct FigureSpec {
     /// Logarithmic x axis (errorbar over a grid, trace over time).
     #[serde(default)]
     pub log_x: bool,
+
     #[serde(default)]
     pub caption: Option<String>,
 }

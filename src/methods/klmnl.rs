@@ -1,0 +1,1650 @@
+//! KL-MNL: the variational multinomial-logit GP of Chai (2012), non-sparse.
+//!
+//! q(f|y) = N(m, V) with the bound h of Theorem 6 on every expected log-likelihood, so
+//!     log p(y) >= log Z_B >= log Z_h = -KL(q || p) + sum_i h(y_i; q_i, b_i, S_i)      (Chai eq. 21)
+//! maximised by block coordinate ascent over {S_i}, the joint (m, b) and V (Sec. 3, App. C, E).
+//! Every block proposes a fixed point that is accepted only when the bound does not fall;
+//! otherwise the best convex mix (1-eta) old + eta new is found by false position on the
+//! directional derivative (notes D§2.4.5). Nothing inverts K: m = K (y - b) (eq. 27), so
+//! alpha = K^{-1} m = y - b, and V = K - K T K with T = L_W (I + L_W^T K L_W)^{-1} L_W^T (E.2.1).
+//!
+//! Layout: latent vectors are datum-major, f = (f_1; ...; f_n), f_i = (f_i^1..f_i^C), so the
+//! prior covariance is K = Kx (x) Kc (paper §2.3.2) and every per-datum C x C block is
+//! contiguous. The hand-off vector "mean" is class-major, as the rest of the harness expects.
+use super::optimize::minimize_lbfgs;
+use super::{parse_settings, FitContext, FitError, Fitted, HyperPolicy, Method, Problem};
+use crate::kernels::SqExp;
+use crate::linalg::{kron, log_sum_exp, matvec, softmax_in_place, Chol};
+use crate::results::{EvidenceKind, Handoff};
+use faer::linalg::solvers::Solve;
+use faer::{Mat, MatRef, Side};
+use ndarray::Array2;
+use rand_pcg::Pcg64;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// Settings as written in a spec (`method: klmnl`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KlmnlParams {
+    /// Block-coordinate sweeps (S, joint m/b, V) allowed per variational fit.
+    #[serde(default = "d_max_sweeps")]
+    pub max_sweeps: usize,
+    /// Stop when log Z_h rises by less than tol * max(1, |log Z_h|) in a sweep (and b = g-bar to b_tol).
+    #[serde(default = "d_tol")]
+    pub tol: f64,
+    #[serde(default = "d_b_tol")]
+    pub b_tol: f64,
+    /// gamma of the E.3 initialisation W_i = gamma_w (I/C - 11^T/C^2).
+    #[serde(default = "one")]
+    pub gamma_w: f64,
+    /// gamma of the E.3 initial "data" a_i = gamma_a (y_i + (y_i - 1)/(C - 1)).
+    #[serde(default = "one")]
+    pub gamma_a: f64,
+    /// L-BFGS iterations for hyper-parameter learning (`hyper: learn`).
+    #[serde(default = "d_hyper_iters")]
+    pub max_hyper_iters: u64,
+    /// Latent classes the model has beyond those present in the data (Chai keeps C = 7 for
+    /// glass, whose class 4 is empty: `extra_classes: 1`). predict_proba drops them and
+    /// renormalises over the present classes.
+    #[serde(default)]
+    pub extra_classes: usize,
+    /// What predict_proba returns: `eq25` (re-normalised softmax at the predictive mean) or
+    /// `eq24` (exp of the lower bound (24) per class: rows sum to less than one).
+    #[serde(default = "d_predictive")]
+    pub predictive: String,
+    /// Overrides the kernel's signal variance sigma^2 (after any `hyper: {from: ...}`), e.g. for
+    /// Chai's Figure 1 sweep of sigma^2 * usqexpard(theta_MF) (grid over `settings.prior_variance`).
+    #[serde(default)]
+    pub prior_variance: Option<f64>,
+    /// Inter-class covariance K^c (Chai §9.2.2): m1 (I), m2 (C diag(softmax rho)), m3 (eq. 46
+    /// with diagonal M), m4 (eq. 46 with M = L L^T), m5 (C L L^T / tr(L L^T)); all keep tr K^c = C.
+    #[serde(default = "d_kc")]
+    pub kc_model: String,
+    /// Learn the K^c parameters by maximising log Z_h* (with the kernel fixed unless `hyper: learn`).
+    #[serde(default)]
+    pub learn_kc: bool,
+    /// Take K^c from the source cell's hand-off (vector "kc") instead of the model's start.
+    #[serde(default)]
+    pub kc_from_source: bool,
+}
+
+fn d_kc() -> String {
+    "m1".into()
+}
+
+fn d_max_sweeps() -> usize {
+    1000
+}
+fn d_tol() -> f64 {
+    1e-10
+}
+fn d_b_tol() -> f64 {
+    1e-8
+}
+fn one() -> f64 {
+    1.0
+}
+fn d_hyper_iters() -> u64 {
+    100
+}
+fn d_predictive() -> String {
+    "eq25".into()
+}
+
+impl Default for KlmnlParams {
+    fn default() -> Self {
+        parse_settings(&serde_json::Value::Null).expect("defaults parse")
+    }
+}
+
+impl KlmnlParams {
+    pub fn from_settings(settings: &serde_json::Value) -> Result<Self, String> {
+        parse_settings(settings)
+    }
+
+    pub fn check(self) -> Result<Klmnl, String> {
+        if self.max_sweeps == 0 {
+            return Err("settings.max_sweeps must be at least 1".into());
+        }
+        if !(self.tol > 0.0 && self.tol < 1.0) {
+            return Err(format!("settings.tol must be in (0, 1), got {}", self.tol));
+        }
+        if !(self.b_tol > 0.0) {
+            return Err(format!("settings.b_tol must be positive, got {}", self.b_tol));
+        }
+        if !(self.gamma_w > 0.0 && self.gamma_w.is_finite()) {
+            return Err(format!("settings.gamma_w must be positive, got {}", self.gamma_w));
+        }
+        if !(self.gamma_a > 0.0 && self.gamma_a.is_finite()) {
+            return Err(format!("settings.gamma_a must be positive, got {}", self.gamma_a));
+        }
+        if self.extra_classes > 10 {
+            return Err(format!("settings.extra_classes must be at most 10, got {}", self.extra_classes));
+        }
+        if let Some(v) = self.prior_variance {
+            if !(v > 0.0 && v.is_finite()) {
+                return Err(format!("settings.prior_variance must be positive, got {v}"));
+            }
+        }
+        if !["m1", "m2", "m3", "m4", "m5"].contains(&self.kc_model.as_str()) {
+            return Err(format!("settings.kc_model must be one of m1..m5, got {}", self.kc_model));
+        }
+        if self.predictive != "eq25" && self.predictive != "eq24" {
+            return Err(format!("settings.predictive must be eq25 or eq24, got {}", self.predictive));
+        }
+        Ok(Klmnl { params: self })
+    }
+}
+
+/// The checked method.
+#[derive(Clone, Debug)]
+pub struct Klmnl {
+    pub params: KlmnlParams,
+}
+
+// ---------------------------------------------------------------------------------------
+// Small dense helpers (C x C).
+
+fn eye(n: usize) -> Mat<f64> {
+    Mat::from_fn(n, n, |i, j| if i == j { 1.0 } else { 0.0 })
+}
+
+fn sym(a: &Mat<f64>) -> Mat<f64> {
+    Mat::from_fn(a.nrows(), a.ncols(), |i, j| 0.5 * (a[(i, j)] + a[(j, i)]))
+}
+
+fn trace_prod(a: MatRef<'_, f64>, b: MatRef<'_, f64>) -> f64 {
+    // tr(A B) = sum_ij A_ij B_ji
+    let mut s = 0.0;
+    for i in 0..a.nrows() {
+        for j in 0..a.ncols() {
+            s += a[(i, j)] * b[(j, i)];
+        }
+    }
+    s
+}
+
+/// Symmetric eigendecomposition (eigenvalues ascending); cyclic Jacobi for the small C x C
+/// blocks (faer's general routine carries a large fixed cost per call).
+fn eigh(a: &Mat<f64>) -> Result<(Vec<f64>, Mat<f64>), FitError> {
+    if a.nrows() <= 12 {
+        return jacobi_eigh(a);
+    }
+    let e = sym(a).self_adjoint_eigen(Side::Lower).map_err(|e| FitError::Numerical(format!("eigendecomposition failed: {e:?}")))?;
+    let s = e.S().column_vector();
+    Ok(((0..a.nrows()).map(|i| s[i]).collect(), e.U().to_owned()))
+}
+
+fn jacobi_eigh(a0: &Mat<f64>) -> Result<(Vec<f64>, Mat<f64>), FitError> {
+    let n = a0.nrows();
+    let mut a = sym(a0);
+    let mut v = eye(n);
+    if (0..n).any(|i| (0..n).any(|j| !a[(i, j)].is_finite())) {
+        return Err(FitError::Numerical("eigendecomposition of a non-finite matrix".into()));
+    }
+    for _sweep in 0..60 {
+        let off: f64 = (0..n).map(|i| (0..n).filter(|&j| j != i).map(|j| a[(i, j)] * a[(i, j)]).sum::<f64>()).sum();
+        let scale: f64 = (0..n).map(|i| a[(i, i)] * a[(i, i)]).sum::<f64>();
+        if off <= 1e-30 * scale.max(1e-300) || off == 0.0 {
+            break;
+        }
+        for p in 0..n {
+            for q in p + 1..n {
+                let apq = a[(p, q)];
+                if apq == 0.0 {
+                    continue;
+                }
+                let theta = (a[(q, q)] - a[(p, p)]) / (2.0 * apq);
+                let t = theta.signum() / (theta.abs() + (theta * theta + 1.0).sqrt());
+                let t = if theta == 0.0 { 1.0 } else { t };
+                let c = 1.0 / (t * t + 1.0).sqrt();
+                let s = t * c;
+                for k in 0..n {
+                    let (akp, akq) = (a[(k, p)], a[(k, q)]);
+                    a[(k, p)] = c * akp - s * akq;
+                    a[(k, q)] = s * akp + c * akq;
+                }
+                for k in 0..n {
+                    let (apk, aqk) = (a[(p, k)], a[(q, k)]);
+                    a[(p, k)] = c * apk - s * aqk;
+                    a[(q, k)] = s * apk + c * aqk;
+                }
+                for k in 0..n {
+                    let (vkp, vkq) = (v[(k, p)], v[(k, q)]);
+                    v[(k, p)] = c * vkp - s * vkq;
+                    v[(k, q)] = s * vkp + c * vkq;
+                }
+            }
+        }
+    }
+    let mut idx: Vec<usize> = (0..n).collect();
+    idx.sort_by(|&i, &j| a[(i, i)].total_cmp(&a[(j, j)]));
+    let lam = idx.iter().map(|&i| a[(i, i)]).collect();
+    let u = Mat::from_fn(n, n, |r, k| v[(r, idx[k])]);
+    Ok((lam, u))
+}
+
+fn chol(a: &Mat<f64>, what: &str) -> Result<Chol, FitError> {
+    Ok(Chol::factor(sym(a).as_ref(), what)?)
+}
+
+/// Square root of a PSD matrix (negative eigenvalues clamped to 0).
+fn psd_sqrt(a: &Mat<f64>) -> Result<Mat<f64>, FitError> {
+    let (l, u) = eigh(a)?;
+    let d: Vec<f64> = l.iter().map(|v| v.max(0.0).sqrt()).collect();
+    Ok(Mat::from_fn(a.nrows(), a.ncols(), |i, j| (0..l.len()).map(|k| u[(i, k)] * d[k] * u[(j, k)]).sum()))
+}
+
+/// False position with Illinois end-point down-weighting for a decreasing derivative phi on
+/// [0, 1] (notes D§2.4.5); returns the root (or an end-point when phi does not change sign).
+pub(crate) fn false_position(mut phi: impl FnMut(f64) -> f64) -> f64 {
+    let (mut lo, mut hi) = (0.0, 1.0);
+    let (mut flo, mut fhi) = (phi(0.0), phi(1.0));
+    if !(flo > 0.0) {
+        return 0.0;
+    }
+    if fhi >= 0.0 {
+        return 1.0;
+    }
+    let mut side = 0i8;
+    let mut eta = 0.5;
+    for _ in 0..60 {
+        eta = (lo * fhi - hi * flo) / (fhi - flo);
+        if !eta.is_finite() {
+            eta = 0.5 * (lo + hi);
+        }
+        let f = phi(eta);
+        if f.abs() < 1e-13 || hi - lo < 1e-12 {
+            return eta;
+        }
+        if f > 0.0 {
+            lo = eta;
+            flo = f;
+            if side == 1 {
+                fhi *= 0.5;
+            }
+            side = 1;
+        } else {
+            hi = eta;
+            fhi = f;
+            if side == -1 {
+                flo *= 0.5;
+            }
+            side = -1;
+        }
+    }
+    eta
+}
+
+fn accept(new: f64, old: f64) -> bool {
+    new >= old - 1e-12 * old.abs().max(1.0)
+}
+
+// ---------------------------------------------------------------------------------------
+// The per-datum bound h (Theorem 6).
+
+/// Everything h needs about one datum's (b, S): h_core = C/2 + 1/2 log|S V| - 1/2 tr(S V) -
+/// log sum_c g^c (so h(y) = h_core + m^y), the normalised g-bar, A (eq. 18) and S^{-1}.
+pub(crate) struct DatumTerms {
+    pub h_core: f64,
+    pub gbar: Vec<f64>,
+    pub a: Mat<f64>,
+    pub s_inv: Mat<f64>,
+}
+
+/// h_core for q = N(m, V) given log|V|. Errors if S is not positive definite.
+pub(crate) fn datum_terms(m: &[f64], v: &Mat<f64>, logdet_v: f64, b: &[f64], s: &Mat<f64>) -> Result<DatumTerms, FitError> {
+    let c = m.len();
+    let ls = chol(s, "S_i")?;
+    let s_inv = sym(&ls.solve(eye(c).as_ref()));
+    // log g^c = m^c + 1/2 (b - e^c)^T S^{-1} (b - e^c)   (eq. 16)
+    let sb = matvec(s_inv.as_ref(), b);
+    let bsb: f64 = b.iter().zip(&sb).map(|(x, y)| x * y).sum();
+    let mut lg: Vec<f64> = (0..c).map(|k| m[k] + 0.5 * (bsb - 2.0 * sb[k] + s_inv[(k, k)])).collect();
+    let lse = softmax_in_place(&mut lg);
+    let gbar = lg;
+    let a = Mat::from_fn(c, c, |i, j| b[i] * b[j] - b[i] * gbar[j] - gbar[i] * b[j] + if i == j { gbar[i] } else { 0.0 });
+    let h_core = 0.5 * c as f64 + 0.5 * (ls.log_det() + logdet_v) - 0.5 * trace_prod(s.as_ref(), v.as_ref()) - lse;
+    Ok(DatumTerms { h_core, gbar, a, s_inv })
+}
+
+/// The S fixed point (61): S = L^{-T} P (sqrt(Lambda + I/4) + I/2) P^T L^{-1} with
+/// V = L L^T and P Lambda P^T = eig(L^T A L).
+fn s_fixed_point(lv: &Chol, a: &Mat<f64>) -> Result<Mat<f64>, FitError> {
+    let c = a.nrows();
+    let l = lv.l();
+    let lal = l.transpose() * a * l;
+    let (lam, p) = eigh(&lal)?;
+    let x = lv.solve_lt(p.as_ref()); // L^{-T} P
+    let lt: Vec<f64> = lam.iter().map(|v| (v.max(0.0) + 0.25).sqrt() + 0.5).collect();
+    Ok(sym(&Mat::from_fn(c, c, |i, j| (0..c).map(|k| x[(i, k)] * lt[k] * x[(j, k)]).sum())))
+}
+
+/// One S-step for one datum (Sec. 3.2, App. C.1). Returns the new S and its terms.
+fn s_step(m: &[f64], v: &Mat<f64>, lv: &Chol, b: &[f64], s: &Mat<f64>, cur: DatumTerms) -> Result<(Mat<f64>, DatumTerms, bool), FitError> {
+    let ldv = lv.log_det();
+    let s_fx = s_fixed_point(lv, &cur.a)?;
+    if let Ok(t) = datum_terms(m, v, ldv, b, &s_fx) {
+        if accept(t.h_core, cur.h_core) {
+            return Ok((s_fx, t, false));
+        }
+    }
+    // Convex mix S^cc = (1 - eta) S + eta S^fx; dh/deta = 1/2 tr[(-V + S^-1 + S^-1 A S^-1) Delta].
+    let delta = &s_fx - s;
+    let phi = |eta: f64| -> f64 {
+        let se = s + &delta * faer::Scale(eta);
+        match datum_terms(m, v, ldv, b, &se) {
+            Ok(t) => {
+                let g = -v + &t.s_inv + &t.s_inv * &t.a * &t.s_inv;
+                0.5 * trace_prod(g.as_ref(), delta.as_ref())
+            }
+            Err(_) => -1.0,
+        }
+    };
+    let eta = false_position(phi);
+    let se = s + &delta * faer::Scale(eta);
+    match datum_terms(m, v, ldv, b, &se) {
+        Ok(t) if accept(t.h_core, cur.h_core) => Ok((se, t, true)),
+        _ => Ok((s.clone(), cur, true)),
+    }
+}
+
+/// One b-step for one datum (Sec. 3.1): fixed point b = g-bar, else Newton with a
+/// false-position step on the directional derivative.
+fn b_step(m: &[f64], v: &Mat<f64>, ldv: f64, b: &[f64], s: &Mat<f64>, cur: DatumTerms) -> Result<(Vec<f64>, DatumTerms), FitError> {
+    let c = m.len();
+    let b_fx = cur.gbar.clone();
+    let t = datum_terms(m, v, ldv, &b_fx, s)?;
+    if accept(t.h_core, cur.h_core) {
+        return Ok((b_fx, t));
+    }
+    // d = -[I + (G - g g^T) S^{-1}]^{-1} (b - g)
+    let dmat = Mat::from_fn(c, c, |i, j| (if i == j { cur.gbar[i] } else { 0.0 }) - cur.gbar[i] * cur.gbar[j]);
+    let x = eye(c) + &dmat * &cur.s_inv;
+    let r = Mat::from_fn(c, 1, |i, _| b[i] - cur.gbar[i]);
+    let sol = x.partial_piv_lu().solve(&r);
+    let d: Vec<f64> = (0..c).map(|i| -sol[(i, 0)]).collect();
+    let at = |eta: f64| -> Vec<f64> { (0..c).map(|i| b[i] + eta * d[i]).collect() };
+    let phi = |eta: f64| -> f64 {
+        let be = at(eta);
+        match datum_terms(m, v, ldv, &be, s) {
+            Ok(t) => {
+                let diff: Vec<f64> = (0..c).map(|i| be[i] - t.gbar[i]).collect();
+                let g = matvec(t.s_inv.as_ref(), &diff);
+                -(0..c).map(|i| g[i] * d[i]).sum::<f64>()
+            }
+            Err(_) => -1.0,
+        }
+    };
+    let eta = false_position(phi);
+    let be = at(eta);
+    let t = datum_terms(m, v, ldv, &be, s)?;
+    if accept(t.h_core, cur.h_core) {
+        Ok((be, t))
+    } else {
+        Ok((b.to_vec(), cur))
+    }
+}
+
+/// max over (b, S) of h_core for q = N(m, V) (one datum): the per-datum optimiser used by the
+/// predictive lower bound (24) and the unit tests. Returns (max h_core, b*, S*).
+pub fn optimise_datum(m: &[f64], v: &Mat<f64>) -> Result<(f64, Vec<f64>, Mat<f64>), FitError> {
+    let c = m.len();
+    let lv = Chol::factor_with_jitter(sym(v).as_ref(), "predictive V_*")?;
+    let ldv = lv.log_det();
+    let mut b = m.to_vec();
+    softmax_in_place(&mut b);
+    let mut s = sym(&lv.solve(eye(c).as_ref())); // S = V^{-1}: W = 0 is PSD
+    let mut t = datum_terms(m, v, ldv, &b, &s)?;
+    for _ in 0..500 {
+        let old = t.h_core;
+        let (nb, nt) = b_step(m, v, ldv, &b, &s, t)?;
+        b = nb;
+        let (ns, nt, _) = s_step(m, v, &lv, &b, &s, nt)?;
+        s = ns;
+        t = nt;
+        let gap = b.iter().zip(&t.gbar).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        if (t.h_core - old).abs() < 1e-14 * old.abs().max(1.0) && gap < 1e-10 {
+            break;
+        }
+    }
+    Ok((t.h_core, b, s))
+}
+
+/// Lemma 29 / Theorem 10: the per-datum optimum of h at q = N(0, s2 I), i.e.
+/// -(C-1)/2 [2r - log(r + 1/2) - 1] - log C with r = sqrt(s2/C + 1/4).
+pub fn theorem10_per_datum(n_classes: usize, s2: f64) -> f64 {
+    let c = n_classes as f64;
+    let r = (s2 / c + 0.25).sqrt();
+    -(c - 1.0) / 2.0 * (2.0 * r - (r + 0.5).ln() - 1.0) - c.ln()
+}
+
+// ---------------------------------------------------------------------------------------
+// The full variational state.
+
+/// V through T (V = K - K T K): either the fixed-point form T = Z^T Z (Z = L_B^{-1} L_W^T,
+/// cheap) or a dense T after a convex-mix line search.
+#[derive(Clone)]
+enum TRep {
+    Fx { z: Mat<f64> },
+    Dense(Mat<f64>),
+}
+
+impl TRep {
+    fn dense(&self) -> Mat<f64> {
+        match self {
+            TRep::Fx { z } => z.transpose() * z,
+            TRep::Dense(t) => t.clone(),
+        }
+    }
+}
+
+/// A V candidate: T, the diagonal blocks V_i (with Cholesky factors), log|K^{-1}V| and tr(T K).
+#[derive(Clone)]
+struct VState {
+    t: TRep,
+    blocks: Vec<Mat<f64>>,
+    logdet_kinv_v: f64,
+    tr_tk: f64,
+}
+
+/// Everything fixed for one kernel: K = Kx (x) Kc (datum-major), y one-hot, sizes.
+pub(crate) struct Prior {
+    pub n: usize,
+    pub c: usize,
+    pub k: Mat<f64>,
+    pub kx: Mat<f64>,
+    pub kc: Mat<f64>,
+    pub y1: Vec<f64>,
+}
+
+impl Prior {
+    pub fn new(kx: Mat<f64>, kc: Mat<f64>, y: &[usize]) -> Prior {
+        let n = kx.nrows();
+        let c = kc.nrows();
+        let k = kron(kx.as_ref(), kc.as_ref());
+        let mut y1 = vec![0.0; n * c];
+        for (i, &yi) in y.iter().enumerate() {
+            y1[i * c + yi] = 1.0;
+        }
+        Prior { n, c, k, kx, kc, y1 }
+    }
+    fn block(&self, a: &Mat<f64>, i: usize) -> Mat<f64> {
+        let c = self.c;
+        Mat::from_fn(c, c, |p, q| a[(i * c + p, i * c + q)])
+    }
+}
+
+/// V^fx = (K^{-1} + W)^{-1} via E.2.1: W = L_W L_W^T per block (eigenvalues > eps kept),
+/// B = I + L_W^T K L_W, T = L_W B^{-1} L_W^T, V = K - K T K, log|K^{-1}V| = -log|B|.
+fn v_from_w(pr: &Prior, w: &[Mat<f64>]) -> Result<VState, FitError> {
+    let (n, c) = (pr.n, pr.c);
+    let nc = n * c;
+    // Block columns of L_W: (datum, C x r_i factor).
+    let mut cols: Vec<(usize, Mat<f64>)> = Vec::with_capacity(n);
+    let mut r = 0;
+    for (i, wi) in w.iter().enumerate() {
+        let (lam, u) = eigh(wi)?;
+        let lmax = lam.iter().copied().fold(0.0, f64::max);
+        let keep: Vec<usize> = (0..c).filter(|&k| lam[k] > 1e-12 * lmax.max(1e-300) && lam[k] > 0.0).collect();
+        let f = Mat::from_fn(c, keep.len(), |p, q| u[(p, keep[q])] * lam[keep[q]].sqrt());
+        r += keep.len();
+        cols.push((i, f));
+    }
+    // G = K L_W (nC x r), B = I + L_W^T G, exploiting the block sparsity of L_W.
+    let mut g = Mat::<f64>::zeros(nc, r);
+    let mut off = 0;
+    let mut offs = Vec::with_capacity(n);
+    for (i, f) in &cols {
+        let kb = pr.k.as_ref().subcols(i * c, c);
+        let gi = kb * f;
+        for p in 0..nc {
+            for q in 0..f.ncols() {
+                g[(p, off + q)] = gi[(p, q)];
+            }
+        }
+        offs.push(off);
+        off += f.ncols();
+    }
+    let mut lwt = Mat::<f64>::zeros(r, nc); // L_W^T
+    let mut bm = eye(r);
+    for ((i, f), &o) in cols.iter().zip(&offs) {
+        for q in 0..f.ncols() {
+            for p in 0..c {
+                lwt[(o + q, i * c + p)] = f[(p, q)];
+            }
+        }
+        let gi = g.as_ref().subrows(i * c, c);
+        let part = f.transpose() * gi; // r_i x r
+        for q in 0..f.ncols() {
+            for s in 0..r {
+                bm[(o + q, s)] += part[(q, s)];
+            }
+        }
+    }
+    let lb = chol(&bm, "B = I + L_W^T K L_W")?;
+    let z = lb.solve_l(lwt.as_ref()); // L_B^{-1} L_W^T
+    let q = lb.solve_l(g.transpose()); // L_B^{-1} L_W^T K = Z K
+    let blocks: Vec<Mat<f64>> = (0..n)
+        .map(|i| {
+            let qi = q.as_ref().subcols(i * c, c);
+            sym(&(pr.block(&pr.k, i) - qi.transpose() * qi))
+        })
+        .collect();
+    let mut tr_tk = 0.0;
+    for jj in 0..nc {
+        for ii in 0..r {
+            tr_tk += z[(ii, jj)] * q[(ii, jj)];
+        }
+    }
+    Ok(VState { t: TRep::Fx { z }, blocks, logdet_kinv_v: -lb.log_det(), tr_tk })
+}
+
+/// The variational parameters besides V.
+#[derive(Clone)]
+struct State {
+    b: Vec<f64>,
+    s: Vec<Mat<f64>>,
+    v: VState,
+    /// The W with V = (K^{-1} + W)^{-1} (exact unless a V-space mix was taken).
+    w_prev: Vec<Mat<f64>>,
+}
+
+/// Running counters for diagnostics.
+#[derive(Clone, Debug, Default)]
+pub struct FitStats {
+    pub sweeps: usize,
+    pub s_line_searches: usize,
+    pub b_line_searches: usize,
+    pub v_line_searches: usize,
+    pub max_b_minus_gbar: f64,
+    pub converged: bool,
+    pub bound_trace: Vec<f64>,
+}
+
+fn m_of(pr: &Prior, b: &[f64]) -> Vec<f64> {
+    let alpha: Vec<f64> = pr.y1.iter().zip(b).map(|(y, b)| y - b).collect();
+    matvec(pr.k.as_ref(), &alpha)
+}
+
+/// log Z_h (eq. 21, stable form D§2.3) and the per-datum terms.
+fn bound(pr: &Prior, st: &State, m: &[f64]) -> Result<(f64, Vec<DatumTerms>), FitError> {
+    let c = pr.c;
+    let alpha: Vec<f64> = pr.y1.iter().zip(&st.b).map(|(y, b)| y - b).collect();
+    let aka: f64 = alpha.iter().zip(m).map(|(a, m)| a * m).sum();
+    let neg_kl = 0.5 * st.v.logdet_kinv_v + 0.5 * st.v.tr_tk - 0.5 * aka;
+    let mut total = neg_kl;
+    let mut terms = Vec::with_capacity(pr.n);
+    for i in 0..pr.n {
+        let vi = &st.v.blocks[i];
+        let ldv = chol(vi, "V_i")?.log_det();
+        let t = datum_terms(&m[i * c..(i + 1) * c], vi, ldv, &st.b[i * c..(i + 1) * c], &st.s[i])?;
+        total += t.h_core + (0..c).map(|k| pr.y1[i * c + k] * m[i * c + k]).sum::<f64>();
+        terms.push(t);
+    }
+    Ok((total, terms))
+}
+
+fn neg_kl(pr: &Prior, st: &State, m: &[f64]) -> f64 {
+    let aka: f64 = pr.y1.iter().zip(&st.b).zip(m).map(|((y, b), m)| (y - b) * m).sum();
+    0.5 * st.v.logdet_kinv_v + 0.5 * st.v.tr_tk - 0.5 * aka
+}
+
+/// E.3 initialisation: W_i = gamma_w (I/C - 11^T/C^2), V = (K^{-1} + W)^{-1}, alpha = T a,
+/// b = y - alpha, S_i = V_i^{-1} + W_i.
+fn init_state(pr: &Prior, w: &[Mat<f64>], gamma_a: f64) -> Result<State, FitError> {
+    let c = pr.c;
+    let v = v_from_w(pr, w)?;
+    let mut a = vec![0.0; pr.n * c];
+    for i in 0..pr.n {
+        for k in 0..c {
+            let y = pr.y1[i * c + k];
+            a[i * c + k] = gamma_a * (y + (y - 1.0) / (c as f64 - 1.0).max(1.0));
+        }
+    }
+    let alpha = matvec(v.t.dense().as_ref(), &a);
+    let b: Vec<f64> = pr.y1.iter().zip(&alpha).map(|(y, a)| y - a).collect();
+    let s = (0..pr.n)
+        .map(|i| -> Result<Mat<f64>, FitError> {
+            let vinv = chol(&v.blocks[i], "V_i")?.solve(eye(c).as_ref());
+            Ok(sym(&(vinv + &w[i])))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(State { b, s, v, w_prev: w.to_vec() })
+}
+
+fn default_w(n: usize, c: usize, gamma: f64) -> Vec<Mat<f64>> {
+    let cf = c as f64;
+    let w = Mat::from_fn(c, c, |i, j| gamma * ((if i == j { 1.0 / cf } else { 0.0 }) - 1.0 / (cf * cf)));
+    vec![w; n]
+}
+
+/// W_i = S_i - V_i^{-1}, made PSD by clamping (footnote 10).
+fn current_w(pr: &Prior, st: &State) -> Result<Vec<Mat<f64>>, FitError> {
+    let c = pr.c;
+    (0..pr.n)
+        .map(|i| {
+            let vinv = chol(&st.v.blocks[i], "V_i")?.solve(eye(c).as_ref());
+            let w = sym(&(&st.s[i] - vinv));
+            let (lam, u) = eigh(&w)?;
+            Ok(Mat::from_fn(c, c, |p, q| (0..c).map(|k| u[(p, k)] * lam[k].max(0.0) * u[(q, k)]).sum()))
+        })
+        .collect()
+}
+
+/// The joint Newton step on b with m = K (y - b) (eq. 65), solved through the SPD system
+/// X^{-1} r = r - D^{1/2} (I + D^{1/2} P D^{1/2})^{-1} D^{1/2} P r, P = K + S^{-1}, D = G - G~.
+fn joint_b_step(pr: &Prior, st: &mut State, m: &mut Vec<f64>, cur: f64, terms: &[DatumTerms], stats: &mut FitStats) -> Result<f64, FitError> {
+    let (n, c) = (pr.n, pr.c);
+    let nc = n * c;
+    let mut p = pr.k.clone();
+    for (i, t) in terms.iter().enumerate() {
+        for a in 0..c {
+            for bb in 0..c {
+                p[(i * c + a, i * c + bb)] += t.s_inv[(a, bb)];
+            }
+        }
+    }
+    let dh: Vec<Mat<f64>> = terms
+        .iter()
+        .map(|t| psd_sqrt(&Mat::from_fn(c, c, |a, bb| (if a == bb { t.gbar[a] } else { 0.0 }) - t.gbar[a] * t.gbar[bb])))
+        .collect::<Result<_, _>>()?;
+    // M = I + Dh P Dh (block-diagonal Dh on both sides)
+    let mut pd = Mat::<f64>::zeros(nc, nc);
+    for j in 0..n {
+        let blk = p.as_ref().subcols(j * c, c) * &dh[j];
+        for r in 0..nc {
+            for q in 0..c {
+                pd[(r, j * c + q)] = blk[(r, q)];
+            }
+        }
+    }
+    let mut mm = Mat::<f64>::zeros(nc, nc);
+    for i in 0..n {
+        let blk = &dh[i] * pd.as_ref().subrows(i * c, c);
+        for q in 0..c {
+            for r in 0..nc {
+                mm[(i * c + q, r)] = blk[(q, r)];
+            }
+        }
+    }
+    for i in 0..nc {
+        mm[(i, i)] += 1.0;
+    }
+    let lm = chol(&mm, "I + D^1/2 (K + S^-1) D^1/2")?;
+    let rvec: Vec<f64> = (0..nc).map(|k| st.b[k] - terms[k / c].gbar[k % c]).collect();
+    let pr_ = matvec(p.as_ref(), &rvec);
+    let mut u = vec![0.0; nc];
+    for i in 0..n {
+        let ui = matvec(dh[i].as_ref(), &pr_[i * c..(i + 1) * c]);
+        u[i * c..(i + 1) * c].copy_from_slice(&ui);
+    }
+    let vsol = lm.solve_vec(&u);
+    let mut d = vec![0.0; nc];
+    for i in 0..n {
+        let dv = matvec(dh[i].as_ref(), &vsol[i * c..(i + 1) * c]);
+        for q in 0..c {
+            d[i * c + q] = -(rvec[i * c + q] - dv[q]);
+        }
+    }
+    let kd = matvec(pr.k.as_ref(), &d);
+    let eval = |eta: f64| -> Result<(f64, State, Vec<f64>, Vec<DatumTerms>), FitError> {
+        let mut s2 = st.clone();
+        for k in 0..nc {
+            s2.b[k] = st.b[k] + eta * d[k];
+        }
+        let m2: Vec<f64> = (0..nc).map(|k| m[k] - eta * kd[k]).collect();
+        let (v, t) = bound(pr, &s2, &m2)?;
+        Ok((v, s2, m2, t))
+    };
+    if let Ok((v, s2, m2, _)) = eval(1.0) {
+        if accept(v, cur) {
+            *st = s2;
+            *m = m2;
+            return Ok(v);
+        }
+    }
+    stats.b_line_searches += 1;
+    // phi(eta) = grad_b log Z_h . d with grad_b = -(K + S^{-1}) (b - g-bar)   (App. C.2)
+    let phi = |eta: f64| -> f64 {
+        match eval(eta) {
+            Ok((_, s2, _, t)) => {
+                let r2: Vec<f64> = (0..nc).map(|k| s2.b[k] - t[k / c].gbar[k % c]).collect();
+                let g = matvec(p.as_ref(), &r2);
+                -(0..nc).map(|k| g[k] * d[k]).sum::<f64>()
+            }
+            Err(_) => -1.0,
+        }
+    };
+    let eta = false_position(phi);
+    if let Ok((v, s2, m2, _)) = eval(eta) {
+        if accept(v, cur) {
+            *st = s2;
+            *m = m2;
+            return Ok(v);
+        }
+    }
+    Ok(cur)
+}
+
+/// The V-step: V^fx = (K^{-1} + W)^{-1} with W_i = S_i - V_i^{-1} (eq. 28, E.2.1); if the bound
+/// falls, false position on the convex mix T^cc = (1 - eta) T_old + eta T_new (App. C.3).
+fn v_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, lk: &mut Option<Chol>, stats: &mut FitStats) -> Result<f64, FitError> {
+    let w = current_w(pr, st)?;
+    // The fixed point W^fx = S - V_blk^{-1} (eq. 28) overshoots: in one dimension the map
+    // W -> W^fx has derivative -1 at the optimum, and the midpoint is exact. So propose
+    // W(eta) = W_prev + eta (W^fx - W_prev), eta = 1/2, 1, 1/4, 1/8 (V stays (K^{-1} + W)^{-1},
+    // an ascent direction: d/deta at 0 is 1/2 tr(dW V dW V) >= 0), accepting the first that
+    // does not lower the bound; else the paper's V-space convex mix by false position.
+    for eta in [1.0, 0.75, 0.5, 0.25, 0.125, 1.0 / 16.0, 1.0 / 64.0, 1.0 / 256.0] {
+        let we: Vec<Mat<f64>> = st.w_prev.iter().zip(&w).map(|(a, b)| a * faer::Scale(1.0 - eta) + b * faer::Scale(eta)).collect();
+        let Ok(ve) = v_from_w(pr, &we) else { continue };
+        let mut cand = st.clone();
+        cand.v = ve;
+        cand.w_prev = we;
+        if let Ok((v, _)) = bound(pr, &cand, m) {
+            if accept(v, cur) {
+                *st = cand;
+                return Ok(v);
+            }
+        }
+    }
+    let vnew = v_from_w(pr, &w)?;
+    stats.v_line_searches += 1;
+    let lkc = match lk {
+        Some(l) => l,
+        None => {
+            *lk = Some(Chol::factor_with_jitter(pr.k.as_ref(), "K")?);
+            lk.as_ref().expect("just set")
+        }
+    };
+    let l = lkc.l();
+    let t_old = st.v.t.dense();
+    let t_new = vnew.t.dense();
+    let p_old = l.transpose() * &t_old * l;
+    let p_new = l.transpose() * &t_new * l;
+    let dp = &p_old - &p_new;
+    let nc = pr.n * pr.c;
+    let mix = |eta: f64| -> Result<State, FitError> {
+        let t = &t_old * faer::Scale(1.0 - eta) + &t_new * faer::Scale(eta);
+        let ip = Mat::from_fn(nc, nc, |i, j| (if i == j { 1.0 } else { 0.0 }) - ((1.0 - eta) * p_old[(i, j)] + eta * p_new[(i, j)]));
+        let lc = chol(&ip, "I - L_K^T T L_K")?;
+        let blocks: Vec<Mat<f64>> = (0..pr.n).map(|i| &st.v.blocks[i] * faer::Scale(1.0 - eta) + &vnew.blocks[i] * faer::Scale(eta)).collect();
+        let mut s2 = st.clone();
+        s2.v = VState {
+            tr_tk: (1.0 - eta) * st.v.tr_tk + eta * vnew.tr_tk,
+            t: TRep::Dense(t),
+            blocks,
+            logdet_kinv_v: lc.log_det(),
+        };
+        Ok(s2)
+    };
+    // d/deta = 1/2 tr((V^cc)^{-1} Delta) - 1/2 tr(K^{-1} Delta) + 1/2 sum_i tr((V_i^cc)^{-1} Delta_i) - 1/2 sum_i tr(S_i Delta_i)
+    let tr_kinv_delta = st.v.tr_tk - vnew.tr_tk; // tr((T_old - T_new) K)
+    let phi = |eta: f64| -> f64 {
+        let Ok(s2) = mix(eta) else { return -1.0 };
+        let ip = Mat::from_fn(nc, nc, |i, j| (if i == j { 1.0 } else { 0.0 }) - ((1.0 - eta) * p_old[(i, j)] + eta * p_new[(i, j)]));
+        let Ok(lc) = chol(&ip, "I - L_K^T T L_K") else { return -1.0 };
+        let x = lc.solve(dp.as_ref());
+        let mut val = 0.0;
+        for i in 0..nc {
+            val += x[(i, i)];
+        }
+        val -= tr_kinv_delta;
+        for i in 0..pr.n {
+            let delta = &vnew.blocks[i] - &st.v.blocks[i];
+            let Ok(lv) = chol(&s2.v.blocks[i], "V_i") else { return -1.0 };
+            let vi_inv = lv.solve(eye(pr.c).as_ref());
+            val += trace_prod(vi_inv.as_ref(), delta.as_ref()) - trace_prod(st.s[i].as_ref(), delta.as_ref());
+        }
+        0.5 * val
+    };
+    let eta = false_position(phi);
+    let mut s2 = mix(eta)?;
+    let (v, _) = bound(pr, &s2, m)?;
+    if accept(v, cur) {
+        if eta == 1.0 {
+            s2.w_prev = w;
+        }
+        *st = s2;
+        Ok(v)
+    } else {
+        Ok(cur)
+    }
+}
+
+/// The fitted variational posterior for one kernel.
+pub(crate) struct VarFit {
+    st: State,
+    pub m: Vec<f64>,
+    pub log_zh: f64,
+    pub neg_kl: f64,
+    pub stats: FitStats,
+}
+
+impl VarFit {
+    pub fn alpha(&self, pr: &Prior) -> Vec<f64> {
+        pr.y1.iter().zip(&self.st.b).map(|(y, b)| y - b).collect()
+    }
+    pub fn t_dense(&self) -> Mat<f64> {
+        self.st.v.t.dense()
+    }
+    /// The W to warm-start from (V = (K^{-1} + W)^{-1}).
+    pub fn w(&self, _pr: &Prior) -> Result<Vec<Mat<f64>>, FitError> {
+        Ok(self.st.w_prev.clone())
+    }
+}
+
+fn s_steps(pr: &Prior, st: &mut State, m: &[f64], stats: &mut FitStats) -> Result<(), FitError> {
+    let c = pr.c;
+    // S-step for every datum (61).
+    for i in 0..pr.n {
+        let vi = st.v.blocks[i].clone();
+        let lv = chol(&vi, "V_i")?;
+        let (mi, bi) = (&m[i * c..(i + 1) * c], &st.b[i * c..(i + 1) * c]);
+        let mut t = datum_terms(mi, &vi, lv.log_det(), bi, &st.s[i])?;
+        // A depends on S through g-bar: a few fixed-point rounds per sweep (notes D§2.4.7).
+        for _ in 0..5 {
+            let before = t.h_core;
+            let (s_new, t_new, ls) = s_step(mi, &vi, &lv, bi, &st.s[i], t)?;
+            stats.s_line_searches += ls as usize;
+            st.s[i] = s_new;
+            t = t_new;
+            if (t.h_core - before).abs() < 1e-13 * before.abs().max(1.0) {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Block coordinate ascent to convergence (notes D§2.4.8). `warm`: (W blocks, b) of a previous
+/// optimum (other hyper-parameters) to start from.
+pub(crate) fn fit_variational(
+    pr: &Prior,
+    params: &KlmnlParams,
+    warm: Option<(&[Mat<f64>], &[f64])>,
+    ctx: Option<&FitContext>,
+) -> Result<VarFit, FitError> {
+    let c = pr.c;
+    let mut st = match warm {
+        Some((w, b)) => {
+            let v = v_from_w(pr, w)?;
+            let s = (0..pr.n)
+                .map(|i| -> Result<Mat<f64>, FitError> { Ok(sym(&(chol(&v.blocks[i], "V_i")?.solve(eye(c).as_ref()) + &w[i]))) })
+                .collect::<Result<Vec<_>, _>>()?;
+            State { b: b.to_vec(), s, v, w_prev: w.to_vec() }
+        }
+        None => init_state(pr, &default_w(pr.n, c, params.gamma_w), params.gamma_a)?,
+    };
+    let mut m = m_of(pr, &st.b);
+    let (mut cur, _) = bound(pr, &st, &m)?;
+    let mut stats = FitStats { bound_trace: vec![cur], ..Default::default() };
+    let mut lk: Option<Chol> = None;
+    for sweep in 0..params.max_sweeps {
+        if let Some(ctx) = ctx {
+            ctx.check_deadline()?;
+        }
+        let start = cur;
+        s_steps(pr, &mut st, &m, &mut stats)?;
+        let (after_s, terms) = bound(pr, &st, &m)?;
+        cur = after_s;
+        cur = joint_b_step(pr, &mut st, &mut m, cur, &terms, &mut stats)?;
+        cur = v_step(pr, &mut st, &m, cur, &mut lk, &mut stats)?;
+        // b - g-bar at the current point (ḡ does not depend on V).
+        let (_, terms) = bound(pr, &st, &m)?;
+        stats.max_b_minus_gbar = (0..pr.n * c).map(|k| (st.b[k] - terms[k / c].gbar[k % c]).abs()).fold(0.0, f64::max);
+        stats.sweeps = sweep + 1;
+        stats.bound_trace.push(cur);
+        if (cur - start).abs() <= params.tol * cur.abs().max(1.0) && stats.max_b_minus_gbar < params.b_tol {
+            stats.converged = true;
+            break;
+        }
+    }
+    let nk = neg_kl(pr, &st, &m);
+    Ok(VarFit { st, m, log_zh: cur, neg_kl: nk, stats })
+}
+
+/// d log Z_h* / d(log kernel parameters) = 1/2 tr((alpha alpha^T - T) dK), dK = dKx (x) Kc
+/// (envelope theorem at the variational optimum, notes D§4.3).
+pub(crate) fn hyper_gradient(pr: &Prior, fit: &VarFit, dkx: &[Mat<f64>]) -> Vec<f64> {
+    let (n, c) = (pr.n, pr.c);
+    let alpha = fit.alpha(pr);
+    let t = fit.t_dense();
+    // R_ij = sum_{c,c'} Kc_cc' (alpha alpha^T - T)_{ic, jc'}
+    let r = Mat::from_fn(n, n, |i, j| {
+        let mut s = 0.0;
+        for a in 0..c {
+            for b in 0..c {
+                let kc = pr.kc[(a, b)];
+                if kc != 0.0 {
+                    s += kc * (alpha[i * c + a] * alpha[j * c + b] - t[(i * c + a, j * c + b)]);
+                }
+            }
+        }
+        s
+    });
+    dkx.iter().map(|d| 0.5 * trace_prod(d.as_ref(), r.transpose())).collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Models of the inter-class covariance K^c (Chai §9.2.2, notes D§10.4). Every model keeps
+// tr K^c = C; parameters rho start at (or near) K^c = I.
+
+/// Lower-triangular C x C from its packed row-major entries.
+fn lower_from(rho: &[f64], c: usize) -> Mat<f64> {
+    let mut l = Mat::<f64>::zeros(c, c);
+    let mut k = 0;
+    for i in 0..c {
+        for j in 0..=i {
+            l[(i, j)] = rho[k];
+            k += 1;
+        }
+    }
+    l
+}
+
+/// Eq. 46: K~ = M - M 1 1^T M / (1^T M 1) + I, K^c = C K~ / tr K~.
+fn eq46(m: &Mat<f64>) -> Mat<f64> {
+    let c = m.nrows();
+    let m1: Vec<f64> = (0..c).map(|i| (0..c).map(|j| m[(i, j)]).sum()).collect();
+    let tot: f64 = m1.iter().sum();
+    let kt = Mat::from_fn(c, c, |i, j| m[(i, j)] - m1[i] * m1[j] / tot + if i == j { 1.0 } else { 0.0 });
+    let tr: f64 = (0..c).map(|i| kt[(i, i)]).sum();
+    sym(&(kt * faer::Scale(c as f64 / tr)))
+}
+
+pub fn kc_init(model: &str, c: usize) -> Vec<f64> {
+    match model {
+        "m2" => vec![0.0; c],
+        "m3" => vec![0.1f64.ln(); c],
+        "m4" => {
+            let mut r = vec![0.0; c * (c + 1) / 2];
+            let mut k = 0;
+            for i in 0..c {
+                for j in 0..=i {
+                    r[k] = if i == j { 0.3 } else { 0.0 };
+                    k += 1;
+                }
+            }
+            r
+        }
+        "m5" => vec![0.0; c * (c + 1) / 2],
+        _ => Vec::new(),
+    }
+}
+
+pub fn kc_of(model: &str, rho: &[f64], c: usize) -> Mat<f64> {
+    let cf = c as f64;
+    match model {
+        "m2" => {
+            let mut p = rho.to_vec();
+            softmax_in_place(&mut p);
+            Mat::from_fn(c, c, |i, j| if i == j { cf * p[i] } else { 0.0 })
+        }
+        "m3" => eq46(&Mat::from_fn(c, c, |i, j| if i == j { rho[i].exp() } else { 0.0 })),
+        "m4" => {
+            let l = lower_from(rho, c);
+            eq46(&(&l * l.transpose()))
+        }
+        "m5" => {
+            // log-diagonal L
+            let mut l = lower_from(rho, c);
+            for i in 0..c {
+                l[(i, i)] = l[(i, i)].exp();
+            }
+            let k = &l * l.transpose();
+            let tr: f64 = (0..c).map(|i| k[(i, i)]).sum();
+            sym(&(k * faer::Scale(cf / tr)))
+        }
+        _ => eye(c),
+    }
+}
+
+/// d log Z_h* / d rho = 1/2 sum_cc' (dK^c/drho)_cc' G_cc', G_cc' = sum_ij Kx_ij (alpha alpha^T - T)_{ic,jc'}
+/// (dK = Kx (x) dK^c); dK^c/drho by central differences of the small smooth map rho -> K^c.
+fn kc_gradient(pr: &Prior, fit: &VarFit, model: &str, rho: &[f64]) -> Vec<f64> {
+    let (n, c) = (pr.n, pr.c);
+    let alpha = fit.alpha(pr);
+    let t = fit.t_dense();
+    let g = Mat::from_fn(c, c, |a, b| {
+        let mut s = 0.0;
+        for i in 0..n {
+            for j in 0..n {
+                s += pr.kx[(i, j)] * (alpha[i * c + a] * alpha[j * c + b] - t[(i * c + a, j * c + b)]);
+            }
+        }
+        s
+    });
+    (0..rho.len())
+        .map(|k| {
+            let e = 1e-6;
+            let mut rp = rho.to_vec();
+            rp[k] += e;
+            let mut rm = rho.to_vec();
+            rm[k] -= e;
+            let d = (kc_of(model, &rp, c) - kc_of(model, &rm, c)) * faer::Scale(1.0 / (2.0 * e));
+            0.5 * trace_prod(d.as_ref(), g.transpose())
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// The method and the fitted model.
+
+impl Method for Klmnl {
+    fn name(&self) -> &'static str {
+        "klmnl"
+    }
+
+    fn fit(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        Ok(Box::new(self.fit_model(problem, kernel, hyper, ctx)?))
+    }
+}
+
+impl Klmnl {
+    pub fn fit_model(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<KlmnlModel, FitError> {
+        let c = problem.n_classes + self.params.extra_classes;
+        if c < 2 {
+            return Err(FitError::Unsupported("KL-MNL needs at least two classes".into()));
+        }
+        let model = self.params.kc_model.clone();
+        let mut rho = kc_init(&model, c);
+        let mut kc = kc_of(&model, &rho, c);
+        if self.params.kc_from_source {
+            let v = ctx.source.and_then(|h| h.vectors.get("kc")).ok_or_else(|| FitError::Unsupported("kc_from_source: the source cell handed over no \"kc\"".into()))?;
+            if v.len() != c * c {
+                return Err(FitError::Unsupported(format!("kc_from_source: \"kc\" has {} entries, expected {}", v.len(), c * c)));
+            }
+            kc = Mat::from_fn(c, c, |i, j| v[i * c + j]);
+        }
+        let mut kernel = kernel.clone();
+        if let Some(v) = self.params.prior_variance {
+            kernel.log_variance = v.ln();
+        }
+        let mut diagnostics = BTreeMap::new();
+        let mut hyper_evals = 0usize;
+        let learn_kernel = hyper == HyperPolicy::Learn;
+        let learn_kc = self.params.learn_kc && !rho.is_empty() && !self.params.kc_from_source;
+        if learn_kernel || learn_kc {
+            // Maximise log Z_h* over [free kernel log-parameters, K^c parameters], warm-starting
+            // every variational fit from the last optimum (App. E.3); gradients by the envelope theorem.
+            let nk = kernel.n_params();
+            let warm: Mutex<Option<(Vec<Mat<f64>>, Vec<f64>)>> = Mutex::new(None);
+            let evals = Mutex::new(0usize);
+            let trace_vals: Mutex<Vec<f64>> = Mutex::new(Vec::new());
+            let ctx_ref: &FitContext = &*ctx;
+            let kc_fixed = kc.clone();
+            let f = |p: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
+                ctx_ref.check_deadline()?;
+                let kern = kernel.with_log_params(&p[..nk]);
+                let kx = kern.gram(problem.x);
+                let dkx = kern.gram_grads(problem.x, &kx);
+                let kcp = if learn_kc { kc_of(&model, &p[nk..], c) } else { kc_fixed.clone() };
+                let pr = Prior::new(kx, kcp, problem.y);
+                let w_guard = warm.lock().expect("warm start lock").clone();
+                let fit = match &w_guard {
+                    Some((w, b)) => fit_variational(&pr, &self.params, Some((w, b)), Some(ctx_ref))
+                        .or_else(|_| fit_variational(&pr, &self.params, None, Some(ctx_ref)))?,
+                    None => fit_variational(&pr, &self.params, None, Some(ctx_ref))?,
+                };
+                let mut g = hyper_gradient(&pr, &fit, &dkx);
+                if learn_kc {
+                    g.extend(kc_gradient(&pr, &fit, &model, &p[nk..]));
+                } else {
+                    g.extend(vec![0.0; p.len() - nk]);
+                }
+                *warm.lock().expect("warm start lock") = Some((fit.w(&pr)?, fit.st.b.clone()));
+                *evals.lock().expect("eval counter") += 1;
+                trace_vals.lock().expect("trace lock").push(fit.log_zh);
+                // Per datum: the same optimum, but gradients of order one keep the optimiser's
+                // first (unit) step from jumping to extreme hyper-parameters.
+                let per = problem.y.len() as f64;
+                Ok((-fit.log_zh / per, g.iter().map(|v| -v / per).collect()))
+            };
+            let mut x0 = kernel.log_params();
+            x0.extend(&rho);
+            let mut free: Vec<bool> = kernel.free_mask().into_iter().map(|f| f && learn_kernel).collect();
+            free.extend(rho.iter().map(|_| learn_kc));
+            let res = minimize_lbfgs(&f, &x0, &free, self.params.max_hyper_iters)?;
+            kernel = kernel.with_log_params(&res.x[..nk]);
+            if learn_kc {
+                rho = res.x[nk..].to_vec();
+                kc = kc_of(&model, &rho, c);
+            }
+            hyper_evals = *evals.lock().expect("eval counter");
+            for (k, v) in trace_vals.lock().expect("trace lock").iter().enumerate() {
+                ctx.record(k, &[("log_zh", *v)]);
+            }
+            diagnostics.insert("hyper_stop".into(), res.stop_reason.clone());
+            diagnostics.insert("hyper_iterations".into(), res.iterations.to_string());
+        }
+        let kx = kernel.gram(problem.x);
+        let pr = Prior::new(kx, kc, problem.y);
+        let fit = fit_variational(&pr, &self.params, None, Some(ctx))?;
+        for (k, v) in fit.stats.bound_trace.iter().enumerate() {
+            if hyper == HyperPolicy::Fixed {
+                ctx.record(k, &[("log_zh", *v)]);
+            }
+        }
+        diagnostics.insert("sweeps".into(), fit.stats.sweeps.to_string());
+        diagnostics.insert("converged".into(), fit.stats.converged.to_string());
+        diagnostics.insert("max_b_minus_gbar".into(), format!("{:.3e}", fit.stats.max_b_minus_gbar));
+        diagnostics.insert("line_searches_s_b_v".into(), format!("{}/{}/{}", fit.stats.s_line_searches, fit.stats.b_line_searches, fit.stats.v_line_searches));
+        diagnostics.insert("hyper_evaluations".into(), hyper_evals.to_string());
+        let s2 = kernel.log_variance.exp();
+        let n = problem.y.len() as f64;
+        let mut extra = BTreeMap::new();
+        for i in 0..c {
+            extra.insert(format!("kc_var_{}", i + 1), pr.kc[(i, i)]);
+            for j in 0..i {
+                extra.insert(format!("kc_corr_{}{}", j + 1, i + 1), pr.kc[(i, j)] / (pr.kc[(i, i)] * pr.kc[(j, j)]).sqrt());
+            }
+        }
+        extra.insert("log_zh".into(), fit.log_zh);
+        extra.insert("neg_kl".into(), fit.neg_kl);
+        extra.insert("thm10_bound".into(), n * theorem10_per_datum(c, s2));
+        extra.insert("thm10_bound_probit".into(), n * theorem10_per_datum(c, s2 * std::f64::consts::PI.powi(2) / 6.0));
+        extra.insert("sweeps".into(), fit.stats.sweeps as f64);
+        extra.insert("hyper_evaluations".into(), hyper_evals as f64);
+        let alpha = fit.alpha(&pr);
+        let sum_alpha = (0..pr.n).map(|i| alpha[i * c..(i + 1) * c].iter().sum::<f64>().abs()).fold(0.0, f64::max);
+        extra.insert("max_abs_sum_alpha".into(), sum_alpha);
+        Ok(KlmnlModel {
+            kernel,
+            x_train: problem.x.clone(),
+            n_present: problem.n_classes,
+            predictive: self.params.predictive.clone(),
+            t: fit.t_dense(),
+            alpha,
+            pr,
+            fit,
+            diagnostics,
+            extra,
+            cache: Mutex::new(None),
+        })
+    }
+}
+
+/// Predictions of one call to predict_proba: per test point, m_* and the (24)/(25) log-values.
+#[derive(Clone, Debug)]
+pub struct PredCache {
+    pub log_p24: Vec<Vec<f64>>,
+    pub log_p25: Vec<Vec<f64>>,
+}
+
+pub struct KlmnlModel {
+    kernel: SqExp,
+    x_train: Array2<f64>,
+    n_present: usize,
+    predictive: String,
+    pub(crate) pr: Prior,
+    pub(crate) fit: VarFit,
+    /// T = K^{-1} - K^{-1} V K^{-1} (dense) and alpha = K^{-1} m = y - b.
+    pub(crate) t: Mat<f64>,
+    pub(crate) alpha: Vec<f64>,
+    diagnostics: BTreeMap<String, String>,
+    extra: BTreeMap<String, f64>,
+    cache: Mutex<Option<PredCache>>,
+}
+
+impl KlmnlModel {
+    pub fn log_zh(&self) -> f64 {
+        self.fit.log_zh
+    }
+    /// -KL(q(f|y) || p(f)).
+    pub fn neg_kl(&self) -> f64 {
+        self.fit.neg_kl
+    }
+    /// Classes present in the data (the model may have extra, empty ones).
+    pub fn n_present(&self) -> usize {
+        self.n_present
+    }
+    pub fn n_model_classes(&self) -> usize {
+        self.pr.c
+    }
+    pub fn x_train(&self) -> &Array2<f64> {
+        &self.x_train
+    }
+    /// Cross covariance kx(X_train, x), [n, m].
+    pub fn kx_cross(&self, x: &Array2<f64>) -> Mat<f64> {
+        self.kernel.cross(&self.x_train, x)
+    }
+    pub fn log_zh_trace(&self) -> &[f64] {
+        &self.fit.stats.bound_trace
+    }
+    pub fn hyper_gradient(&self) -> Vec<f64> {
+        let dkx = self.kernel.gram_grads(&self.x_train, &self.pr.kx);
+        hyper_gradient(&self.pr, &self.fit, &dkx)
+    }
+
+    /// q(f_*|y) per test point: m_* = K_*^T alpha, V_* = K_** - K_*^T T K_* (notes D§3.4).
+    pub fn latent_predictive(&self, x: &Array2<f64>) -> (Vec<Vec<f64>>, Vec<Mat<f64>>) {
+        let c = self.pr.c;
+        let ks = self.kx_cross(x); // n x m
+        let kss = self.kernel.diag(x);
+        let n = self.pr.n;
+        let mut means = Vec::with_capacity(x.nrows());
+        let mut covs = Vec::with_capacity(x.nrows());
+        for j in 0..x.nrows() {
+            // K_*j = k_*j (x) Kc: nC x C
+            let kj = Mat::from_fn(n * c, c, |r, q| ks[(r / c, j)] * self.pr.kc[(r % c, q)]);
+            let mean = Mat::from_fn(c, 1, |q, _| (0..n * c).map(|r| kj[(r, q)] * self.alpha[r]).sum::<f64>());
+            let tk = &self.t * &kj;
+            let v = &self.pr.kc * faer::Scale(kss[j]) - kj.transpose() * tk;
+            means.push((0..c).map(|q| mean[(q, 0)]).collect());
+            covs.push(sym(&v));
+        }
+        (means, covs)
+    }
+
+    /// Per test point and class: log of (24) and (25), over the model's C classes.
+    pub fn predictive_logs(&self, x: &Array2<f64>) -> Result<PredCache, FitError> {
+        let (means, covs) = self.latent_predictive(x);
+        let mut log_p24 = Vec::with_capacity(means.len());
+        let mut log_p25 = Vec::with_capacity(means.len());
+        for (m, v) in means.iter().zip(&covs) {
+            let (h, _, _) = optimise_datum(m, v)?;
+            log_p24.push(m.iter().map(|mc| h + mc).collect());
+            let lse = log_sum_exp(m);
+            log_p25.push(m.iter().map(|mc| mc - lse).collect());
+        }
+        Ok(PredCache { log_p24, log_p25 })
+    }
+
+    /// Test-set numbers that need the true classes (for the runner's test-metrics hook):
+    /// log p(y*) by (24) and (25) summed over test points (model classes, not renormalised).
+    pub fn test_metrics(&self, y: &[usize]) -> BTreeMap<String, f64> {
+        let mut out = BTreeMap::new();
+        if let Some(cache) = self.cache.lock().ok().and_then(|c| c.clone()) {
+            if cache.log_p24.len() == y.len() {
+                out.insert("log_pred24_sum".into(), y.iter().enumerate().map(|(j, &c)| cache.log_p24[j][c]).sum());
+                out.insert("log_pred25_sum".into(), y.iter().enumerate().map(|(j, &c)| cache.log_p25[j][c]).sum());
+            }
+        }
+        out
+    }
+
+    pub fn extra_metrics(&self) -> BTreeMap<String, f64> {
+        self.extra.clone()
+    }
+}
+
+impl Fitted for KlmnlModel {
+    fn predict_proba(&self, x: &Array2<f64>, _rng: &mut Pcg64) -> Result<Array2<f64>, FitError> {
+        let cache = self.predictive_logs(x)?;
+        let cp = self.n_present;
+        let mut out = Array2::zeros((x.nrows(), cp));
+        for j in 0..x.nrows() {
+            if self.predictive == "eq24" {
+                for c in 0..cp {
+                    out[(j, c)] = cache.log_p24[j][c].exp();
+                }
+            } else {
+                // (25) over the present classes (the extra, empty classes are dropped).
+                let mut l: Vec<f64> = cache.log_p25[j][..cp].to_vec();
+                softmax_in_place(&mut l);
+                for c in 0..cp {
+                    out[(j, c)] = l[c];
+                }
+            }
+        }
+        if let Ok(mut g) = self.cache.lock() {
+            *g = Some(cache);
+        }
+        Ok(out)
+    }
+
+    fn evidence(&self) -> Option<(f64, EvidenceKind)> {
+        Some((self.fit.log_zh, EvidenceKind::LowerBound))
+    }
+
+    fn kernel(&self) -> &SqExp {
+        &self.kernel
+    }
+
+    fn diagnostics(&self) -> BTreeMap<String, String> {
+        self.diagnostics.clone()
+    }
+
+    fn test_metrics(&self, y_test: &[usize]) -> BTreeMap<String, f64> {
+        // The inherent method: it scores the predictions cached by the last predict_proba.
+        KlmnlModel::test_metrics(self, y_test)
+    }
+
+    fn extra_metrics(&self) -> BTreeMap<String, f64> {
+        self.extra.clone()
+    }
+
+    fn handoff(&self) -> Handoff {
+        // m class-major, as the harness's other methods lay out latent vectors.
+        let (n, c) = (self.pr.n, self.pr.c);
+        let mean: Vec<f64> = (0..c).flat_map(|q| (0..n).map(move |i| (i, q))).map(|(i, q)| self.fit.m[i * c + q]).collect();
+        let mut vectors = BTreeMap::new();
+        vectors.insert("mean".into(), mean);
+        vectors.insert("log_zh".into(), vec![self.fit.log_zh]);
+        vectors.insert("kc".into(), (0..c * c).map(|k| self.pr.kc[(k / c, k % c)]).collect());
+        Handoff { log_hyperparameters: self.kernel.log_params(), vectors }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{RngExt, SeedableRng};
+    use rand_distr::StandardNormal;
+    use faer::linalg::solvers::DenseSolveCore;
+
+    fn rng(seed: u64) -> Pcg64 {
+        Pcg64::seed_from_u64(seed)
+    }
+
+    fn random_spd(c: usize, r: &mut Pcg64, scale: f64) -> Mat<f64> {
+        let b = Mat::from_fn(c, c, |_, _| r.sample::<f64, _>(StandardNormal));
+        let mut a = &b * b.transpose() * faer::Scale(scale / c as f64);
+        for i in 0..c {
+            a[(i, i)] += 0.1 * scale;
+        }
+        a
+    }
+
+    #[test]
+    fn theorem10_reproduces_table3_column() {
+        // notes D§3.3 (n·bound, sigma^2 = 1 and pi^2/6)
+        let p6 = std::f64::consts::PI.powi(2) / 6.0;
+        for (n, c, want, want_probit) in
+            [(90, 3, -125.284, -139.839), (129, 3, -179.574, -200.437), (106, 3, -147.557, -164.700), (128, 7, -300.609, -331.060)]
+        {
+            assert!((n as f64 * theorem10_per_datum(c, 1.0) - want).abs() < 5e-3, "n={n}");
+            assert!((n as f64 * theorem10_per_datum(c, p6) - want_probit).abs() < 5e-3, "n={n}");
+            // and the weaker closed form of Theorem 10 is below it
+            assert!(theorem10_per_datum(c, 1.0) > -0.5 - (c as f64).ln());
+        }
+    }
+
+    #[test]
+    fn per_datum_optimum_matches_lemma29_closed_form() {
+        for (c, s2, want) in [(3usize, 1.0, -1.392044), (7, 1.0, -2.348509), (3, 4.0, -2.050873)] {
+            let v = eye(c) * faer::Scale(s2);
+            let m = vec![0.0; c];
+            let (h, b, s) = optimise_datum(&m, &v).unwrap();
+            // h(y) = h_core + m^y = h_core at m = 0
+            assert!((h - want).abs() < 1e-6, "C={c} s2={s2}: {h} vs {want}");
+            assert!((h - theorem10_per_datum(c, s2)).abs() < 1e-8);
+            for bc in &b {
+                assert!((bc - 1.0 / c as f64).abs() < 1e-7);
+            }
+            // eigenvalues of s2 S* are {1, lambda x (C-1)}, lambda = r + 1/2
+            let lam = (s2 / c as f64 + 0.25).sqrt() + 0.5;
+            let (ev, _) = eigh(&(s * faer::Scale(s2))).unwrap();
+            assert!((ev[0] - 1.0).abs() < 1e-6, "{ev:?}");
+            for e in &ev[1..] {
+                assert!((e - lam).abs() < 1e-6, "{ev:?} vs {lam}");
+            }
+        }
+    }
+
+    /// Jensen bounds (9) and (10), the exact softmax at the mean (Lemma 7) and a long Monte
+    /// Carlo estimate of the expected log-likelihood bracket max h.
+    #[test]
+    fn bound_chain_j9_j10_le_max_h_le_expected_loglik_le_upper() {
+        let mut r = rng(11);
+        for trial in 0..3 {
+            let c = 4;
+            let m: Vec<f64> = (0..c).map(|_| 2.0 * r.sample::<f64, _>(StandardNormal)).collect();
+            let v = random_spd(c, &mut r, 2.0);
+            let y = trial % c;
+            let (hcore, b, s) = optimise_datum(&m, &v).unwrap();
+            let h = hcore + m[y];
+            let ey = |k: usize| -> Vec<f64> { (0..c).map(|q| if q == k { 1.0 } else { 0.0 }).collect() };
+            let quad = |d: &[f64]| -> f64 { (0..c).map(|p| (0..c).map(|q| d[p] * v[(p, q)] * d[q]).sum::<f64>()).sum() };
+            let j9 = m[y] - log_sum_exp(&(0..c).map(|k| {
+                let d: Vec<f64> = ey(y).iter().zip(ey(k)).map(|(a, b)| a - b).collect();
+                m[k] + 0.5 * quad(&d)
+            }).collect::<Vec<_>>());
+            let j10 = m[y] - log_sum_exp(&(0..c).map(|k| m[k] + 0.5 * v[(k, k)]).collect::<Vec<_>>());
+            let upper = m[y] - log_sum_exp(&m);
+            // Monte Carlo l = E log softmax(f)_y, f ~ N(m, V)
+            let lv = Chol::factor(v.as_ref(), "V").unwrap();
+            let ns = 400_000;
+            let (mut s1, mut s2) = (0.0, 0.0);
+            for _ in 0..ns {
+                let z: Vec<f64> = (0..c).map(|_| r.sample::<f64, _>(StandardNormal)).collect();
+                let f: Vec<f64> = (0..c).map(|p| m[p] + (0..=p).map(|q| lv.l()[(p, q)] * z[q]).sum::<f64>()).collect();
+                let l = f[y] - log_sum_exp(&f);
+                s1 += l;
+                s2 += l * l;
+            }
+            let ell = s1 / ns as f64;
+            let se = ((s2 / ns as f64 - ell * ell) / ns as f64).sqrt();
+            assert!(j9 <= h + 1e-10 && j10 <= h + 1e-10, "trial {trial}: j9 {j9} j10 {j10} h {h}");
+            assert!(h <= ell + 4.0 * se, "trial {trial}: h {h} > l {ell} (se {se})");
+            assert!(ell <= upper + 4.0 * se);
+            // tight: the gap is a few hundredths of a nat (notes D§13)
+            assert!(ell - h < 0.1, "trial {trial}: gap {}", ell - h);
+            // at the optimum b sums to one and W* = S* - V^{-1} has exactly one zero eigenvalue (on 1)
+            assert!((b.iter().sum::<f64>() - 1.0).abs() < 1e-8);
+            let w = &s - lv.solve(eye(c).as_ref());
+            let (ev, u) = eigh(&w).unwrap();
+            assert!(ev[0].abs() < 1e-7 && ev[1] > 1e-6, "{ev:?}");
+            let dot1: f64 = (0..c).map(|p| u[(p, 0)]).sum::<f64>().abs() / (c as f64).sqrt();
+            assert!((dot1 - 1.0).abs() < 1e-6);
+        }
+    }
+
+    fn toy(n: usize, c: usize, seed: u64) -> (Array2<f64>, Vec<usize>) {
+        let mut r = rng(seed);
+        let y: Vec<usize> = (0..n).map(|i| i % c).collect();
+        let x = Array2::from_shape_fn((n, 2), |(i, d)| r.sample::<f64, _>(StandardNormal) + if d == 0 { y[i] as f64 } else { 0.0 });
+        (x, y)
+    }
+
+    /// log Z_h (eq. 21) from dense matrices with explicit inverses: an independent oracle.
+    fn dense_bound(k: &Mat<f64>, m: &[f64], v: &Mat<f64>, b: &[f64], s: &[Mat<f64>], y1: &[f64], c: usize) -> f64 {
+        let nc = m.len();
+        let kinv = k.partial_piv_lu().inverse();
+        let kinv_v = &kinv * v;
+        let ld_k: f64 = Chol::factor(k.as_ref(), "K").unwrap().log_det();
+        let ld_v: f64 = Chol::factor(sym(v).as_ref(), "V").unwrap().log_det();
+        let mut tr = 0.0;
+        for i in 0..nc {
+            tr += kinv_v[(i, i)];
+        }
+        let mkm: f64 = (0..nc).map(|i| (0..nc).map(|j| m[i] * kinv[(i, j)] * m[j]).sum::<f64>()).sum();
+        let mut total = -0.5 * (tr + mkm - nc as f64 + ld_k - ld_v);
+        for i in 0..nc / c {
+            let vi = Mat::from_fn(c, c, |p, q| v[(i * c + p, i * c + q)]);
+            let si = &s[i];
+            let sinv = si.partial_piv_lu().inverse();
+            let sv = si * &vi;
+            let ld_sv = Chol::factor(si.as_ref(), "S").unwrap().log_det() + Chol::factor(sym(&vi).as_ref(), "Vi").unwrap().log_det();
+            let mut trsv = 0.0;
+            for p in 0..c {
+                trsv += sv[(p, p)];
+            }
+            let lg: Vec<f64> = (0..c)
+                .map(|k| {
+                    let d: Vec<f64> = (0..c).map(|p| b[i * c + p] - if p == k { 1.0 } else { 0.0 }).collect();
+                    m[i * c + k] + 0.5 * (0..c).map(|p| (0..c).map(|q| d[p] * sinv[(p, q)] * d[q]).sum::<f64>()).sum::<f64>()
+                })
+                .collect();
+            let my: f64 = (0..c).map(|p| m[i * c + p] * y1[i * c + p]).sum();
+            total += 0.5 * c as f64 + 0.5 * ld_sv - 0.5 * trsv + my - log_sum_exp(&lg);
+        }
+        total
+    }
+
+    #[test]
+    fn full_fit_is_monotone_stationary_and_matches_the_dense_bound() {
+        let (x, y) = toy(8, 3, 5);
+        let kern = SqExp { log_variance: 0.3, log_lengthscales: vec![0.0], learn_variance: true };
+        let pr = Prior::new(kern.gram(&x), eye(3), &y);
+        let fit = fit_variational(&pr, &KlmnlParams::default(), None, None).unwrap();
+        assert!(fit.stats.converged, "{:?}", fit.stats);
+        for w in fit.stats.bound_trace.windows(2) {
+            assert!(w[1] >= w[0] - 1e-10 * w[0].abs(), "bound fell: {:?}", fit.stats.bound_trace);
+        }
+        assert!(fit.stats.max_b_minus_gbar < 1e-8);
+        let alpha = fit.alpha(&pr);
+        for i in 0..8 {
+            assert!(alpha[i * 3..i * 3 + 3].iter().sum::<f64>().abs() < 1e-8);
+        }
+        // log Z_h >= n Theorem 10 (sigma^2 = e^0.3 per latent)
+        assert!(fit.log_zh >= 8.0 * theorem10_per_datum(3, 0.3f64.exp()));
+        // independent dense evaluation at the same (m, V, b, S)
+        let t = fit.t_dense();
+        let v = &pr.k - &pr.k * &t * &pr.k;
+        let d = dense_bound(&pr.k, &fit.m, &v, &fit.st.b, &fit.st.s, &pr.y1, 3);
+        assert!((d - fit.log_zh).abs() < 1e-7, "dense {d} vs {}", fit.log_zh);
+        // stationarity in m of the dense bound (V, b, S fixed): central differences vanish
+        let mut r = rng(3);
+        for _ in 0..3 {
+            let dir: Vec<f64> = (0..24).map(|_| r.sample::<f64, _>(StandardNormal)).collect();
+            let e = 1e-5;
+            let mp: Vec<f64> = fit.m.iter().zip(&dir).map(|(a, b)| a + e * b).collect();
+            let mm: Vec<f64> = fit.m.iter().zip(&dir).map(|(a, b)| a - e * b).collect();
+            let g = (dense_bound(&pr.k, &mp, &v, &fit.st.b, &fit.st.s, &pr.y1, 3) - dense_bound(&pr.k, &mm, &v, &fit.st.b, &fit.st.s, &pr.y1, 3)) / (2.0 * e);
+            assert!(g.abs() < 1e-5, "directional derivative in m {g}");
+        }
+        // and V is optimal: a small symmetric perturbation of V (kept PD) does not raise the bound
+        for _ in 0..3 {
+            let p = random_spd(24, &mut r, 1.0);
+            for sign in [-1.0, 1.0] {
+                let vp = &v + &p * faer::Scale(sign * 1e-4);
+                let dp = dense_bound(&pr.k, &fit.m, &vp, &fit.st.b, &fit.st.s, &pr.y1, 3);
+                assert!(dp <= d + 1e-9, "V perturbation raised the bound: {dp} > {d}");
+            }
+        }
+    }
+
+    #[test]
+    fn hyper_gradient_matches_finite_differences_of_the_optimised_bound() {
+        let (x, y) = toy(7, 3, 9);
+        let params = KlmnlParams { tol: 1e-14, b_tol: 1e-11, ..Default::default() };
+        for ard in [false, true] {
+            let kern = if ard {
+                SqExp { log_variance: 0.2, log_lengthscales: vec![0.1, -0.2], learn_variance: true }
+            } else {
+                SqExp { log_variance: 0.5, log_lengthscales: vec![0.3], learn_variance: true }
+            };
+            let at = |p: &[f64]| -> f64 {
+                let k = kern.with_log_params(p);
+                fit_variational(&Prior::new(k.gram(&x), eye(3), &y), &params, None, None).unwrap().log_zh
+            };
+            let kx = kern.gram(&x);
+            let dkx = kern.gram_grads(&x, &kx);
+            let pr = Prior::new(kx, eye(3), &y);
+            let fit = fit_variational(&pr, &params, None, None).unwrap();
+            let g = hyper_gradient(&pr, &fit, &dkx);
+            let p0 = kern.log_params();
+            for j in 0..p0.len() {
+                let e = 1e-4;
+                let mut pp = p0.clone();
+                pp[j] += e;
+                let mut pm = p0.clone();
+                pm[j] -= e;
+                let fd = (at(&pp) - at(&pm)) / (2.0 * e);
+                assert!((fd - g[j]).abs() < 1e-5 * (1.0 + fd.abs()), "ard={ard} param {j}: formula {} vs fd {fd}", g[j]);
+            }
+        }
+    }
+
+    #[test]
+    fn learning_raises_the_bound_and_predictions_are_consistent() {
+        let (x, y) = toy(12, 3, 21);
+        let kern = SqExp { log_variance: 0.0, log_lengthscales: vec![0.0, 0.0], learn_variance: false };
+        let mut r = rng(1);
+        let problem = Problem { x: &x, y: &y, n_classes: 3 };
+        let method = KlmnlParams::default().check().unwrap();
+        let mut ctx = FitContext::new(&mut r, None);
+        let fixed = method.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut ctx).unwrap();
+        let learned = method.fit_model(&problem, &kern, HyperPolicy::Learn, &mut ctx).unwrap();
+        assert!(learned.log_zh() >= fixed.log_zh() - 1e-9);
+        assert_eq!(learned.kernel().log_variance, 0.0, "unit variance kept fixed");
+        let (xt, _) = toy(5, 3, 77);
+        let cache = learned.predictive_logs(&xt).unwrap();
+        for j in 0..5 {
+            // (24) <= (25) class-wise, the same argmax, and the latent means sum to zero (K^c = I)
+            for c in 0..3 {
+                assert!(cache.log_p24[j][c] <= cache.log_p25[j][c] + 1e-12);
+            }
+            assert_eq!(crate::linalg::argmax(&cache.log_p24[j]), crate::linalg::argmax(&cache.log_p25[j]));
+        }
+        let (means, _) = learned.latent_predictive(&xt);
+        for m in means {
+            assert!(m.iter().sum::<f64>().abs() < 1e-8);
+        }
+    }
+
+    #[test]
+    fn settings_are_checked_by_name() {
+        let e = KlmnlParams { predictive: "eq26".into(), ..Default::default() }.check().unwrap_err();
+        assert!(e.contains("settings.predictive"));
+        assert!(KlmnlParams::from_settings(&serde_json::json!({"max_sweep": 3})).is_err());
+    }
+}
+
+#[cfg(test)]
+mod jacobi_tests {
+    use super::*;
+
+    #[test]
+    fn jacobi_eigh_reconstructs_and_orders() {
+        let b = Mat::from_fn(5, 5, |i, j| ((i * 7 + j * 3) % 5) as f64 - 2.0 + if i == j { 1.0 } else { 0.0 });
+        let a = sym(&(&b * b.transpose()));
+        let (lam, u) = jacobi_eigh(&a).unwrap();
+        let rec = Mat::from_fn(5, 5, |i, j| (0..5).map(|k| u[(i, k)] * lam[k] * u[(j, k)]).sum::<f64>());
+        assert!((&rec - &a).norm_max() < 1e-10);
+        assert!(lam.windows(2).all(|w| w[0] <= w[1]));
+        let want = a.self_adjoint_eigenvalues(Side::Lower).unwrap();
+        for (x, y) in lam.iter().zip(&want) {
+            assert!((x - y).abs() < 1e-10);
+        }
+    }
+}
+
+#[cfg(test)]
+mod kc_tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand_distr::StandardNormal;
+    use rand::RngExt;
+
+    #[test]
+    fn kc_models_keep_the_trace_and_their_gradients_match_finite_differences() {
+        let mut r = Pcg64::seed_from_u64(4);
+        let n = 7;
+        let c = 3;
+        let y: Vec<usize> = (0..n).map(|i| i % c).collect();
+        let x = Array2::from_shape_fn((n, 2), |(i, d)| r.sample::<f64, _>(StandardNormal) + if d == 0 { y[i] as f64 } else { 0.0 });
+        let kern = SqExp { log_variance: 0.3, log_lengthscales: vec![0.2], learn_variance: true };
+        let params = KlmnlParams { tol: 1e-14, b_tol: 1e-11, ..Default::default() };
+        for model in ["m2", "m3", "m4", "m5"] {
+            let rho: Vec<f64> = kc_init(model, c).iter().map(|v| v + 0.2 * r.sample::<f64, _>(StandardNormal)).collect();
+            let kc = kc_of(model, &rho, c);
+            let tr: f64 = (0..c).map(|i| kc[(i, i)]).sum();
+            assert!((tr - c as f64).abs() < 1e-12, "{model}: tr {tr}");
+            let at = |rh: &[f64]| fit_variational(&Prior::new(kern.gram(&x), kc_of(model, rh, c), &y), &params, None, None).unwrap().log_zh;
+            let pr = Prior::new(kern.gram(&x), kc, &y);
+            let fit = fit_variational(&pr, &params, None, None).unwrap();
+            let g = kc_gradient(&pr, &fit, model, &rho);
+            for k in 0..rho.len() {
+                let e = 1e-4;
+                let mut rp = rho.clone();
+                rp[k] += e;
+                let mut rm = rho.clone();
+                rm[k] -= e;
+                let fd = (at(&rp) - at(&rm)) / (2.0 * e);
+                assert!((fd - g[k]).abs() < 1e-5 * (1.0 + fd.abs()), "{model} param {k}: {} vs fd {fd}", g[k]);
+            }
+        }
+        // M3/M4 are sum-to-zero models: 1 is an eigenvector of K^c
+        for model in ["m3", "m4"] {
+            let kc = kc_of(model, &kc_init(model, c).iter().map(|v| v + 0.3).collect::<Vec<_>>(), c);
+            let k1: Vec<f64> = (0..c).map(|i| (0..c).map(|j| kc[(i, j)]).sum()).collect();
+            assert!(k1.iter().all(|v| (v - k1[0]).abs() < 1e-12), "{model}: {k1:?}");
+        }
+    }
+}

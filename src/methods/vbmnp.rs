@@ -1,0 +1,736 @@
+//! Variational Bayes multinomial probit GP (Girolami & Rogers 2006, "VB-MNP"; "MF-MNP" in
+//! Chai 2012), with the paper's variational importance sampler for the posterior mean of the
+//! RBF precisions and its predictive distribution. See notes/girolami-rogers2006.md §2–§3.
+//!
+//! One covariance C = s2 exp(-sum_d phi_d (x_d - x'_d)^2) is shared by all K classes (as in
+//! every experiment of the paper), so Σ = C (I + C)^{-1} is one matrix and one Cholesky of
+//! I + C (eigenvalues >= 1) serves all classes. C^{-1} is never formed: m̃ᵀC⁻¹m̃ =
+//! m̃ᵀ(I+C)⁻¹ỹ_prev and log|Σ| - log|C| = -log|I+C| (notes §2.2, §2.7).
+//!
+//! Kernel conversion at the boundary: G&R's phi_d = 1 / (2 l_d^2) for the harness's SqExp
+//! length-scales l_d; the signal variance s2 is held fixed (1 in the paper).
+#![allow(non_snake_case)]
+use super::{parse_settings, FitContext, FitError, Fitted, HyperPolicy, Method, Problem};
+use crate::kernels::SqExp;
+use crate::likelihoods::probit::{predictive_class_probs, truncated_moments};
+use crate::linalg::{log_sum_exp, Chol};
+use crate::results::{EvidenceKind, Handoff};
+use faer::Mat;
+use ndarray::Array2;
+use rand::RngExt;
+use rand_distr::StandardNormal;
+use rand_pcg::Pcg64;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+const LN_2PI: f64 = 1.837_877_066_409_345_5;
+
+/// Settings (`method: vbmnp`). Defaults are the paper's §6.1 values.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VbmnpParams {
+    /// Maximum VB steps (each: eq. 4.6, Q(Y), then 4.7–4.8 when learning). §6.1: 50.
+    #[serde(default = "d_max_iters")]
+    pub max_iters: usize,
+    /// Stop when the relative change of the (printed-formula) bound falls below this
+    /// (§6.5: 0.01; 0.10 for ABE). 0 runs all `max_iters` steps.
+    #[serde(default = "d_tol")]
+    pub tol: f64,
+    /// Importance samples per hyper-parameter update (eq. 4.5; §6.1: 500).
+    #[serde(default = "d_is_samples")]
+    pub is_samples: usize,
+    /// Gamma(sigma, tau) hyper-prior on the rates psi_d (shape–rate; §6.1: 1e-3 each).
+    #[serde(default = "d_vague")]
+    pub sigma: f64,
+    #[serde(default = "d_vague")]
+    pub tau: f64,
+    /// Jitter (times s2) added to C_phi in the importance weights log N(m̃; 0, C_phi), the same
+    /// for every sample (notes §10.3).
+    #[serde(default = "d_is_jitter")]
+    pub is_jitter: f64,
+    /// Importance weight: `paper` (eq. 4.5: prod_k N(m̃_k; 0, C_phi + jitter)), `port` (the R
+    /// port vbmp: exp(-1/2 m̃ᵀ(C_phi + I)^{-1} m̃), no determinant) or `marginal`
+    /// (prod_k N(ỹ_k; 0, C_phi + I), m integrated out). Only `paper` is the paper's estimator.
+    #[serde(default)]
+    pub is_weight: IsWeight,
+    /// Starting precision phi for every dimension when learning (§6.1: 1); null = the kernel's.
+    #[serde(default)]
+    pub init_phi: Option<f64>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IsWeight {
+    #[default]
+    Paper,
+    Port,
+    Marginal,
+}
+
+fn d_max_iters() -> usize {
+    50
+}
+fn d_tol() -> f64 {
+    0.01
+}
+fn d_is_samples() -> usize {
+    500
+}
+fn d_vague() -> f64 {
+    1e-3
+}
+fn d_is_jitter() -> f64 {
+    1e-8
+}
+
+impl Default for VbmnpParams {
+    fn default() -> Self {
+        parse_settings(&serde_json::Value::Null).expect("defaults parse")
+    }
+}
+
+impl VbmnpParams {
+    pub fn from_settings(settings: &serde_json::Value) -> Result<Self, String> {
+        parse_settings(settings)
+    }
+
+    pub fn check(self) -> Result<Vbmnp, String> {
+        if self.max_iters == 0 {
+            return Err("settings.max_iters must be at least 1".into());
+        }
+        if !(self.tol >= 0.0 && self.tol < 1.0) {
+            return Err(format!("settings.tol must be in [0, 1), got {}", self.tol));
+        }
+        if self.is_samples < 2 {
+            return Err(format!("settings.is_samples must be at least 2, got {}", self.is_samples));
+        }
+        if !(self.sigma > 0.0 && self.sigma.is_finite()) {
+            return Err(format!("settings.sigma must be positive, got {}", self.sigma));
+        }
+        if !(self.tau > 0.0 && self.tau.is_finite()) {
+            return Err(format!("settings.tau must be positive, got {}", self.tau));
+        }
+        if !(self.is_jitter >= 0.0 && self.is_jitter < 1.0) {
+            return Err(format!("settings.is_jitter must be in [0, 1), got {}", self.is_jitter));
+        }
+        if let Some(p) = self.init_phi {
+            if !(p > 0.0 && p.is_finite()) {
+                return Err(format!("settings.init_phi must be positive, got {p}"));
+            }
+        }
+        Ok(Vbmnp { params: self })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Vbmnp {
+    params: VbmnpParams,
+}
+
+/// G&R precisions phi_d = 1 / (2 l_d^2) from the SqExp length-scales.
+pub fn phi_from_kernel(kernel: &SqExp) -> Vec<f64> {
+    kernel.log_lengthscales.iter().map(|l| 0.5 * (-2.0 * l).exp()).collect()
+}
+
+/// The SqExp with length-scales l_d = (2 phi_d)^{-1/2} and the given kernel's variance.
+pub fn kernel_from_phi(kernel: &SqExp, phi: &[f64]) -> SqExp {
+    SqExp {
+        log_variance: kernel.log_variance,
+        log_lengthscales: phi.iter().map(|p| -0.5 * (2.0 * p).ln()).collect(),
+        learn_variance: kernel.learn_variance,
+    }
+}
+
+/// C = s2 exp(-sum_d phi_d (x_id - x_jd)^2), [n, n]; `phi` has length 1 (isotropic) or d.
+pub fn gram_phi(x: &Array2<f64>, phi: &[f64], s2: f64) -> Mat<f64> {
+    let (n, d) = x.dim();
+    let w: Vec<f64> = (0..d).map(|k| if phi.len() == 1 { phi[0] } else { phi[k] }).collect();
+    let mut C = Mat::zeros(n, n);
+    for i in 0..n {
+        C[(i, i)] = s2;
+        let xi = x.row(i);
+        for j in 0..i {
+            let xj = x.row(j);
+            let mut s = 0.0;
+            for k in 0..d {
+                let t = xi[k] - xj[k];
+                s += w[k] * t * t;
+            }
+            let v = s2 * (-s).exp();
+            C[(i, j)] = v;
+            C[(j, i)] = v;
+        }
+    }
+    C
+}
+
+/// Eq. 4.6 then eqs. 4.3–4.4 and the bound (notes §2.7, "Stable evaluation"):
+/// B = (I+C)^{-1} ỹ_prev, m̃ = ỹ_prev - B, ỹ = E_Q(Y)[y] at m̃,
+/// ELBO = sum_n log 𝒵_n - 1/2 sum_k m̃_kᵀ B_k - K/2 log|I+C|, evaluated at the consistent
+/// (m̃, 𝒵(m̃), C) triple. Returns (m̃, new ỹ, ELBO).
+pub(crate) fn vb_step(chol: &Chol, Y_prev: &Mat<f64>, y: &[usize]) -> (Mat<f64>, Mat<f64>, f64) {
+    let (n, K) = (Y_prev.nrows(), Y_prev.ncols());
+    let B = chol.solve(Y_prev.as_ref());
+    let M = Mat::from_fn(n, K, |i, k| Y_prev[(i, k)] - B[(i, k)]);
+    let mut Y = Mat::zeros(n, K);
+    let mut sum_log_z = 0.0;
+    let mut m = vec![0.0; K];
+    for i in 0..n {
+        for (k, v) in m.iter_mut().enumerate() {
+            *v = M[(i, k)];
+        }
+        let tm = truncated_moments(&m, y[i]);
+        sum_log_z += tm.log_z;
+        for k in 0..K {
+            Y[(i, k)] = tm.mean[k];
+        }
+    }
+    let quad: f64 = (0..K).map(|k| (0..n).map(|i| M[(i, k)] * B[(i, k)]).sum::<f64>()).sum();
+    let elbo = sum_log_z - 0.5 * quad - 0.5 * K as f64 * chol.log_det();
+    (M, Y, elbo)
+}
+
+/// The printed App. C bound: ELBO - (K-1) N/2 ln 2 pi (notes §2.7, the Table 1 convention).
+pub fn paper_bound(elbo: f64, n: usize, n_classes: usize) -> f64 {
+    elbo - 0.5 * (n_classes as f64 - 1.0) * n as f64 * LN_2PI
+}
+
+fn chol_i_plus(C: &Mat<f64>) -> Result<Chol, FitError> {
+    let n = C.nrows();
+    let mut A = C.clone();
+    for i in 0..n {
+        A[(i, i)] += 1.0;
+    }
+    Ok(Chol::factor(A.as_ref(), "I + C")?)
+}
+
+/// Result of one importance-sampling update of Q(phi) (eqs. 4.5, 4.7).
+pub(crate) struct IsUpdate {
+    pub phi_mean: Vec<f64>,
+    pub ess: f64,
+    /// Samples that could not be factorised (weight zero).
+    pub failed: usize,
+}
+
+/// log prod_k N(m̃_k; 0, C_phi + jitter s2 I) up to the constant -(nK/2) ln 2 pi; None if
+/// C_phi + jitter is not numerically positive definite.
+/// log N(M; 0, C_phi + add I) summed over columns (without the determinant if `with_det` is false).
+fn log_is_weight_kind(x: &Array2<f64>, M: &Mat<f64>, phi: &[f64], s2: f64, add: f64, with_det: bool) -> Option<f64> {
+    let mut C = gram_phi(x, phi, s2);
+    for i in 0..C.nrows() {
+        C[(i, i)] += add;
+    }
+    let chol = Chol::factor(C.as_ref(), "C_phi").ok()?;
+    let Z = chol.solve_l(M.as_ref());
+    let quad: f64 = (0..Z.ncols()).map(|k| (0..Z.nrows()).map(|i| Z[(i, k)] * Z[(i, k)]).sum::<f64>()).sum();
+    let det = if with_det { chol.log_det() } else { 0.0 };
+    let v = -0.5 * quad - 0.5 * M.ncols() as f64 * det;
+    v.is_finite().then_some(v)
+}
+
+/// Self-normalised importance sampling with the prior Exp(psi_d) (rate form) as proposal:
+/// phĩ = sum_s w_s phi^s, w_s ∝ prod_k N(m̃_k; 0, C_{phi^s}) (shared kernel; notes §2.4),
+/// weights in log space. ESS = 1 / sum w_s^2.
+#[cfg(test)]
+pub(crate) fn importance_update(
+    x: &Array2<f64>,
+    M: &Mat<f64>,
+    psi: &[f64],
+    s2: f64,
+    n_samples: usize,
+    jitter: f64,
+    rng: &mut Pcg64,
+) -> Result<IsUpdate, FitError> {
+    importance_update_kind(x, M, psi, s2, n_samples, jitter, IsWeight::Paper, rng)
+}
+
+/// `importance_update` for any weight variant; `V` is m̃ (paper, port) or ỹ (marginal).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn importance_update_kind(
+    x: &Array2<f64>,
+    V: &Mat<f64>,
+    psi: &[f64],
+    s2: f64,
+    n_samples: usize,
+    jitter: f64,
+    kind: IsWeight,
+    rng: &mut Pcg64,
+) -> Result<IsUpdate, FitError> {
+    let M = V;
+    let mut samples = Vec::with_capacity(n_samples);
+    let mut log_w = Vec::with_capacity(n_samples);
+    let mut failed = 0;
+    for _ in 0..n_samples {
+        // Exp(rate psi) by inversion; 1 - U is in (0, 1].
+        let phi: Vec<f64> = psi.iter().map(|p| -(1.0 - rng.random::<f64>()).ln() / p).collect();
+        let lw = match kind {
+            IsWeight::Paper => log_is_weight_kind(x, M, &phi, s2, jitter * s2, true),
+            IsWeight::Port => log_is_weight_kind(x, M, &phi, s2, 1.0, false),
+            IsWeight::Marginal => log_is_weight_kind(x, M, &phi, s2, 1.0, true),
+        };
+        match lw {
+            Some(lw) => log_w.push(lw),
+            None => {
+                failed += 1;
+                log_w.push(f64::NEG_INFINITY);
+            }
+        }
+        samples.push(phi);
+    }
+    let lse = log_sum_exp(&log_w);
+    if !lse.is_finite() {
+        return Err(FitError::Numerical("importance sampler: every sample of C_phi failed to factorise".into()));
+    }
+    let w: Vec<f64> = log_w.iter().map(|l| (l - lse).exp()).collect();
+    let mut phi_mean = vec![0.0; psi.len()];
+    for (s, ws) in samples.iter().zip(&w) {
+        for (m, p) in phi_mean.iter_mut().zip(s) {
+            *m += ws * p;
+        }
+    }
+    let ess = 1.0 / w.iter().map(|v| v * v).sum::<f64>();
+    Ok(IsUpdate { phi_mean, ess, failed })
+}
+
+impl Method for Vbmnp {
+    fn name(&self) -> &'static str {
+        "vbmnp"
+    }
+
+    fn fit(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        let p = &self.params;
+        let (x, y, K) = (problem.x, problem.y, problem.n_classes);
+        let n = x.nrows();
+        let s2 = kernel.log_variance.exp();
+        let learn = hyper == HyperPolicy::Learn;
+        let mut phi = phi_from_kernel(kernel);
+        if let (true, Some(p0)) = (learn, p.init_phi) {
+            phi.iter_mut().for_each(|v| *v = p0);
+        }
+        // Eq. 4.8 at the starting phi.
+        let psi_of = |phi: &[f64]| phi.iter().map(|f| (p.sigma + 1.0) / (p.tau + f)).collect::<Vec<f64>>();
+        let mut psi = psi_of(&phi);
+
+        let mut C = gram_phi(x, &phi, s2);
+        let mut chol = chol_i_plus(&C)?;
+        // §6.1: M and Y initialised randomly.
+        let mut Y = Mat::from_fn(n, K, |_, _| ctx.rng.sample::<f64, _>(StandardNormal));
+        let mut elbo = f64::NEG_INFINITY;
+        let mut prev_bound: Option<f64> = None;
+        let (mut iters, mut converged) = (0, false);
+        let (mut ess_last, mut ess_min, mut is_failed) = (f64::NAN, f64::INFINITY, 0usize);
+        let mut kernel_changed = false;
+        for it in 1..=p.max_iters {
+            ctx.check_deadline()?;
+            iters = it;
+            let (M, Yn, e) = vb_step(&chol, &Y, y);
+            Y = Yn;
+            elbo = e;
+            kernel_changed = false;
+            let bound = paper_bound(elbo, n, K);
+            let train_err = (0..n)
+                .filter(|&i| crate::linalg::argmax(&(0..K).map(|k| M[(i, k)]).collect::<Vec<_>>()) != y[i])
+                .count() as f64
+                / n as f64;
+            let mut rec: Vec<(String, f64)> = vec![("bound".into(), bound), ("elbo".into(), elbo), ("train_error".into(), train_err)];
+            if learn {
+                // Eqs. 4.5, 4.7, 4.8 with the freshly computed m̃.
+                let V = if p.is_weight == IsWeight::Marginal { &Y } else { &M };
+                let up = importance_update_kind(x, V, &psi, s2, p.is_samples, p.is_jitter, p.is_weight, ctx.rng)?;
+                phi = up.phi_mean;
+                psi = psi_of(&phi);
+                ess_last = up.ess;
+                ess_min = ess_min.min(up.ess);
+                is_failed += up.failed;
+                C = gram_phi(x, &phi, s2);
+                chol = chol_i_plus(&C)?;
+                kernel_changed = true;
+                rec.push(("ess".into(), up.ess));
+            }
+            if phi.len() == 1 {
+                rec.push(("phi".into(), phi[0]));
+            } else {
+                rec.extend(phi.iter().enumerate().map(|(d, v)| (format!("phi_{}", d + 1), *v)));
+            }
+            let rec_ref: Vec<(&str, f64)> = rec.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+            ctx.record(it, &rec_ref);
+            if let Some(prev) = prev_bound {
+                if p.tol > 0.0 && (bound - prev).abs() < p.tol * prev.abs() {
+                    converged = true;
+                    break;
+                }
+            }
+            prev_bound = Some(bound);
+        }
+        if kernel_changed {
+            // One more fixed-kernel step so the reported bound, m̃ and predictions all use the
+            // final phĩ (the bound above was for the kernel before the last IS update).
+            let (_, Yn, e) = vb_step(&chol, &Y, y);
+            Y = Yn;
+            elbo = e;
+        }
+        let B = chol.solve(Y.as_ref());
+        Ok(Box::new(VbmnpModel {
+            x: x.clone(),
+            kernel: kernel_from_phi(kernel, &phi),
+            phi,
+            psi,
+            s2,
+            chol,
+            B,
+            elbo,
+            bound: paper_bound(elbo, n, K),
+            iters,
+            converged,
+            learned: learn,
+            ess_last,
+            ess_min,
+            is_failed,
+        }))
+    }
+}
+
+/// The fitted model: the final ỹ through B = (I + C)^{-1} ỹ, for the predictive of §4.5.
+pub struct VbmnpModel {
+    x: Array2<f64>,
+    kernel: SqExp,
+    phi: Vec<f64>,
+    psi: Vec<f64>,
+    s2: f64,
+    chol: Chol,
+    B: Mat<f64>,
+    elbo: f64,
+    bound: f64,
+    iters: usize,
+    converged: bool,
+    learned: bool,
+    ess_last: f64,
+    ess_min: f64,
+    is_failed: usize,
+}
+
+impl VbmnpModel {
+    /// Predictive latent means [m, K] and variances [m] (shared kernel: one per point).
+    pub fn predictive_latents(&self, xs: &Array2<f64>) -> (Mat<f64>, Vec<f64>) {
+        let Kx = gram_cross_phi(&self.x, xs, &self.phi, self.s2);
+        let mu = Kx.transpose() * &self.B;
+        let V = self.chol.solve_l(Kx.as_ref());
+        let var = (0..xs.nrows()).map(|j| (self.s2 - (0..V.nrows()).map(|i| V[(i, j)] * V[(i, j)]).sum::<f64>()).max(0.0)).collect();
+        (mu, var)
+    }
+
+    pub fn elbo(&self) -> f64 {
+        self.elbo
+    }
+}
+
+/// exp(-sum_d phi_d (x1_id - x2_jd)^2) s2, [n1, n2].
+pub fn gram_cross_phi(x1: &Array2<f64>, x2: &Array2<f64>, phi: &[f64], s2: f64) -> Mat<f64> {
+    let d = x1.ncols();
+    let w: Vec<f64> = (0..d).map(|k| if phi.len() == 1 { phi[0] } else { phi[k] }).collect();
+    Mat::from_fn(x1.nrows(), x2.nrows(), |i, j| {
+        let (a, b) = (x1.row(i), x2.row(j));
+        let s: f64 = (0..d).map(|k| w[k] * (a[k] - b[k]) * (a[k] - b[k])).sum();
+        s2 * (-s).exp()
+    })
+}
+
+impl Fitted for VbmnpModel {
+    fn predict_proba(&self, xs: &Array2<f64>, _rng: &mut Pcg64) -> Result<Array2<f64>, FitError> {
+        let (mu, var) = self.predictive_latents(xs);
+        let K = mu.ncols();
+        let mut out = Array2::zeros((xs.nrows(), K));
+        for j in 0..xs.nrows() {
+            let m: Vec<f64> = (0..K).map(|k| mu[(j, k)]).collect();
+            let p = predictive_class_probs(&m, &vec![var[j]; K]);
+            for k in 0..K {
+                out[[j, k]] = p[k];
+            }
+        }
+        Ok(out)
+    }
+
+    fn evidence(&self) -> Option<(f64, EvidenceKind)> {
+        Some((self.bound, EvidenceKind::LowerBound))
+    }
+
+    fn kernel(&self) -> &SqExp {
+        &self.kernel
+    }
+
+    fn diagnostics(&self) -> BTreeMap<String, String> {
+        let mut d = BTreeMap::new();
+        d.insert("iterations".into(), self.iters.to_string());
+        d.insert("converged".into(), self.converged.to_string());
+        d.insert("bound_paper".into(), format!("{:.6}", self.bound));
+        d.insert("elbo".into(), format!("{:.6}", self.elbo));
+        d.insert("phi".into(), format!("{:?}", self.phi));
+        d.insert("hyper_learned".into(), self.learned.to_string());
+        if self.learned {
+            d.insert("ess_last".into(), format!("{:.2}", self.ess_last));
+            d.insert("ess_min".into(), format!("{:.2}", self.ess_min));
+            d.insert("is_failed_samples".into(), self.is_failed.to_string());
+        }
+        d
+    }
+
+    fn extra_metrics(&self) -> BTreeMap<String, f64> {
+        let mut m = BTreeMap::new();
+        m.insert("elbo".into(), self.elbo);
+        m.insert("bound_paper".into(), self.bound);
+        m.insert("iterations".into(), self.iters as f64);
+        if self.learned {
+            m.insert("ess_last".into(), self.ess_last);
+            m.insert("ess_min".into(), self.ess_min);
+        }
+        m
+    }
+
+    fn handoff(&self) -> Handoff {
+        let mut vectors = BTreeMap::new();
+        vectors.insert("phi".into(), self.phi.clone());
+        vectors.insert("psi".into(), self.psi.clone());
+        Handoff { log_hyperparameters: self.kernel.log_params(), vectors }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::special::normal_cdf;
+    use rand::SeedableRng;
+
+    fn toy(n: usize, d: usize, k: usize, seed: u64) -> (Array2<f64>, Vec<usize>) {
+        let mut rng = Pcg64::seed_from_u64(seed);
+        let x = Array2::from_shape_fn((n, d), |_| rng.sample::<f64, _>(StandardNormal));
+        // Classes by angle sector of the first two coordinates (or sign for d = 1), plus noise.
+        let y = (0..n)
+            .map(|i| {
+                let a = if d > 1 { x[[i, 1]].atan2(x[[i, 0]]) } else { x[[i, 0]] };
+                let s = ((a + std::f64::consts::PI) / (2.0 * std::f64::consts::PI) * k as f64) as usize;
+                if rng.random::<f64>() < 0.1 { rng.random_range(0..k) } else { s.min(k - 1) }
+            })
+            .collect();
+        (x, y)
+    }
+
+    fn fit(x: &Array2<f64>, y: &[usize], k: usize, kernel: &SqExp, hyper: HyperPolicy, params: VbmnpParams, seed: u64)
+        -> (Box<dyn Fitted>, Vec<crate::results::TracePoint>) {
+        let mut rng = Pcg64::seed_from_u64(seed);
+        let mut ctx = FitContext::new(&mut rng, None);
+        let m = params.check().unwrap().fit(&Problem { x, y, n_classes: k }, kernel, hyper, &mut ctx).unwrap();
+        let trace = ctx.trace.clone();
+        (m, trace)
+    }
+
+    fn iso_kernel(phi: f64, s2: f64) -> SqExp {
+        SqExp { log_variance: s2.ln(), log_lengthscales: vec![-0.5 * (2.0 * phi).ln()], learn_variance: false }
+    }
+
+    #[test]
+    fn kernel_conversion_round_trips_and_matches_sqexp() {
+        let x = Array2::from_shape_fn((5, 3), |(i, j)| (i as f64 * 0.7 - j as f64 * 0.3).sin());
+        let base = SqExp { log_variance: 0.4, log_lengthscales: vec![0.1, -0.3, 0.8], learn_variance: false };
+        let phi = phi_from_kernel(&base);
+        let k2 = kernel_from_phi(&base, &phi);
+        let (a, b) = (base.gram(&x), gram_phi(&x, &phi, 0.4f64.exp()));
+        for i in 0..5 {
+            for j in 0..5 {
+                assert!((a[(i, j)] - b[(i, j)]).abs() < 1e-14);
+            }
+        }
+        for (u, v) in k2.log_lengthscales.iter().zip(&base.log_lengthscales) {
+            assert!((u - v).abs() < 1e-14);
+        }
+    }
+
+    #[test]
+    fn bound_never_decreases_on_a_fixed_kernel() {
+        for (seed, k, phi, s2) in [(1, 3, 0.5, 1.0), (2, 4, 0.1, 4.0), (3, 3, 2.0, 1.0)] {
+            let (x, y) = toy(40, 2, k, seed);
+            let params = VbmnpParams { tol: 0.0, max_iters: 40, ..Default::default() };
+            let (_, trace) = fit(&x, &y, k, &iso_kernel(phi, s2), HyperPolicy::Fixed, params, seed);
+            let elbo: Vec<f64> = trace.iter().filter(|t| t.name == "elbo").map(|t| t.value).collect();
+            assert_eq!(elbo.len(), 40);
+            for w in elbo.windows(2) {
+                assert!(w[1] >= w[0] - 1e-10 * w[0].abs(), "seed {seed}: {} -> {}", w[0], w[1]);
+            }
+            assert!(elbo[39] > elbo[0] + 1e-3, "the bound should move from a random start");
+        }
+    }
+
+    #[test]
+    fn bound_lies_below_the_exact_log_marginal_and_paper_constant_is_applied() {
+        // N = 3, K = 3: log p(t | X) by Monte Carlo over (m, eps) from the prior (notes §2.7).
+        let x = Array2::from_shape_vec((3, 1), vec![-0.8, 0.1, 0.9]).unwrap();
+        let y = vec![0, 1, 2];
+        let (kernel, s2) = (iso_kernel(0.7, 2.0), 2.0);
+        let params = VbmnpParams { tol: 0.0, max_iters: 200, ..Default::default() };
+        let (m, _) = fit(&x, &y, 3, &kernel, HyperPolicy::Fixed, params, 5);
+        let d = m.diagnostics();
+        let elbo: f64 = d["elbo"].parse().unwrap();
+        let (bound, kind) = m.evidence().unwrap();
+        assert_eq!(kind, EvidenceKind::LowerBound);
+        assert!((bound - (elbo - 3.0 * LN_2PI)).abs() < 1e-5);
+        let C = gram_phi(&x, &[0.7], s2);
+        let L = Chol::factor(C.as_ref(), "C").unwrap();
+        let mut rng = Pcg64::seed_from_u64(11);
+        let draws = 300_000;
+        let mut hits = 0usize;
+        for _ in 0..draws {
+            let mut f = [[0.0; 3]; 3];
+            for c in 0..3 {
+                let z: Vec<f64> = (0..3).map(|_| rng.sample::<f64, _>(StandardNormal)).collect();
+                for i in 0..3 {
+                    f[i][c] = (0..=i).map(|j| L.l()[(i, j)] * z[j]).sum::<f64>() + rng.sample::<f64, _>(StandardNormal);
+                }
+            }
+            if (0..3).all(|i| crate::linalg::argmax(&f[i]) == y[i]) {
+                hits += 1;
+            }
+        }
+        let p = hits as f64 / draws as f64;
+        let log_p = p.ln();
+        let se = ((1.0 - p) / (p * draws as f64)).sqrt();
+        assert!(elbo < log_p - 3.0 * se, "ELBO {elbo} vs log p(t) {log_p}");
+    }
+
+    /// Binary VB (G&R eq. 4.9) with kernel C, run to convergence; returns (ỹ', ELBO).
+    fn binary_vb(C: &Mat<f64>, t: &[f64]) -> (Vec<f64>, f64) {
+        let n = C.nrows();
+        let chol = chol_i_plus(C).unwrap();
+        let mut yt = vec![0.0; n];
+        let mut elbo = 0.0;
+        for _ in 0..3000 {
+            let b = chol.solve_vec(&yt);
+            let m: Vec<f64> = (0..n).map(|i| yt[i] - b[i]).collect();
+            let quad: f64 = m.iter().zip(&b).map(|(a, b)| a * b).sum();
+            elbo = (0..n).map(|i| normal_cdf(t[i] * m[i]).ln()).sum::<f64>() - 0.5 * quad - 0.5 * chol.log_det();
+            yt = (0..n).map(|i| m[i] + t[i] * crate::special::d_log_normal_cdf(t[i] * m[i])).collect();
+        }
+        (yt, elbo)
+    }
+
+    #[test]
+    fn two_classes_reduce_to_binary_probit_vb() {
+        // With K = 2, f = (m_1 - m_2)/sqrt 2 follows the binary VB of eq. 4.9 with the same C,
+        // m_1 + m_2 -> 0, and ELBO_K2 = ELBO_binary - 1/2 log|I + C| at the fixed point.
+        let (x, y) = toy(15, 2, 2, 9);
+        let kernel = iso_kernel(0.8, 1.0);
+        let params = VbmnpParams { tol: 0.0, max_iters: 3000, ..Default::default() };
+        let (m, _) = fit(&x, &y, 2, &kernel, HyperPolicy::Fixed, params, 3);
+        let C = gram_phi(&x, &[0.8], 1.0);
+        let t: Vec<f64> = y.iter().map(|&c| if c == 0 { 1.0 } else { -1.0 }).collect();
+        let (yb, elbo_b) = binary_vb(&C, &t);
+        let elbo: f64 = m.diagnostics()["elbo"].parse().unwrap();
+        let half_logdet = 0.5 * chol_i_plus(&C).unwrap().log_det();
+        assert!((elbo - (elbo_b - half_logdet)).abs() < 1e-7, "{elbo} vs {}", elbo_b - half_logdet);
+        // Predictive: P(class 0) = Phi(f_new / sqrt(1 + s^2)), f_new = ỹ'ᵀ(I+C)^{-1}c.
+        let xs = Array2::from_shape_fn((6, 2), |(i, j)| (i as f64 - 2.5) * 0.6 + j as f64 * 0.3);
+        let probs = m.predict_proba(&xs, &mut Pcg64::seed_from_u64(0)).unwrap();
+        let chol = chol_i_plus(&C).unwrap();
+        let cx = gram_cross_phi(&x, &xs, &[0.8], 1.0);
+        let a = chol.solve_vec(&yb);
+        for j in 0..6 {
+            let c: Vec<f64> = (0..15).map(|i| cx[(i, j)]).collect();
+            let f = crate::linalg::dot(&a, &c);
+            let v = 1.0 - crate::linalg::dot(&c, &chol.solve_vec(&c));
+            let want = normal_cdf(f / (1.0 + v).sqrt());
+            assert!((probs[[j, 0]] - want).abs() < 1e-8, "{} vs {want}", probs[[j, 0]]);
+            assert!((probs[[j, 0]] + probs[[j, 1]] - 1.0).abs() < 1e-12);
+        }
+    }
+
+    /// Dense oracle: log det and x^T A^{-1} x by Gaussian elimination with partial pivoting.
+    fn dense_logdet_quad(a: &[Vec<f64>], rhs: &[Vec<f64>]) -> (f64, f64) {
+        let n = a.len();
+        let mut m: Vec<Vec<f64>> = a.to_vec();
+        let mut r: Vec<Vec<f64>> = rhs.to_vec();
+        let mut logdet = 0.0;
+        for col in 0..n {
+            let piv = (col..n).max_by(|&i, &j| m[i][col].abs().partial_cmp(&m[j][col].abs()).unwrap()).unwrap();
+            m.swap(col, piv);
+            for v in r.iter_mut() {
+                v.swap(col, piv);
+            }
+            logdet += m[col][col].abs().ln();
+            for i in col + 1..n {
+                let f = m[i][col] / m[col][col];
+                for j in col..n {
+                    m[i][j] -= f * m[col][j];
+                }
+                for v in r.iter_mut() {
+                    v[i] -= f * v[col];
+                }
+            }
+        }
+        let mut quad = 0.0;
+        for (v, orig) in r.iter().zip(rhs) {
+            let mut s = vec![0.0; n];
+            for i in (0..n).rev() {
+                s[i] = (v[i] - (i + 1..n).map(|j| m[i][j] * s[j]).sum::<f64>()) / m[i][i];
+            }
+            quad += s.iter().zip(orig).map(|(a, b)| a * b).sum::<f64>();
+        }
+        (logdet, quad)
+    }
+
+    #[test]
+    fn importance_sampler_matches_a_brute_force_grid_over_phi() {
+        // Q(phi) ∝ prod_k N(m̃_k; 0, C_phi + jI) Exp(phi; psi): posterior mean and the expected ESS
+        // S (E_p W)^2 / E_p W^2 by a fine grid, against the sampler with S = 20000.
+        let x = Array2::from_shape_vec((6, 1), vec![-1.2, -0.5, 0.0, 0.4, 1.1, 1.5]).unwrap();
+        let M = Mat::from_fn(6, 2, |i, k| (x[[i, 0]] * (1.0 + k as f64)).sin() * 0.8);
+        let (psi, jitter, s2) = (0.7, 1e-3, 1.0);
+        let log_w = |phi: f64| {
+            let a: Vec<Vec<f64>> = (0..6)
+                .map(|i| (0..6).map(|j| (-phi * (x[[i, 0]] - x[[j, 0]]).powi(2)).exp() + if i == j { jitter } else { 0.0 }).collect())
+                .collect();
+            let rhs: Vec<Vec<f64>> = (0..2).map(|k| (0..6).map(|i| M[(i, k)]).collect()).collect();
+            let (ld, q) = dense_logdet_quad(&a, &rhs);
+            -0.5 * q - ld
+        };
+        let (n_grid, hi) = (200_000, 40.0 / psi);
+        let h = hi / n_grid as f64;
+        let lws: Vec<f64> = (1..=n_grid).map(|i| log_w(i as f64 * h)).collect();
+        let lmax = lws.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let (mut z, mut z1, mut z2) = (0.0, 0.0, 0.0);
+        for (i, lw) in lws.iter().enumerate() {
+            let phi = (i + 1) as f64 * h;
+            let prior = psi * (-psi * phi).exp() * h;
+            let w = (lw - lmax).exp();
+            z += prior * w;
+            z1 += prior * w * phi;
+            z2 += prior * w * w;
+        }
+        let mean = z1 / z;
+        let s = 20_000;
+        let ess_expected = s as f64 * z * z / z2;
+        let mut rng = Pcg64::seed_from_u64(4);
+        let up = importance_update(&x, &M, &[psi], s2, s, jitter, &mut rng).unwrap();
+        assert_eq!(up.failed, 0);
+        // Self-normalised IS: se ≈ sd_Q(phi) / sqrt(ESS); sd_Q(phi) < mean here, so 4 mean/sqrt(ESS) is generous.
+        assert!((up.phi_mean[0] - mean).abs() < 4.0 * mean / up.ess.sqrt(), "{} vs {mean} (ess {})", up.phi_mean[0], up.ess);
+        assert!((up.ess / ess_expected - 1.0).abs() < 0.1, "ess {} vs {ess_expected}", up.ess);
+        // The weights must actually matter (the posterior mean differs from the prior mean 1/psi).
+        assert!((mean - 1.0 / psi).abs() > 0.1 * mean);
+    }
+
+    #[test]
+    fn learning_runs_and_hands_over_the_estimated_kernel() {
+        let (x, y) = toy(30, 3, 3, 21);
+        let kernel = SqExp { log_variance: 0.0, log_lengthscales: vec![0.0; 3], learn_variance: false };
+        let params = VbmnpParams { is_samples: 50, max_iters: 5, init_phi: Some(1.0), ..Default::default() };
+        let (m, trace) = fit(&x, &y, 3, &kernel, HyperPolicy::Learn, params, 8);
+        let phi: Vec<f64> = (1..=3).map(|d| trace.iter().filter(|t| t.name == format!("phi_{d}")).last().unwrap().value).collect();
+        let back = phi_from_kernel(m.kernel());
+        for (a, b) in phi.iter().zip(&back) {
+            assert!((a / b - 1.0).abs() < 1e-12);
+        }
+        assert_eq!(m.handoff().log_hyperparameters, m.kernel().log_params());
+        let p = m.predict_proba(&x, &mut Pcg64::seed_from_u64(0)).unwrap();
+        for r in p.rows() {
+            assert!((r.sum() - 1.0).abs() < 1e-12 && r.iter().all(|v| *v >= 0.0));
+        }
+    }
+}

@@ -1,0 +1,342 @@
+//! Sparse variational multinomial-probit GP: the multiclass IVM-style assumed-density
+//! filtering scheme of Girolami & Rogers (2006) §5 (eqs. 5.1–5.5; notes §4).
+//!
+//! S points are included one at a time, either at random or by the paper's informative
+//! criterion (eq. 5.5: the candidate whose own label has the lowest current predictive
+//! probability). Each inclusion is an exact unit-noise GP-regression update with pseudo-target
+//! ỹ_n = m̃_n + p_n (eqs. 4.3–4.4 at the current m̃_n). With one kernel shared by the classes,
+//! the matrices M (S x N) and the variances s (N) of eqs. 5.1–5.3 are shared; only the K mean
+//! vectors m̃_k differ (notes §4.1 [DERIVED]). The kernel is fixed (the paper fixes it).
+//!
+//! Predictions: after S inclusions the posterior is GP regression on the active set with the
+//! stored pseudo-targets, m̃_k(x) = k_xI (K_II + I)^{-1} ỹ_I,k and
+//! s(x) = k(x,x) - k_xI (K_II + I)^{-1} k_Ix, fed to the §4.5 predictive formula.
+#![allow(non_snake_case)]
+use super::vbmnp::{gram_cross_phi, gram_phi, phi_from_kernel};
+use super::{parse_settings, FitContext, FitError, Fitted, HyperPolicy, Method, Problem};
+use crate::kernels::SqExp;
+use crate::likelihoods::probit::{log_predictive_class_prob, predictive_class_probs, truncated_moments};
+use crate::linalg::Chol;
+use crate::results::EvidenceKind;
+use faer::Mat;
+use ndarray::Array2;
+use rand::RngExt;
+use rand_pcg::Pcg64;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// How the next point is chosen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Inclusion {
+    /// Eq. 5.5: lowest predictive probability of the candidate's own label (ties: the first
+    /// step, where every score is 1/K, is drawn at random).
+    #[default]
+    Informative,
+    /// Uniformly among the points not yet included.
+    Random,
+}
+
+/// Settings (`method: vbmnp_sparse`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VbmnpSparseParams {
+    /// Maximum number S of included points (§6.3: 50; §6.4: 2000); capped at N.
+    #[serde(default = "d_active")]
+    pub active_size: usize,
+    #[serde(default)]
+    pub inclusion: Inclusion,
+    /// Record the training-pool error of argmax m̃ every this many inclusions (0 = never).
+    #[serde(default = "d_trace_every")]
+    pub trace_every: usize,
+}
+
+fn d_active() -> usize {
+    50
+}
+fn d_trace_every() -> usize {
+    1
+}
+
+impl Default for VbmnpSparseParams {
+    fn default() -> Self {
+        parse_settings(&serde_json::Value::Null).expect("defaults parse")
+    }
+}
+
+impl VbmnpSparseParams {
+    pub fn from_settings(settings: &serde_json::Value) -> Result<Self, String> {
+        parse_settings(settings)
+    }
+
+    pub fn check(self) -> Result<VbmnpSparse, String> {
+        if self.active_size == 0 {
+            return Err("settings.active_size must be at least 1".into());
+        }
+        Ok(VbmnpSparse { params: self })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct VbmnpSparse {
+    params: VbmnpSparseParams,
+}
+
+/// Result of the ADF pass over the training pool.
+pub(crate) struct AdfResult {
+    pub active: Vec<usize>,
+    /// Pseudo-targets ỹ_n at inclusion, [S][K].
+    pub y_active: Vec<Vec<f64>>,
+    /// Final m̃ on the pool, [N][K], and variances s, [N].
+    pub m: Vec<Vec<f64>>,
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub s: Vec<f64>,
+}
+
+/// The ADF pass (eqs. 5.1–5.4, with ν = 1/(1 + s_n) cached before 5.2; notes §4.1 FLAG).
+pub(crate) fn adf(
+    x: &Array2<f64>,
+    y: &[usize],
+    k_classes: usize,
+    phi: &[f64],
+    s2: f64,
+    params: &VbmnpSparseParams,
+    ctx: &mut FitContext,
+) -> Result<AdfResult, FitError> {
+    let n = x.nrows();
+    let s_max = params.active_size.min(n);
+    let mut Mrows: Vec<Vec<f64>> = Vec::with_capacity(s_max);
+    let mut s = vec![s2; n];
+    let mut m = vec![vec![0.0; k_classes]; n];
+    let mut included = vec![false; n];
+    let mut active = Vec::with_capacity(s_max);
+    let mut y_active = Vec::with_capacity(s_max);
+    for l in 0..s_max {
+        if l % 16 == 0 {
+            ctx.check_deadline()?;
+        }
+        let cand = match (params.inclusion, l) {
+            (Inclusion::Random, _) | (Inclusion::Informative, 0) => {
+                let free: Vec<usize> = (0..n).filter(|&i| !included[i]).collect();
+                free[ctx.rng.random_range(0..free.len())]
+            }
+            (Inclusion::Informative, _) => {
+                // Eq. 5.5 in log space; shared kernel: one variance per point.
+                let mut best = (f64::INFINITY, usize::MAX);
+                for i in (0..n).filter(|&i| !included[i]) {
+                    let lp = log_predictive_class_prob(&m[i], &vec![s[i]; k_classes], y[i]);
+                    if lp < best.0 {
+                        best = (lp, i);
+                    }
+                }
+                best.1
+            }
+        };
+        // Residuals p_n = ỹ_n - m̃_n at the current m̃_n (eqs. 4.3–4.4).
+        let tm = truncated_moments(&m[cand], y[cand]);
+        let p: Vec<f64> = (0..k_classes).map(|k| tm.mean[k] - m[cand][k]).collect();
+        y_active.push(tm.mean.clone());
+        // Eq. 5.1: Σ_n = C[:, n] - Mᵀ M[:, n].
+        let xc = x.row(cand).to_owned().insert_axis(ndarray::Axis(0));
+        let c = gram_cross_phi(x, &xc, phi, s2);
+        let mut sig: Vec<f64> = (0..n).map(|i| c[(i, 0)]).collect();
+        for row in &Mrows {
+            let a = row[cand];
+            if a != 0.0 {
+                for (si, ri) in sig.iter_mut().zip(row) {
+                    *si -= a * ri;
+                }
+            }
+        }
+        let nu = 1.0 / (1.0 + s[cand]);
+        if !nu.is_finite() {
+            return Err(FitError::Numerical(format!("sparse ADF: non-finite variance at inclusion {l}")));
+        }
+        // Eqs. 5.2–5.4 with the cached ν.
+        for i in 0..n {
+            s[i] -= nu * sig[i] * sig[i];
+            for k in 0..k_classes {
+                m[i][k] += nu * p[k] * sig[i];
+            }
+        }
+        let sq = nu.sqrt();
+        Mrows.push(sig.iter().map(|v| sq * v).collect());
+        included[cand] = true;
+        active.push(cand);
+        if params.trace_every > 0 && (l + 1) % params.trace_every == 0 {
+            let err = (0..n).filter(|&i| crate::linalg::argmax(&m[i]) != y[i]).count() as f64 / n as f64;
+            ctx.record(l + 1, &[("pool_error", err), ("n_included", (l + 1) as f64)]);
+        }
+    }
+    Ok(AdfResult { active, y_active, m, s })
+}
+
+impl Method for VbmnpSparse {
+    fn name(&self) -> &'static str {
+        "vbmnp_sparse"
+    }
+
+    fn fit(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        if hyper == HyperPolicy::Learn {
+            return Err(FitError::Unsupported(
+                "vbmnp_sparse keeps the kernel fixed (as the paper does): use hyper: fixed or hyper: {from: ...}".into(),
+            ));
+        }
+        let (x, y, K) = (problem.x, problem.y, problem.n_classes);
+        let phi = phi_from_kernel(kernel);
+        let s2 = kernel.log_variance.exp();
+        let res = adf(x, y, K, &phi, s2, &self.params, ctx)?;
+        let xa = x.select(ndarray::Axis(0), &res.active);
+        let mut A = gram_phi(&xa, &phi, s2);
+        for i in 0..A.nrows() {
+            A[(i, i)] += 1.0;
+        }
+        let chol = Chol::factor(A.as_ref(), "K_II + I")?;
+        let Ya = Mat::from_fn(res.active.len(), K, |i, k| res.y_active[i][k]);
+        let B = chol.solve(Ya.as_ref());
+        let pool_error = (0..x.nrows()).filter(|&i| crate::linalg::argmax(&res.m[i]) != y[i]).count() as f64 / x.nrows() as f64;
+        Ok(Box::new(VbmnpSparseModel { xa, phi, s2, chol, B, kernel: kernel.clone(), n_active: res.active.len(), pool_error }))
+    }
+}
+
+pub struct VbmnpSparseModel {
+    xa: Array2<f64>,
+    phi: Vec<f64>,
+    s2: f64,
+    chol: Chol,
+    B: Mat<f64>,
+    kernel: SqExp,
+    n_active: usize,
+    pool_error: f64,
+}
+
+impl Fitted for VbmnpSparseModel {
+    fn predict_proba(&self, xs: &Array2<f64>, _rng: &mut Pcg64) -> Result<Array2<f64>, FitError> {
+        let Kx = gram_cross_phi(&self.xa, xs, &self.phi, self.s2);
+        let mu = Kx.transpose() * &self.B;
+        let V = self.chol.solve_l(Kx.as_ref());
+        let K = self.B.ncols();
+        let mut out = Array2::zeros((xs.nrows(), K));
+        for j in 0..xs.nrows() {
+            let var = (self.s2 - (0..V.nrows()).map(|i| V[(i, j)] * V[(i, j)]).sum::<f64>()).max(0.0);
+            let m: Vec<f64> = (0..K).map(|k| mu[(j, k)]).collect();
+            let p = predictive_class_probs(&m, &vec![var; K]);
+            for k in 0..K {
+                out[[j, k]] = p[k];
+            }
+        }
+        Ok(out)
+    }
+
+    fn evidence(&self) -> Option<(f64, EvidenceKind)> {
+        None
+    }
+
+    fn kernel(&self) -> &SqExp {
+        &self.kernel
+    }
+
+    fn diagnostics(&self) -> BTreeMap<String, String> {
+        let mut d = BTreeMap::new();
+        d.insert("n_active".into(), self.n_active.to_string());
+        d.insert("pool_error".into(), format!("{:.6}", self.pool_error));
+        d
+    }
+
+    fn extra_metrics(&self) -> BTreeMap<String, f64> {
+        let mut m = BTreeMap::new();
+        m.insert("n_active".into(), self.n_active as f64);
+        m.insert("pool_error".into(), self.pool_error);
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use faer::linalg::solvers::DenseSolveCore;
+    use rand::SeedableRng;
+    use rand_distr::StandardNormal;
+
+    fn data(n: usize, seed: u64) -> (Array2<f64>, Vec<usize>) {
+        let mut rng = Pcg64::seed_from_u64(seed);
+        let x = Array2::from_shape_fn((n, 2), |_| rng.sample::<f64, _>(StandardNormal));
+        let y = (0..n).map(|i| if x[[i, 0]] > 0.5 { 0 } else if x[[i, 1]] > 0.0 { 1 } else { 2 }).collect();
+        (x, y)
+    }
+
+    #[test]
+    fn adf_matches_batch_gp_regression_on_the_active_set() {
+        // After S inclusions m̃ and s on the pool equal GP regression (unit noise) on the active
+        // set with the stored pseudo-targets (notes §4.1 [DERIVED]); dense oracle.
+        let (x, y) = data(40, 1);
+        let phi = [0.6];
+        for inclusion in [Inclusion::Random, Inclusion::Informative] {
+            let params = VbmnpSparseParams { active_size: 12, inclusion, trace_every: 0 };
+            let mut rng = Pcg64::seed_from_u64(2);
+            let mut ctx = FitContext::new(&mut rng, None);
+            let r = adf(&x, &y, 3, &phi, 1.0, &params, &mut ctx).unwrap();
+            let xa = x.select(ndarray::Axis(0), &r.active);
+            let mut A = gram_phi(&xa, &phi, 1.0);
+            for i in 0..12 {
+                A[(i, i)] += 1.0;
+            }
+            let Ainv = A.partial_piv_lu().inverse();
+            let Kx = gram_cross_phi(&x, &xa, &phi, 1.0);
+            let W = &Kx * &Ainv;
+            for i in 0..40 {
+                let var = 1.0 - (0..12).map(|a| W[(i, a)] * Kx[(i, a)]).sum::<f64>();
+                assert!((var - r.s[i]).abs() < 1e-10, "s {i}");
+                for k in 0..3 {
+                    let mean: f64 = (0..12).map(|a| W[(i, a)] * r.y_active[a][k]).sum();
+                    assert!((mean - r.m[i][k]).abs() < 1e-10, "m {i} {k}");
+                }
+            }
+            let mut uniq = r.active.clone();
+            uniq.sort();
+            uniq.dedup();
+            assert_eq!(uniq.len(), 12);
+        }
+    }
+
+    #[test]
+    fn informative_inclusion_picks_the_lowest_own_label_probability() {
+        let (x, y) = data(30, 5);
+        let phi = [0.5];
+        let mut rng = Pcg64::seed_from_u64(3);
+        let mut ctx = FitContext::new(&mut rng, None);
+        let p4 = VbmnpSparseParams { active_size: 4, inclusion: Inclusion::Informative, trace_every: 0 };
+        let r4 = adf(&x, &y, 3, &phi, 1.0, &p4, &mut ctx).unwrap();
+        let mut rng = Pcg64::seed_from_u64(3);
+        let mut ctx = FitContext::new(&mut rng, None);
+        let p5 = VbmnpSparseParams { active_size: 5, ..p4 };
+        let r5 = adf(&x, &y, 3, &phi, 1.0, &p5, &mut ctx).unwrap();
+        assert_eq!(&r5.active[..4], &r4.active[..]);
+        let scores: Vec<(f64, usize)> = (0..30)
+            .filter(|i| !r4.active.contains(i))
+            .map(|i| (crate::likelihoods::probit::predictive_class_probs(&r4.m[i], &[r4.s[i]; 3])[y[i]], i))
+            .collect();
+        let best = scores.iter().cloned().fold((f64::INFINITY, 0), |a, b| if b.0 < a.0 { b } else { a });
+        assert_eq!(r5.active[4], best.1);
+    }
+
+    #[test]
+    fn sparse_model_predicts_on_the_simplex_and_learns() {
+        let (x, y) = data(200, 7);
+        let kernel = SqExp { log_variance: 0.0, log_lengthscales: vec![0.0], learn_variance: false };
+        let params = VbmnpSparseParams { active_size: 40, ..Default::default() };
+        let mut rng = Pcg64::seed_from_u64(1);
+        let mut ctx = FitContext::new(&mut rng, None);
+        let m = params.check().unwrap().fit(&Problem { x: &x, y: &y, n_classes: 3 }, &kernel, HyperPolicy::Fixed, &mut ctx).unwrap();
+        let (xt, yt) = data(300, 8);
+        let p = m.predict_proba(&xt, &mut Pcg64::seed_from_u64(0)).unwrap();
+        let mut err = 0;
+        for (i, r) in p.rows().into_iter().enumerate() {
+            assert!((r.sum() - 1.0).abs() < 1e-12);
+            if crate::linalg::argmax(&r.to_vec()) != yt[i] {
+                err += 1;
+            }
+        }
+        assert!((err as f64) < 0.15 * 300.0, "test error {err}/300");
+    }
+}

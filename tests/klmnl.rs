@@ -1,0 +1,193 @@
+//! KL-MNL and the importance samplers MC-MNL / MC-MNP (Chai 2012) on tiny problems, against
+//! brute-force Gauss-Hermite quadrature of p(y) = E_{f ~ N(0, K)} prod_i p(y_i | f_i).
+use mcgp::kernels::SqExp;
+use mcgp::likelihoods::probit::log_probit_class_prob;
+use mcgp::linalg::{log_sum_exp, Chol};
+use mcgp::methods::importance::{ImportanceParams, Lik};
+use mcgp::methods::klmnl::KlmnlParams;
+use mcgp::methods::{FitContext, Fitted, HyperPolicy, Problem};
+use ndarray::Array2;
+use rand::SeedableRng;
+
+/// Gauss-Hermite nodes and weights for E_{z ~ N(0,1)} g(z) (Golub-Welsch via the symmetric
+/// tridiagonal Jacobi matrix of the probabilists' Hermite polynomials).
+fn gauss_hermite(n: usize) -> (Vec<f64>, Vec<f64>) {
+    let j = faer::Mat::from_fn(n, n, |a, b| if a + 1 == b || b + 1 == a { (a.max(b) as f64).sqrt() } else { 0.0 });
+    let e = j.self_adjoint_eigen(faer::Side::Lower).unwrap();
+    let s = e.S().column_vector();
+    let nodes = (0..n).map(|k| s[k]).collect();
+    let weights = (0..n).map(|k| e.U()[(0, k)].powi(2)).collect();
+    (nodes, weights)
+}
+
+/// log p(y) by tensor Gauss-Hermite quadrature in the whitened coordinates f = L g
+/// (datum-major latents, K = Kx (x) I_C).
+fn quadrature_log_evidence(kx: &faer::Mat<f64>, y: &[usize], c: usize, nodes: usize, lik: Lik) -> f64 {
+    let n = y.len();
+    let p = n * c;
+    let k = faer::Mat::from_fn(p, p, |a, b| if a % c == b % c { kx[(a / c, b / c)] } else { 0.0 });
+    let l = Chol::factor(k.as_ref(), "K").unwrap();
+    let (z, w) = gauss_hermite(nodes);
+    let mut idx = vec![0usize; p];
+    let mut terms = Vec::new();
+    loop {
+        let g: Vec<f64> = idx.iter().map(|&i| z[i]).collect();
+        let lw: f64 = idx.iter().map(|&i| w[i].ln()).sum();
+        let f: Vec<f64> = (0..p).map(|a| (0..=a).map(|b| l.l()[(a, b)] * g[b]).sum()).collect();
+        let mut ll = 0.0;
+        for i in 0..n {
+            let fi = &f[i * c..(i + 1) * c];
+            ll += match lik {
+                Lik::Logit => fi[y[i]] - log_sum_exp(fi),
+                Lik::Probit => log_probit_class_prob(fi, y[i]),
+            };
+        }
+        terms.push(lw + ll);
+        let mut d = 0;
+        while d < p {
+            idx[d] += 1;
+            if idx[d] < nodes {
+                break;
+            }
+            idx[d] = 0;
+            d += 1;
+        }
+        if d == p {
+            break;
+        }
+    }
+    log_sum_exp(&terms)
+}
+
+fn tiny(n: usize) -> (Array2<f64>, Vec<usize>) {
+    let x = Array2::from_shape_fn((n, 1), |(i, _)| i as f64 * 0.9 - 0.4);
+    let y = (0..n).map(|i| i % 2).collect();
+    (x, y)
+}
+
+fn run_is(lik: Lik, x: &Array2<f64>, y: &[usize], kern: &SqExp, settings: serde_json::Value) -> (f64, f64, f64, f64) {
+    let method = ImportanceParams::from_settings(&settings).unwrap().check(lik).unwrap();
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(17);
+    let mut ctx = FitContext::new(&mut rng, None);
+    let problem = Problem { x, y, n_classes: 2 };
+    let model = method.fit_model(&problem, kern, HyperPolicy::Fixed, &mut ctx).unwrap();
+    let e = model.extra_metrics();
+    (e["log_z_hat"], e["log_z_ub"], e["is_log_sd"], e["klmnl_log_zh"])
+}
+
+#[test]
+fn mc_mnl_matches_brute_force_quadrature_and_brackets_the_bound() {
+    // n = 3, C = 2: a 6-dimensional integral (notes D§11.0 item 6).
+    let (x, y) = tiny(3);
+    let kern = SqExp { log_variance: 1.0f64.ln(), log_lengthscales: vec![0.0], learn_variance: false };
+    let exact = quadrature_log_evidence(&kern.gram(&x), &y, 2, 12, Lik::Logit);
+    let ns = 100_000.0f64;
+    let (log_hat, log_ub, log_sd, log_zh) = run_is(Lik::Logit, &x, &y, &kern, serde_json::json!({"n_samples": 100000}));
+    // |p-hat - p| within 4 standard errors (relative to p)
+    let rel_se = (log_sd - exact).exp() / ns.sqrt();
+    assert!(((log_hat - exact).exp() - 1.0).abs() < 4.0 * rel_se + 1e-9, "IS {log_hat} vs quadrature {exact} (rel se {rel_se})");
+    assert!(log_ub >= exact, "upper bound {log_ub} below the quadrature value {exact}");
+    // the variational bound is below the truth (Proposition 8)
+    assert!(log_zh <= exact, "log Z_h {log_zh} above log p(y) {exact}");
+    // the quadrature itself has converged
+    let finer = quadrature_log_evidence(&kern.gram(&x), &y, 2, 15, Lik::Logit);
+    assert!((finer - exact).abs() < 1e-6);
+}
+
+/// F.1 predictive p(y* = c | y) = E[p(y|f) p(c|f*)] / p(y) by quadrature over the joint
+/// (train + test) latents, against the IS predictive (with n_test_samples < batch, so the
+/// regenerated draws must line up with the stored weights).
+#[test]
+fn mc_mnl_predictive_matches_brute_force_quadrature() {
+    let (x, y) = tiny(2);
+    let xs = Array2::from_shape_fn((1, 1), |_| 0.3);
+    let kern = SqExp { log_variance: 1.5f64.ln(), log_lengthscales: vec![0.0], learn_variance: false };
+    // joint latents: rows 0..2 training, row 2 the test point; the test "label" is c.
+    let xa = Array2::from_shape_fn((3, 1), |(i, _)| if i < 2 { x[(i, 0)] } else { 0.3 });
+    let kx = kern.gram(&xa);
+    let lz = quadrature_log_evidence(&kern.gram(&x), &y, 2, 20, Lik::Logit);
+    let want: Vec<f64> = (0..2).map(|c| (quadrature_log_evidence(&kx, &[y[0], y[1], c], 2, 12, Lik::Logit) - lz).exp()).collect();
+    assert!((want[0] + want[1] - 1.0).abs() < 1e-6);
+    let method = ImportanceParams::from_settings(&serde_json::json!({"n_samples": 40000, "batch": 1000, "n_test_samples": 30500}))
+        .unwrap()
+        .check(Lik::Logit)
+        .unwrap();
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(5);
+    let mut ctx = FitContext::new(&mut rng, None);
+    let problem = Problem { x: &x, y: &y, n_classes: 2 };
+    let model = method.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut ctx).unwrap();
+    let mut prng = rand_pcg::Pcg64::seed_from_u64(6);
+    let got = model.is_predictive(&xs, &mut prng).unwrap();
+    assert!((got[0][0] - want[0]).abs() < 0.01, "IS predictive {:?} vs quadrature {want:?}", got[0]);
+}
+
+#[test]
+fn mc_mnp_matches_brute_force_quadrature() {
+    let (x, y) = tiny(2);
+    let kern = SqExp { log_variance: 2.0f64.ln(), log_lengthscales: vec![0.5], learn_variance: false };
+    let exact = quadrature_log_evidence(&kern.gram(&x), &y, 2, 16, Lik::Probit);
+    let ns = 20_000.0f64;
+    let (log_hat, log_ub, log_sd, _) = run_is(Lik::Probit, &x, &y, &kern, serde_json::json!({"n_samples": 20000, "n_test_samples": 200}));
+    let rel_se = (log_sd - exact).exp() / ns.sqrt();
+    assert!(((log_hat - exact).exp() - 1.0).abs() < 4.0 * rel_se + 1e-9, "IS {log_hat} vs quadrature {exact}");
+    assert!(log_ub >= exact);
+}
+
+#[test]
+fn klmnl_fit_through_the_method_api_is_monotone_and_learns() {
+    let (x, y) = tiny(10);
+    let kern = SqExp { log_variance: 0.0, log_lengthscales: vec![0.0], learn_variance: false };
+    let method = KlmnlParams::default().check().unwrap();
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(3);
+    let mut ctx = FitContext::new(&mut rng, None);
+    let problem = Problem { x: &x, y: &y, n_classes: 2 };
+    let fixed = method.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut ctx).unwrap();
+    for w in fixed.log_zh_trace().windows(2) {
+        assert!(w[1] >= w[0] - 1e-10 * w[0].abs());
+    }
+    let learned = method.fit_model(&problem, &kern, HyperPolicy::Learn, &mut ctx).unwrap();
+    assert!(learned.log_zh() >= fixed.log_zh() - 1e-9);
+    // at the learned optimum the free gradient (lengthscale) is ~0
+    let g = learned.hyper_gradient();
+    assert!(g[1].abs() < 1e-3, "gradient at the optimum {g:?}");
+    let e = Fitted::extra_metrics(&learned);
+    assert!(e["log_zh"] >= e["thm10_bound"]);
+}
+
+/// The speed targets (same code as benches/chai2012.rs), reporting wall and CPU seconds:
+/// `cargo test --release --test tests klmnl::speed -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn speed_glass_klmnl_and_importance_sampling() {
+    use mcgp::data::{default_data_dir, Registry, Standardizer};
+    use std::time::Instant;
+    let registry = Registry::load(&default_data_dir()).expect("data registry");
+    let data = registry.load_dataset("glass").expect("glass");
+    let idx: Vec<usize> = (0..data.n()).map(|i| (i * 37) % data.n()).collect();
+    let train = data.subset(&idx[..128]);
+    let x = Standardizer::fit(&train.x).transform(&train.x);
+    let problem = Problem { x: &x, y: &train.y, n_classes: data.n_classes() };
+    let kernel = SqExp { log_variance: 0.0, log_lengthscales: vec![0.0; data.d()], learn_variance: false };
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(1);
+    let mut ctx = FitContext::new(&mut rng, None);
+    let method = KlmnlParams::default().check().unwrap();
+    let time = |label: &str, f: &mut dyn FnMut() -> String| {
+        let (t, c) = (Instant::now(), cpu_time::ProcessTime::now());
+        let msg = f();
+        println!("{label}: {:.2} s wall, {:.2} s CPU; {msg}", t.elapsed().as_secs_f64(), c.elapsed().as_secs_f64());
+    };
+    time("klmnl glass fixed", &mut || {
+        let m = method.fit_model(&problem, &kernel, HyperPolicy::Fixed, &mut ctx).unwrap();
+        format!("log Z_h {:.4}, {} sweeps", m.log_zh(), Fitted::extra_metrics(&m)["sweeps"])
+    });
+    time("klmnl glass learned", &mut || {
+        let m = method.fit_model(&problem, &kernel, HyperPolicy::Learn, &mut ctx).unwrap();
+        format!("log Z_h {:.4}, {} evaluations", m.log_zh(), Fitted::extra_metrics(&m)["hyper_evaluations"])
+    });
+    let is = ImportanceParams::from_settings(&serde_json::json!({"n_samples": 100000})).unwrap().check(Lik::Logit).unwrap();
+    time("mc_mnl glass 1e5 (incl. KL-MNL centre)", &mut || {
+        let m = is.fit_model(&problem, &kernel, HyperPolicy::Fixed, &mut ctx).unwrap();
+        let e = m.extra_metrics();
+        format!("log Z UB {:.4}, ESS {:.1}, KL-MNL {:.4}", e["log_z_ub"], e["is_ess"], e["klmnl_log_zh"])
+    });
+}
