@@ -136,6 +136,8 @@ fn a_killed_run_resumes_without_recomputing_and_gives_the_same_results() {
     assert!(partial.status.success(), "{}", String::from_utf8_lossy(&partial.stderr));
     let html = std::fs::read_to_string(dir.join("reports/small/index.html")).unwrap();
     assert!(html.contains("5 not run yet (partial report)"), "partial report must say so");
+    let index = std::fs::read_to_string(dir.join("reports/index.html")).unwrap();
+    assert!(index.contains("5 (partial report)"), "the index flags the partial report");
 
     let resumed = run(&dir, &spec, &[]);
     assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
@@ -167,6 +169,21 @@ fn a_killed_run_resumes_without_recomputing_and_gives_the_same_results() {
         assert!(svg.contains("<svg"), "{id}.svg is not SVG");
     }
     assert!(std::fs::read_to_string(dir.join("reports/index.html")).unwrap().contains("small"));
+
+    // --recompute ignores the stored cells and reproduces them bit for bit.
+    let stored = cells_without_timing(&results);
+    let out = mcgp()
+        .args(["run", "--recompute", "--no-report"])
+        .arg(&spec)
+        .arg("--results")
+        .arg(dir.join("results"))
+        .arg("--reports")
+        .arg(dir.join("reports"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(manifest(&results)["cells_computed"], 9);
+    assert_same_cells(&stored, &cells_without_timing(&results));
 
     // `mcgp report` re-renders from the stored cells alone.
     std::fs::remove_dir_all(&report).unwrap();

@@ -43,6 +43,9 @@ enum Command {
         /// Recompute cells stored as failed.
         #[arg(long)]
         retry_failed: bool,
+        /// Recompute every cell, ignoring stored results (e.g. after changing a method's code).
+        #[arg(long)]
+        recompute: bool,
         /// Skip the HTML report.
         #[arg(long)]
         no_report: bool,
@@ -80,7 +83,7 @@ fn load_spec(path: Option<&Path>, registry: &Registry) -> anyhow::Result<Spec> {
     }
 }
 
-fn options(paths: &Paths, registry: &Registry, threads: Option<usize>, retry_failed: bool, render_report: bool) -> RunOptions {
+fn options(paths: &Paths, registry: &Registry, threads: Option<usize>, retry_failed: bool, recompute: bool, render_report: bool) -> RunOptions {
     let data_dir = registry.data_dir().to_path_buf();
     let project_root = data_dir.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
     RunOptions {
@@ -90,6 +93,7 @@ fn options(paths: &Paths, registry: &Registry, threads: Option<usize>, retry_fai
         reports_root: paths.reports.clone(),
         threads,
         retry_failed,
+        recompute,
         progress: std::io::stderr().is_terminal(),
         render_report,
     }
@@ -97,12 +101,13 @@ fn options(paths: &Paths, registry: &Registry, threads: Option<usize>, retry_fai
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let default_paths = Paths { results: "results".into(), reports: "reports".into(), data: None };
-    let command = cli.command.unwrap_or(Command::Run { spec: None, threads: None, retry_failed: false, no_report: false, paths: default_paths });
+    let command =
+        cli.command.unwrap_or(Command::Run { spec: None, threads: None, retry_failed: false, recompute: false, no_report: false, paths: default_paths });
     match command {
-        Command::Run { spec, threads, retry_failed, no_report, paths } => {
+        Command::Run { spec, threads, retry_failed, recompute, no_report, paths } => {
             let registry = registry(&paths)?;
             let spec = load_spec(spec.as_deref(), &registry)?;
-            let opts = options(&paths, &registry, threads, retry_failed, !no_report);
+            let opts = options(&paths, &registry, threads, retry_failed, recompute, !no_report);
             eprintln!("running {} ({})", spec.name(), spec.file);
             let summary = runner::run(&spec, &registry, &opts)?;
             let m = &summary.manifest;
@@ -125,7 +130,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Report { spec, paths } => {
             let registry = registry(&paths)?;
             let spec = load_spec(Some(&spec), &registry)?;
-            let opts = options(&paths, &registry, None, false, true);
+            let opts = options(&paths, &registry, None, false, false, true);
             runner::report_only(&spec, &registry, &opts)?;
             eprintln!("report: {}", opts.reports_root.join(spec.name()).join("index.html").display());
             Ok(ExitCode::SUCCESS)

@@ -19,18 +19,24 @@ pub trait Likelihood: Send + Sync {
     /// over the standard-normal draws `z` (each a C-vector), which the caller supplies so that
     /// one set of draws serves every test point and the estimate is deterministic in the seed.
     fn predictive_probs(&self, mean: &[f64], cov_chol: MatRef<'_, f64>, z: &[Vec<f64>]) -> Vec<f64> {
-        let c = mean.len();
-        let mut acc = vec![0.0; c];
-        let mut f = vec![0.0; c];
-        for zs in z {
-            for (i, fi) in f.iter_mut().enumerate() {
-                *fi = mean[i] + (0..=i).map(|k| cov_chol[(i, k)] * zs[k]).sum::<f64>();
-            }
-            for (a, p) in acc.iter_mut().zip(self.probs(&f)) {
-                *a += p;
-            }
-        }
-        let total: f64 = acc.iter().sum();
-        acc.iter().map(|a| a / total).collect()
+        monte_carlo_predictive(self, mean, cov_chol, z)
     }
+}
+
+/// The Monte Carlo predictive shared by every likelihood: the average of `probs` at
+/// f = mean + L z over the draws z, renormalised.
+pub fn monte_carlo_predictive<L: Likelihood + ?Sized>(lik: &L, mean: &[f64], cov_chol: MatRef<'_, f64>, z: &[Vec<f64>]) -> Vec<f64> {
+    let c = mean.len();
+    let mut acc = vec![0.0; c];
+    let mut f = vec![0.0; c];
+    for zs in z {
+        for (i, fi) in f.iter_mut().enumerate() {
+            *fi = mean[i] + (0..=i).map(|k| cov_chol[(i, k)] * zs[k]).sum::<f64>();
+        }
+        for (a, p) in acc.iter_mut().zip(lik.probs(&f)) {
+            *a += p;
+        }
+    }
+    let total: f64 = acc.iter().sum();
+    acc.iter().map(|a| a / total).collect()
 }

@@ -227,18 +227,7 @@ impl Likelihood for Probit {
             let var: Vec<f64> = (0..c).map(|i| cov_chol[(i, i)].powi(2)).collect();
             return predictive_class_probs(mean, &var);
         }
-        let mut acc = vec![0.0; c];
-        let mut f = vec![0.0; c];
-        for zs in z {
-            for (i, fi) in f.iter_mut().enumerate() {
-                *fi = mean[i] + (0..=i).map(|k| cov_chol[(i, k)] * zs[k]).sum::<f64>();
-            }
-            for (a, p) in acc.iter_mut().zip(self.probs(&f)) {
-                *a += p;
-            }
-        }
-        let total: f64 = acc.iter().sum();
-        acc.iter().map(|a| a / total).collect()
+        super::monte_carlo_predictive(self, mean, cov_chol, z)
     }
 }
 

@@ -5,7 +5,7 @@
 //! browser renders. Every axis is a `Ticked` f64 axis with explicit ticks, so all charts
 //! share one type and categorical and logarithmic axes are ordinary f64 axes with their
 //! own tick labels.
-use super::format::{method_label, metric_label, setting_cmp, setting_value, setting_without, tick};
+use super::format::{method_label, metric_label, setting_cmp, setting_value, setting_without, sig3, tick};
 use super::ReportInput;
 use crate::results::{Aggregate, CellRecord, Status};
 use crate::spec::{FigureKind, FigureSpec};
@@ -940,23 +940,40 @@ fn heatmap(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> R
     let title_px = 40u32;
     let svg = render((pw * cols as u32, ph * rows as u32 + title_px), |root| {
         let (top, body) = root.split_vertically(title_px);
-        top.draw(&Text::new(spec.title.clone(), ((pw * cols as u32 / 2) as i32, 20), centred(19))).map_err(err)?;
+        top.draw(&Text::new(spec.title.clone(), ((pw * cols as u32 / 2) as i32, 14), centred(19))).map_err(err)?;
+        // A colour bar from the lowest to the highest mean.
+        let (bar_x, bar_w, bar_y) = (((pw * cols as u32) / 2) as i32 - 120, 240, 30);
+        for k in 0..bar_w {
+            let c = viridis(k as f64 / (bar_w - 1) as f64);
+            top.draw(&Rectangle::new([(bar_x + k, bar_y - 4), (bar_x + k + 1, bar_y + 4)], c.filled())).map_err(err)?;
+        }
+        let small = TextStyle::from((FONT, 12).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
+        top.draw(&Text::new(format!("{} ", sig3(lo)), (bar_x - 2, bar_y), small.clone())).map_err(err)?;
+        let small_left = TextStyle::from((FONT, 12).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+        top.draw(&Text::new(format!(" {}", sig3(hi)), (bar_x + bar_w + 2, bar_y), small_left)).map_err(err)?;
         let areas = body.split_evenly((rows, cols));
         for (panel, area) in panels.iter().zip(areas.iter()) {
             // Cells are drawn at grid indices, labelled with their values (log or not, the grid is what was run).
-            let x_names: Vec<(f64, String)> = panel.xs.iter().enumerate().map(|(i, v)| (i as f64, tick(*v))).collect();
-            let y_names: Vec<(f64, String)> = panel.ys.iter().enumerate().map(|(i, v)| (i as f64, tick(*v))).collect();
+            // Label at most ~7 ticks per axis so the labels never collide.
+            let names = |vals: &[f64]| -> Vec<(f64, String)> {
+                let every = vals.len().div_ceil(7).max(1);
+                vals.iter().enumerate().filter(|(i, _)| i % every == 0).map(|(i, v)| (i as f64, sig3(*v))).collect()
+            };
+            let (x_names, y_names) = (names(&panel.xs), names(&panel.ys));
             let x_axis = Axis::categorical(x_names, (-0.5, panel.xs.len() as f64 - 0.5), xk);
             let y_axis = Axis::categorical(y_names, (-0.5, panel.ys.len() as f64 - 0.5), yk);
             let mut ch = chart(area, &panel.title, &x_axis, &y_axis, true)?;
-            let label_size = if panel.xs.len() > 8 { 9 } else { 11 };
+            // Values are written in the cells while they fit; larger grids rely on the colour scale.
+            let write_values = panel.xs.len() <= 8 && panel.ys.len() <= 12;
             for &(i, j, m) in &panel.means {
                 let (x, y) = (i as f64, j as f64);
                 let colour = viridis(scale(m));
                 ch.draw_series(std::iter::once(Rectangle::new([(x - 0.5, y - 0.5), (x + 0.5, y + 0.5)], colour.filled()))).map_err(err)?;
-                let ink = if scale(m) > 0.6 { BLACK } else { WHITE };
-                let style = TextStyle::from((FONT, label_size).into_font()).pos(Pos::new(HPos::Center, VPos::Center)).color(&ink);
-                ch.draw_series(std::iter::once(Text::new(tick(m), (x, y), style))).map_err(err)?;
+                if write_values {
+                    let ink = if scale(m) > 0.6 { BLACK } else { WHITE };
+                    let style = TextStyle::from((FONT, 11).into_font()).pos(Pos::new(HPos::Center, VPos::Center)).color(&ink);
+                    ch.draw_series(std::iter::once(Text::new(sig3(m), (x, y), style))).map_err(err)?;
+                }
             }
         }
         Ok(())

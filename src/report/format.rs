@@ -47,6 +47,15 @@ pub fn tick(v: f64) -> String {
     }
 }
 
+/// A value to 3 significant digits (grid coordinates such as e^-1.5 = 0.223).
+pub fn sig3(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return tick(v);
+    }
+    let scale = 10f64.powi(2 - v.abs().log10().floor() as i32);
+    tick((v * scale).round() / scale)
+}
+
 /// A signed difference in units of the paper's sd, e.g. "+0.85 sd".
 pub fn sd_units(z: f64) -> String {
     let sign = if z >= 0.0 { "+" } else { "" };
@@ -155,6 +164,9 @@ mod tests {
 
     #[test]
     fn numbers_are_formatted_for_reading() {
+        assert_eq!(sig3(0.0580429), "0.058");
+        assert_eq!(sig3(148.413), "148");
+        assert_eq!(sig3(-50.94018), "-50.9");
         assert_eq!(num(12.345), "12.35");
         assert_eq!(num(-1234.5), "−1234.50");
         assert_eq!(num(0.12345), "0.123");

@@ -44,6 +44,9 @@ pub struct Score {
     /// entry's settings. A paper value with no run result counts here, unmatched.
     pub compared: usize,
     pub cells_failed: usize,
+    /// Cells of the spec not stored yet (a partial report of an interrupted run).
+    #[serde(default)]
+    pub cells_missing: usize,
     /// When the run finished (RFC 3339), from the manifest.
     pub finished: String,
 }
@@ -91,6 +94,7 @@ pub fn render_experiment(input: &ReportInput, out_dir: &Path) -> Result<Score, R
         matched: tables.iter().map(|t| t.matched).sum(),
         compared: tables.iter().map(|t| t.compared).sum(),
         cells_failed: input.cells.iter().filter(|c| c.status == Status::Failed).count(),
+        cells_missing: input.manifest.cells_missing,
         finished: m.finished.clone(),
     };
     let failed = input
@@ -153,6 +157,7 @@ pub fn render_index(reports_dir: &Path) -> Result<(), ReportError> {
                 paper: s.paper,
                 score: score_view(s.matched, s.compared),
                 cells_failed: s.cells_failed,
+                cells_missing: s.cells_missing,
                 finished: s.finished,
             }),
             Err(e) => problems.push(format!("{name}/score.json: {e}")),
@@ -225,6 +230,7 @@ struct IndexRow {
     paper: Option<String>,
     score: ScoreView,
     cells_failed: usize,
+    cells_missing: usize,
     finished: String,
 }
 

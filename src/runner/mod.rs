@@ -32,6 +32,9 @@ pub struct RunOptions {
     pub threads: Option<usize>,
     /// Recompute cells stored as failed (default: keep them, as a deterministic failure would repeat).
     pub retry_failed: bool,
+    /// Recompute every cell, ignoring stored ones (after changing a method's code without
+    /// bumping the crate version, which is part of every cell key).
+    pub recompute: bool,
     /// Draw a progress bar (on a terminal).
     pub progress: bool,
     pub render_report: bool,
@@ -85,7 +88,7 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
 
     // Reuse what is stored; everything else is pending.
     let mut done: BTreeMap<String, CellRecord> = BTreeMap::new();
-    for cell in &prepared.cells {
+    for cell in prepared.cells.iter().filter(|_| !opts.recompute) {
         if let Some(rec) = store.read_cell(&cell.key)? {
             if rec.status == Status::Ok || !opts.retry_failed {
                 done.insert(cell.key.clone(), rec);
