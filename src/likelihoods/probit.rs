@@ -132,6 +132,39 @@ pub fn log_probit_class_prob(m: &[f64], k: usize) -> f64 {
     log_concave_rule(&a, &b).log_total
 }
 
+/// Nodes of the fast rule below (16: relative error of log P below ~2e-7 over random
+/// K = 2..6 problems with latent scales up to 8; tested against `log_probit_class_prob`).
+const FAST_NODES: usize = 16;
+
+/// Physicists' Gauss-Hermite nodes x_i and log weights (weight exp(-x^2)) by Golub-Welsch:
+/// eigenvalues of the Jacobi matrix with off-diagonal sqrt(i/2); weights sqrt(pi) v_0i^2.
+fn gauss_hermite(n: usize) -> (Vec<f64>, Vec<f64>) {
+    let J = faer::Mat::from_fn(n, n, |i, j| if i + 1 == j || j + 1 == i { (i.max(j) as f64 / 2.0).sqrt() } else { 0.0 });
+    let evd = J.self_adjoint_eigen(faer::Side::Lower).expect("Jacobi matrix eigendecomposition");
+    let x: Vec<f64> = (0..n).map(|i| evd.S().column_vector()[i]).collect();
+    let log_w = (0..n).map(|i| 0.5 * std::f64::consts::PI.ln() + 2.0 * evd.U()[(0, i)].abs().ln()).collect();
+    (x, log_w)
+}
+
+/// `log_probit_class_prob` by a fixed-size adaptive Gauss-Hermite rule: 16 nodes centred at
+/// the integrand's mode and scaled by its curvature there, so it still follows the integrand
+/// into the far tails. About 10x cheaper; for inner loops that run it millions of times (the
+/// Gibbs sampler's predictive), where its ~1e-7 relative error is far below Monte Carlo error.
+pub fn log_probit_class_prob_fast(m: &[f64], k: usize) -> f64 {
+    static RULE: std::sync::OnceLock<(Vec<f64>, Vec<f64>)> = std::sync::OnceLock::new();
+    let (x, log_w) = RULE.get_or_init(|| gauss_hermite(FAST_NODES));
+    let (a, b) = offsets(m, k);
+    let u = mode(&a, &b);
+    let (_, _, d2h) = h_and_derivs(u, &a, &b);
+    // exp(h) ~ exp(h(u*) - (v - u*)^2 / (2 s^2)) with s^2 = -1/h'': substitute v = u* + sqrt(2) s x.
+    let scale = std::f64::consts::SQRT_2 / (-d2h).sqrt();
+    let mut terms = [0.0; FAST_NODES];
+    for (i, term) in terms.iter_mut().enumerate() {
+        *term = log_w[i] + x[i] * x[i] + h_only(u + scale * x[i], &a, &b);
+    }
+    crate::linalg::log_sum_exp(&terms) + scale.ln()
+}
+
 /// P(t = k | m) for the multinomial probit likelihood (see `log_probit_class_prob`).
 pub fn probit_class_prob(m: &[f64], k: usize) -> f64 {
     log_probit_class_prob(m, k).exp()

@@ -33,7 +33,7 @@ use super::{parse_settings, FitContext, FitError, Fitted, HyperPolicy, Method, P
 use crate::kernels::SqExp;
 use crate::linalg::log_sum_exp;
 use crate::results::{EvidenceKind, Handoff};
-use crate::special::{d_log_normal_cdf, log_normal_cdf, normal_cdf, LN_SQRT_2PI};
+use crate::special::{d_log_normal_cdf, log_normal_cdf, normal_cdf};
 use faer::{Mat, Side};
 use ndarray::Array2;
 use rand::RngExt;
@@ -171,6 +171,18 @@ pub(crate) fn sample_std_normal_above(b: f64, rng: &mut Pcg64) -> f64 {
     }
 }
 
+/// h(y) of `winner_log_density` without the derivatives (the rejection step's test).
+fn winner_log_density_only(y: f64, m: &[f64], t: usize) -> f64 {
+    let d = y - m[t];
+    let mut h = -0.5 * d * d;
+    for (j, &mj) in m.iter().enumerate() {
+        if j != t {
+            h += log_normal_cdf(y - mj);
+        }
+    }
+    h
+}
+
 /// log of the winner's unnormalised marginal density, h(y) = log phi(y - m_t) + sum_{j != t}
 /// log Phi(y - m_j) (up to a constant), and its first two derivatives.
 fn winner_log_density(y: f64, m: &[f64], t: usize) -> (f64, f64, f64) {
@@ -189,13 +201,9 @@ fn winner_log_density(y: f64, m: &[f64], t: usize) -> (f64, f64, f64) {
     (h, dh, d2h)
 }
 
-/// The mode of h (strictly concave, h'' in [-K, -1]): Newton safeguarded by a bracket.
-/// h'(m_t) > 0 and h'' <= -1 give the bracket [m_t, m_t + h'(m_t)].
-pub(crate) fn winner_mode(m: &[f64], t: usize) -> f64 {
-    winner_mode_tol(m, t, 1e-9)
-}
-
-/// `winner_mode`, stopping once |h'(y)| < tol (1 + |y|).
+/// The mode of h (strictly concave, h'' in [-K, -1]): Newton safeguarded by a bracket
+/// (h'(m_t) > 0 and h'' <= -1 give [m_t, m_t + h'(m_t)]), stopping once |h'(y)| < tol (1 + |y|).
+/// The sampler needs only a point near the mode (its tangent-parabola envelope is exact anywhere).
 fn winner_mode_tol(m: &[f64], t: usize, tol: f64) -> f64 {
     let (_, d0, _) = winner_log_density(m[t], m, t);
     let (mut lo, mut hi) = (m[t], m[t] + d0.max(0.0));
@@ -261,7 +269,7 @@ fn log_lik_point(m: &[f64], t: usize, binary: bool) -> f64 {
     if binary {
         log_normal_cdf(if t == 1 { m[0] } else { -m[0] })
     } else {
-        log_class_prob_agh(m, t)
+        crate::likelihoods::probit::log_probit_class_prob_fast(m, t)
     }
 }
 
@@ -278,68 +286,12 @@ fn predictive_point(mu: &[f64], var: f64, binary: bool, out: &mut [f64]) {
         let scaled: Vec<f64> = mu.iter().map(|x| x / v).collect();
         let mut total = 0.0;
         for (k, o) in out.iter_mut().enumerate() {
-            *o = log_class_prob_agh(&scaled, k).exp();
+            *o = crate::likelihoods::probit::log_probit_class_prob_fast(&scaled, k).exp();
             total += *o;
         }
         // The cones partition R^K: the exact values sum to one.
         out.iter_mut().for_each(|o| *o /= total);
     }
-}
-
-/// Nodes of the adaptive Gauss-Hermite rule below (16: relative error of log P below ~2e-7
-/// over random K = 2..6 problems with latent scales up to 8, far below Monte Carlo error).
-const AGH_NODES: usize = 16;
-
-/// Physicists' Gauss-Hermite nodes x_i and log weights (weight function exp(-x^2)), by
-/// Golub-Welsch: eigenvalues of the Jacobi matrix with off-diagonal sqrt(i/2); weights
-/// sqrt(pi) v_0i^2.
-fn gauss_hermite_rule(n: usize) -> (Vec<f64>, Vec<f64>) {
-    let J = Mat::from_fn(n, n, |i, j| if i + 1 == j || j + 1 == i { (i.max(j) as f64 / 2.0).sqrt() } else { 0.0 });
-    let evd = J.self_adjoint_eigen(Side::Lower).expect("Jacobi matrix eigendecomposition");
-    let x: Vec<f64> = (0..n).map(|i| evd.S().column_vector()[i]).collect();
-    let log_w = (0..n).map(|i| 0.5 * std::f64::consts::PI.ln() + 2.0 * evd.U()[(0, i)].abs().ln()).collect();
-    (x, log_w)
-}
-
-fn gauss_hermite() -> &'static (Vec<f64>, Vec<f64>) {
-    static RULE: std::sync::OnceLock<(Vec<f64>, Vec<f64>)> = std::sync::OnceLock::new();
-    RULE.get_or_init(|| gauss_hermite_rule(AGH_NODES))
-}
-
-/// h(y) of `winner_log_density` without the derivatives.
-fn winner_log_density_only(y: f64, m: &[f64], t: usize) -> f64 {
-    let d = y - m[t];
-    let mut h = -0.5 * d * d;
-    for (j, &mj) in m.iter().enumerate() {
-        if j != t {
-            h += log_normal_cdf(y - mj);
-        }
-    }
-    h
-}
-
-/// log P(t | m) = log E_u prod_{j != t} Phi(u + m_t - m_j) by adaptive Gauss-Hermite in log
-/// space (notes §10.1): with y = u + m_t the integrand is exp(h(y)) / sqrt(2 pi), h the
-/// cone sampler's winner log-density; the rule is centred at h's mode and scaled by its
-/// curvature there, so it follows the integrand into the far tails. This is the sampler's
-/// fast path (it runs K times per test point and kept draw); the unit test
-/// `fast_quadrature_matches_the_shared_probit_likelihood` checks it against
-/// `likelihoods::probit`, the project's reference implementation.
-fn log_class_prob_agh(m: &[f64], t: usize) -> f64 {
-    let (x, log_w) = gauss_hermite();
-    log_class_prob_rule(m, t, x, log_w)
-}
-
-fn log_class_prob_rule(m: &[f64], t: usize, x: &[f64], log_w: &[f64]) -> f64 {
-    let mode = winner_mode(m, t);
-    let (_, _, d2h) = winner_log_density(mode, m, t);
-    let scale = std::f64::consts::SQRT_2 / (-d2h).sqrt();
-    let mut terms = [0.0; 64];
-    let terms = &mut terms[..x.len()];
-    for (i, term) in terms.iter_mut().enumerate() {
-        *term = log_w[i] + x[i] * x[i] + winner_log_density_only(mode + scale * x[i], m, t);
-    }
-    log_sum_exp(terms) + scale.ln() - LN_SQRT_2PI
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -878,7 +830,7 @@ mod tests {
             let m: Vec<f64> = (0..k).map(|_| scale * rng.sample::<f64, _>(StandardNormal)).collect();
             let t = case % k;
             let reference = probit::log_probit_class_prob(&m, t);
-            let fast = log_class_prob_agh(&m, t);
+            let fast = crate::likelihoods::probit::log_probit_class_prob_fast(&m, t);
             let err = (fast - reference).abs() / reference.abs().max(1.0);
             worst = worst.max(err);
             assert!(err < 1e-6, "m = {m:?}, t = {t}: {fast} vs {reference}");
@@ -894,7 +846,7 @@ mod tests {
         // Far tail (notes §2.3: m = (-4, 4), t = 1 has Z = 7.7086e-09; K = 2 closed form Phi(d / sqrt 2)).
         let d = -16.0;
         let exact = log_normal_cdf(d / std::f64::consts::SQRT_2);
-        assert!((log_class_prob_agh(&[0.0, -d], 0) - exact).abs() < 1e-6 * exact.abs(), "worst {worst}");
+        assert!((crate::likelihoods::probit::log_probit_class_prob_fast(&[0.0, -d], 0) - exact).abs() < 1e-6 * exact.abs(), "worst {worst}");
     }
 
     #[test]
