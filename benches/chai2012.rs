@@ -7,7 +7,7 @@ use mcgp::data::{default_data_dir, Registry, Standardizer};
 use mcgp::kernels::SqExp;
 use mcgp::methods::importance::{ImportanceParams, Lik};
 use mcgp::methods::klmnl::KlmnlParams;
-use mcgp::methods::{FitContext, Fitted, HyperPolicy, Problem};
+use mcgp::methods::{FitContext, Fitted, FromSettings, HyperPolicy, Problem};
 use rand::SeedableRng;
 use std::time::Instant;
 

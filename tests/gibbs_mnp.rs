@@ -6,7 +6,7 @@
 use mcgp::kernels::SqExp;
 use mcgp::likelihoods::probit;
 use mcgp::methods::gibbs_mnp::{GibbsMnpModel, GibbsMnpParams};
-use mcgp::methods::{FitContext, Fitted, HyperPolicy, Problem};
+use mcgp::methods::{FitContext, Fitted, FromSettings, HyperPolicy, Problem};
 use ndarray::{array, Array2};
 use rand::{RngExt, SeedableRng};
 use rand_distr::StandardNormal;

@@ -5,7 +5,7 @@ use mcgp::likelihoods::probit::log_probit_class_prob;
 use mcgp::linalg::{log_sum_exp, Chol};
 use mcgp::methods::importance::{ImportanceParams, Lik};
 use mcgp::methods::klmnl::KlmnlParams;
-use mcgp::methods::{FitContext, Fitted, HyperPolicy, Problem};
+use mcgp::methods::{FitContext, Fitted, FromSettings, HyperPolicy, Problem};
 use ndarray::Array2;
 use rand::SeedableRng;
 

@@ -104,10 +104,6 @@ impl Default for GibbsMnpParams {
 }
 
 impl GibbsMnpParams {
-    pub fn from_settings(settings: &serde_json::Value) -> Result<Self, String> {
-        parse_settings(settings)
-    }
-
     /// Check every rule; the error names the setting.
     pub fn check(self) -> Result<GibbsMnp, String> {
         if self.samples == 0 {
@@ -658,6 +654,7 @@ impl Fitted for GibbsMnpModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::methods::FromSettings;
     use crate::special::normal_pdf;
     use rand::SeedableRng;
 

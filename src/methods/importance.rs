@@ -11,7 +11,7 @@
 //! With K = Kx (x) Kc and the prior scale, L_K = L_x (x) L_c: one batch of draws is an
 //! n x (B C) matrix Y and L_K z is L_x Y (then L_c per sample), a matrix-matrix product.
 use super::klmnl::{KlmnlModel, KlmnlParams};
-use super::{parse_settings, FitContext, FitError, Fitted, HyperPolicy, Method, Problem};
+use super::{FitContext, FitError, Fitted, HyperPolicy, Method, Problem};
 use crate::kernels::SqExp;
 use crate::likelihoods::probit::{log_probit_class_prob, probit_class_probs};
 use crate::linalg::{log_sum_exp, softmax_in_place, Chol};
@@ -126,10 +126,6 @@ impl LikEval {
 }
 
 impl ImportanceParams {
-    pub fn from_settings(settings: &serde_json::Value) -> Result<Self, String> {
-        parse_settings(settings)
-    }
-
     pub fn check(self, lik: Lik) -> Result<Importance, String> {
         if self.n_samples < 100 {
             return Err(format!("settings.n_samples must be at least 100, got {}", self.n_samples));

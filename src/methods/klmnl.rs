@@ -100,10 +100,6 @@ impl Default for KlmnlParams {
 }
 
 impl KlmnlParams {
-    pub fn from_settings(settings: &serde_json::Value) -> Result<Self, String> {
-        parse_settings(settings)
-    }
-
     pub fn check(self) -> Result<Klmnl, String> {
         if self.max_sweeps == 0 {
             return Err("settings.max_sweeps must be at least 1".into());
@@ -1333,6 +1329,7 @@ impl Fitted for KlmnlModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::methods::FromSettings;
     use rand::{RngExt, SeedableRng};
     use rand_distr::StandardNormal;
     use faer::linalg::solvers::DenseSolveCore;

@@ -58,10 +58,6 @@ impl Default for LaplaceParams {
 }
 
 impl LaplaceParams {
-    pub fn from_settings(settings: &serde_json::Value) -> Result<Self, String> {
-        parse_settings(settings)
-    }
-
     /// Check every rule; the error names the setting.
     pub fn check(self) -> Result<Laplace, String> {
         if self.max_newton_iters == 0 {

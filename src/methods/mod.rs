@@ -160,6 +160,17 @@ pub fn build(name: &str, settings: &serde_json::Value) -> Result<Box<dyn Method>
     }
 }
 
+/// `<Name>Params::from_settings(&value)` for every method's settings struct: one parser for all.
+pub trait FromSettings: Sized {
+    fn from_settings(settings: &serde_json::Value) -> Result<Self, String>;
+}
+
+impl<T: serde::de::DeserializeOwned> FromSettings for T {
+    fn from_settings(settings: &serde_json::Value) -> Result<Self, String> {
+        parse_settings(settings)
+    }
+}
+
 /// Deserialize a method's settings, turning serde's message into one that names the field.
 pub(crate) fn parse_settings<T: serde::de::DeserializeOwned>(settings: &serde_json::Value) -> Result<T, String> {
     let value = if settings.is_null() { serde_json::Value::Object(Default::default()) } else { settings.clone() };

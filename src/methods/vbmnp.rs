@@ -90,10 +90,6 @@ impl Default for VbmnpParams {
 }
 
 impl VbmnpParams {
-    pub fn from_settings(settings: &serde_json::Value) -> Result<Self, String> {
-        parse_settings(settings)
-    }
-
     pub fn check(self) -> Result<Vbmnp, String> {
         if self.max_iters == 0 {
             return Err("settings.max_iters must be at least 1".into());

@@ -65,10 +65,6 @@ impl Default for VbmnpSparseParams {
 }
 
 impl VbmnpSparseParams {
-    pub fn from_settings(settings: &serde_json::Value) -> Result<Self, String> {
-        parse_settings(settings)
-    }
-
     pub fn check(self) -> Result<VbmnpSparse, String> {
         if self.active_size == 0 {
             return Err("settings.active_size must be at least 1".into());
