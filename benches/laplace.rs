@@ -20,6 +20,7 @@ fn median_seconds(reps: usize, mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
+    mcgp::tune_allocator();
     faer::set_global_parallelism(faer::Par::Seq);
     let registry = Registry::load(&default_data_dir()).expect("registry");
     let glass = registry.load_dataset("glass").expect("glass");

@@ -61,6 +61,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    mcgp::tune_allocator();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,

@@ -44,7 +44,8 @@ impl Chol {
     fn factor_ladder(a: MatRef<'_, f64>, what: &str, ladder: &[f64]) -> Result<Chol, LinalgError> {
         assert_eq!(a.nrows(), a.ncols(), "Cholesky of a non-square matrix");
         let n = a.nrows();
-        if (0..n).any(|j| (0..n).any(|i| !a[(i, j)].is_finite())) {
+        // llt reads the lower triangle only.
+        if (0..n).any(|j| (j..n).any(|i| !a[(i, j)].is_finite())) {
             return Err(LinalgError::NonFinite { what: what.to_string() });
         }
         let scale = if n == 0 { 1.0 } else { (0..n).map(|i| a[(i, i)].abs()).sum::<f64>() / n as f64 };
