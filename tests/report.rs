@@ -4,7 +4,7 @@
 //! Set MCGP_REPORT_DEMO=<dir> to also render the synthetic report there for a look.
 use mcgp::report::{render_experiment, render_index, ReportInput, Score};
 use mcgp::results::{CellRecord, EvidenceKind, Handoff, Manifest, Status, TracePoint};
-use mcgp::spec::{FigureKind, FigureSpec, PaperValue, TableSpec, ToleranceRule};
+use mcgp::spec::{FigureKind, FigureSpec, Interval, PaperValue, TableSpec, ToleranceRule};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -140,6 +140,8 @@ fn figure(id: &str, kind: FigureKind, metric: Option<&str>) -> FigureSpec {
         title: format!("Figure {id}"),
         kind,
         metric: metric.map(String::from),
+        metrics: vec![],
+        interval: Interval::Se,
         x: None,
         y: None,
         trace: None,
@@ -158,7 +160,11 @@ fn figures() -> Vec<FigureSpec> {
     trace.trace = Some("log_evidence".into());
     trace.trace_x = Some("time".into());
     trace.log_x = true;
+    let mut multi = figure("fig-multi", FigureKind::Errorbar, None);
+    multi.metrics = vec!["error_pct".into(), "log_pred_sum".into()];
+    multi.interval = Interval::Ci95;
     vec![
+        multi,
         figure("fig-errorbar", FigureKind::Errorbar, Some("error_pct")),
         figure("fig-violin", FigureKind::Violin, Some("log_pred_sum")),
         figure("fig-hist", FigureKind::Histogram, Some("hp_variance")),
@@ -288,6 +294,10 @@ fn report_shows_tables_figures_failures_and_score() {
     assert!(svg("fig-trace").matches("<polyline").count() >= 29, "a line per cell");
     assert!(svg("fig-empty").contains("no data"));
     assert!(!svg("fig-errorbar").contains("no data"));
+    // Several metrics on one errorbar figure: a series per (metric, method), 95% CI bars.
+    let multi = texts(&svg("fig-multi")).join("|");
+    assert!(multi.contains("95% CI") && !multi.contains("± SE"), "{multi}");
+    assert!(svg("fig-multi").matches("<polygon").count() >= 12, "a marker per (metric, dataset, method)");
     // Dataset names label the categorical axis.
     assert!(texts(&svg("fig-errorbar")).contains(&"alpha".to_string()));
     assert!(texts(&svg("fig-violin")).contains(&"gamma".to_string()));

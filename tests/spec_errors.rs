@@ -82,3 +82,15 @@ fn split_protocol_rules_are_checked() {
     let e = error_of(&text);
     assert!(e.contains("splits") && e.contains("train_fraction"), "{e}");
 }
+
+#[test]
+fn errorbar_figures_take_metric_or_metrics_and_a_known_interval() {
+    let fig = |body: &str| format!("{GOOD}figures:\n  - {{ id: f, title: F, kind: errorbar, {body} }}\n");
+    parse(&fig("metrics: [error_pct, log_pred_sum], interval: ci95"), "good.yaml", &registry()).expect("metrics + ci95 are valid");
+    let e = error_of(&fig("metric: error_pct, metrics: [log_pred_sum]"));
+    assert!(e.contains("figures[0].metric") && e.contains("either `metric` or `metrics`"), "{e}");
+    let e = error_of(&fig("metric: error_pct, interval: ci90"));
+    assert!(e.contains("unknown variant `ci90`"), "{e}");
+    let e = error_of(&format!("{GOOD}figures:\n  - {{ id: v, title: V, kind: violin, metrics: [error_pct] }}\n"));
+    assert!(e.contains("only errorbar figures take `metrics`"), "{e}");
+}

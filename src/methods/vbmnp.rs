@@ -17,6 +17,7 @@ use crate::linalg::{log_sum_exp, Chol};
 use crate::results::{EvidenceKind, Handoff};
 use faer::Mat;
 use ndarray::Array2;
+use rayon::prelude::*;
 use rand::RngExt;
 use rand_distr::StandardNormal;
 use rand_pcg::Pcg64;
@@ -139,25 +140,60 @@ pub fn kernel_from_phi(kernel: &SqExp, phi: &[f64]) -> SqExp {
 
 /// C = s2 exp(-sum_d phi_d (x_id - x_jd)^2), [n, n]; `phi` has length 1 (isotropic) or d.
 pub fn gram_phi(x: &Array2<f64>, phi: &[f64], s2: f64) -> Mat<f64> {
-    let (n, d) = x.dim();
-    let w: Vec<f64> = (0..d).map(|k| if phi.len() == 1 { phi[0] } else { phi[k] }).collect();
-    let mut C = Mat::zeros(n, n);
-    for i in 0..n {
-        C[(i, i)] = s2;
-        let xi = x.row(i);
-        for j in 0..i {
-            let xj = x.row(j);
-            let mut s = 0.0;
-            for k in 0..d {
-                let t = xi[k] - xj[k];
-                s += w[k] * t * t;
+    PairSqDiffs::new(x).gram(phi, s2, 0.0)
+}
+
+/// The squared differences (x_id - x_jd)^2 of every pair j < i, per dimension and contiguous,
+/// computed once so that each of the importance sampler's Gram matrices costs one dot product
+/// and one exp per pair (it builds thousands per fit).
+pub struct PairSqDiffs {
+    n: usize,
+    d: usize,
+    diffs: Vec<f64>,
+}
+
+impl PairSqDiffs {
+    pub fn new(x: &Array2<f64>) -> PairSqDiffs {
+        let (n, d) = x.dim();
+        let mut diffs = Vec::with_capacity(n * n.saturating_sub(1) / 2 * d);
+        // Column-major lower triangle: (i, j) for j < i, j outer.
+        for j in 0..n {
+            for i in j + 1..n {
+                diffs.extend((0..d).map(|k| (x[(i, k)] - x[(j, k)]).powi(2)));
             }
-            let v = s2 * (-s).exp();
-            C[(i, j)] = v;
-            C[(j, i)] = v;
         }
+        PairSqDiffs { n, d, diffs }
     }
-    C
+
+    /// The lower triangle (and diagonal, plus `add`) of the Gram matrix for `phi` (length 1 or
+    /// d); the upper triangle is left zero. Enough for a Cholesky factorisation.
+    pub fn gram_lower(&self, phi: &[f64], s2: f64, add: f64) -> Mat<f64> {
+        let (n, d) = (self.n, self.d);
+        let w: Vec<f64> = (0..d).map(|k| if phi.len() == 1 { phi[0] } else { phi[k] }).collect();
+        let mut C = Mat::zeros(n, n);
+        let mut pairs = self.diffs.chunks_exact(d.max(1));
+        for j in 0..n {
+            let col = C.col_mut(j).try_as_col_major_mut().expect("a fresh Mat is column-major").as_slice_mut();
+            col[j] = s2 + add;
+            for v in &mut col[j + 1..] {
+                let sq = pairs.next().unwrap_or(&[]);
+                let s: f64 = sq.iter().zip(&w).map(|(a, b)| a * b).sum();
+                *v = s2 * (-s).exp();
+            }
+        }
+        C
+    }
+
+    /// The full symmetric Gram matrix for `phi` plus `add` on the diagonal.
+    pub fn gram(&self, phi: &[f64], s2: f64, add: f64) -> Mat<f64> {
+        let mut C = self.gram_lower(phi, s2, add);
+        for j in 0..self.n {
+            for i in j + 1..self.n {
+                C[(j, i)] = C[(i, j)];
+            }
+        }
+        C
+    }
 }
 
 /// Eq. 4.6 then eqs. 4.3–4.4 and the bound (notes §2.7, "Stable evaluation"):
@@ -211,11 +247,8 @@ pub(crate) struct IsUpdate {
 /// log prod_k N(m̃_k; 0, C_phi + jitter s2 I) up to the constant -(nK/2) ln 2 pi; None if
 /// C_phi + jitter is not numerically positive definite.
 /// log N(M; 0, C_phi + add I) summed over columns (without the determinant if `with_det` is false).
-fn log_is_weight_kind(x: &Array2<f64>, M: &Mat<f64>, phi: &[f64], s2: f64, add: f64, with_det: bool) -> Option<f64> {
-    let mut C = gram_phi(x, phi, s2);
-    for i in 0..C.nrows() {
-        C[(i, i)] += add;
-    }
+fn log_is_weight_kind(pairs: &PairSqDiffs, M: &Mat<f64>, phi: &[f64], s2: f64, add: f64, with_det: bool) -> Option<f64> {
+    let C = pairs.gram_lower(phi, s2, add);
     let chol = Chol::factor(C.as_ref(), "C_phi").ok()?;
     let Z = chol.solve_l(M.as_ref());
     let quad: f64 = (0..Z.ncols()).map(|k| (0..Z.nrows()).map(|i| Z[(i, k)] * Z[(i, k)]).sum::<f64>()).sum();
@@ -253,26 +286,23 @@ pub(crate) fn importance_update_kind(
     rng: &mut Pcg64,
 ) -> Result<IsUpdate, FitError> {
     let M = V;
-    let mut samples = Vec::with_capacity(n_samples);
-    let mut log_w = Vec::with_capacity(n_samples);
-    let mut failed = 0;
-    for _ in 0..n_samples {
-        // Exp(rate psi) by inversion; 1 - U is in (0, 1].
-        let phi: Vec<f64> = psi.iter().map(|p| -(1.0 - rng.random::<f64>()).ln() / p).collect();
-        let lw = match kind {
-            IsWeight::Paper => log_is_weight_kind(x, M, &phi, s2, jitter * s2, true),
-            IsWeight::Port => log_is_weight_kind(x, M, &phi, s2, 1.0, false),
-            IsWeight::Marginal => log_is_weight_kind(x, M, &phi, s2, 1.0, true),
-        };
-        match lw {
-            Some(lw) => log_w.push(lw),
-            None => {
-                failed += 1;
-                log_w.push(f64::NEG_INFINITY);
-            }
-        }
-        samples.push(phi);
-    }
+    let pairs = PairSqDiffs::new(x);
+    // Exp(rate psi) by inversion (1 - U is in (0, 1]), drawn in order; the weights (one
+    // Cholesky each) are then computed in parallel and collected in order: deterministic.
+    let samples: Vec<Vec<f64>> =
+        (0..n_samples).map(|_| psi.iter().map(|p| -(1.0 - rng.random::<f64>()).ln() / p).collect()).collect();
+    let log_w: Vec<f64> = samples
+        .par_iter()
+        .map(|phi| {
+            let lw = match kind {
+                IsWeight::Paper => log_is_weight_kind(&pairs, M, phi, s2, jitter * s2, true),
+                IsWeight::Port => log_is_weight_kind(&pairs, M, phi, s2, 1.0, false),
+                IsWeight::Marginal => log_is_weight_kind(&pairs, M, phi, s2, 1.0, true),
+            };
+            lw.unwrap_or(f64::NEG_INFINITY)
+        })
+        .collect();
+    let failed = log_w.iter().filter(|l| **l == f64::NEG_INFINITY).count();
     let lse = log_sum_exp(&log_w);
     if !lse.is_finite() {
         return Err(FitError::Numerical("importance sampler: every sample of C_phi failed to factorise".into()));

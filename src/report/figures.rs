@@ -8,7 +8,7 @@
 use super::format::{method_label, metric_label, setting_cmp, setting_value, setting_without, sig3, tick};
 use super::ReportInput;
 use crate::results::{Aggregate, CellRecord, Status};
-use crate::spec::{FigureKind, FigureSpec};
+use crate::spec::{FigureKind, FigureSpec, Interval};
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -387,10 +387,30 @@ struct Series {
     points: Vec<(f64, Aggregate)>,
 }
 
+/// Half-width of an error bar: the standard error, or the 95% Student-t interval of the mean.
+fn half_width(a: &Aggregate, interval: Interval) -> f64 {
+    match interval {
+        Interval::Se => a.se,
+        Interval::Ci95 if a.n < 2 => f64::NAN,
+        Interval::Ci95 => {
+            let t = statrs::distribution::StudentsT::new(0.0, 1.0, (a.n - 1) as f64).map(|d| {
+                use statrs::distribution::ContinuousCDF;
+                d.inverse_cdf(0.975)
+            });
+            t.map_or(f64::NAN, |t| t * a.se)
+        }
+    }
+}
+
 fn errorbar(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> Result<Plot, String> {
-    let Some(metric) = spec.metric.as_deref() else {
-        return Ok(Plot::NoData("the figure names no metric".into()));
+    let metrics: Vec<&str> = match spec.metric.as_deref() {
+        Some(m) => vec![m],
+        None => spec.metrics.iter().map(String::as_str).collect(),
     };
+    if metrics.is_empty() {
+        return Ok(Plot::NoData("the figure names no metric".into()));
+    }
+    let several = metrics.len() > 1;
     let sel = Selection::new(spec, input);
     let x_key = spec.x.as_deref().unwrap_or("dataset");
     let categorical = x_key == "dataset";
@@ -399,7 +419,8 @@ fn errorbar(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> 
     // ((series label, method), [(x, values over splits)])
     let mut raw: Vec<((String, String), XValues)> = Vec::new();
     let (mut no_key, mut non_positive) = (0, 0);
-    for cell in sel.ok() {
+    for (mi, cell) in metrics.iter().enumerate().flat_map(|(mi, _)| sel.ok().map(move |c| (mi, c))) {
+        let metric = metrics[mi];
         let Some(v) = cell_value(cell, metric) else { continue };
         let (x, suffix) = if categorical {
             let Some(d) = sel.datasets.iter().position(|d| *d == cell.dataset) else {
@@ -423,7 +444,11 @@ fn errorbar(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> 
             };
             (x, suffix)
         };
-        let key = (method_label(&cell.method, &suffix), cell.method.clone());
+        let label = method_label(&cell.method, &suffix);
+        let label = if several { format!("{}: {label}", metric_label(metric)) } else { label };
+        // With several metrics the series colour follows the metric (method: by order).
+        let colour_key = if several { format!("\u{0}{mi}") } else { cell.method.clone() };
+        let key = (label, colour_key);
         let series = match raw.iter().position(|(k, _)| *k == key) {
             Some(i) => &mut raw[i].1,
             None => {
@@ -443,17 +468,26 @@ fn errorbar(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> 
     if non_positive > 0 {
         notes.push(format!("{non_positive} cells with {x_key} ≤ 0 cannot be shown on the log axis."));
     }
-    raw.sort_by(|a, b| sel.method_index(&a.0 .1).cmp(&sel.method_index(&b.0 .1)).then_with(|| a.0 .0.cmp(&b.0 .0)));
+    let colour_of = |key: &str| match key.strip_prefix('\u{0}') {
+        Some(mi) => PALETTE[mi.parse::<usize>().unwrap_or(0) % PALETTE.len()],
+        None => method_colour(input, &sel, key),
+    };
+    if !several {
+        raw.sort_by(|a, b| sel.method_index(&a.0 .1).cmp(&sel.method_index(&b.0 .1)).then_with(|| a.0 .0.cmp(&b.0 .0)));
+    }
 
     let mut series: Vec<Series> = Vec::new();
-    for ((label, method), xs) in raw {
-        let shape = series.iter().filter(|s| s.colour == method_colour(input, &sel, &method)).count();
+    for ((label, key), xs) in raw {
+        let colour = colour_of(&key);
+        let shape = series.iter().filter(|s| s.colour == colour).count();
         let mut points: Vec<(f64, Aggregate)> = xs.iter().filter_map(|(x, vs)| Aggregate::of(vs).map(|a| (*x, a))).collect();
         points.sort_by(|a, b| a.0.total_cmp(&b.0));
         if !points.is_empty() {
-            series.push(Series { label, colour: method_colour(input, &sel, &method), shape, points });
+            series.push(Series { label, colour, shape, points });
         }
     }
+    let metric = metrics.join(", ");
+    let metric = metric.as_str();
     if series.is_empty() {
         return Ok(Plot::NoData(format!("no finished cell has `{metric}`")));
     }
@@ -482,9 +516,21 @@ fn errorbar(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> 
             Axis::linear(range, x_key)
         }
     };
-    let y_range =
-        padded(series.iter().flat_map(|s| s.points.iter().flat_map(|(_, a)| [a.mean - a.se, a.mean + a.se]))).ok_or("no finite values")?;
-    let y_axis = Axis::linear(legend_room(y_range, series.len()), format!("{} (mean ± SE)", metric_label(metric)));
+    let hw = |a: &Aggregate| {
+        let h = half_width(a, spec.interval);
+        if h.is_finite() {
+            h
+        } else {
+            0.0
+        }
+    };
+    let (bar_name, bar_note) = match spec.interval {
+        Interval::Se => ("mean ± SE", "Mean ± standard error over splits"),
+        Interval::Ci95 => ("mean, 95% CI", "Mean over splits with the 95% confidence interval of the mean (Student t, n − 1 d.o.f.)"),
+    };
+    let y_name = if several { "value".to_string() } else { metric_label(metric) };
+    let y_range = padded(series.iter().flat_map(|s| s.points.iter().flat_map(|(_, a)| [a.mean - hw(a), a.mean + hw(a)]))).ok_or("no finite values")?;
+    let y_axis = Axis::linear(legend_room(y_range, series.len()), format!("{y_name} ({bar_name})"));
     let cap = 0.01 * (x_axis.hi - x_axis.lo);
 
     let svg = render(SIZE, |root| {
@@ -496,7 +542,7 @@ fn errorbar(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> 
             }
             for (x, a) in &s.points {
                 let x = px(si, *x);
-                let (lo, hi) = (a.mean - a.se, a.mean + a.se);
+                let (lo, hi) = (a.mean - hw(a), a.mean + hw(a));
                 let bars = [vec![(x, lo), (x, hi)], vec![(x - cap, lo), (x + cap, lo)], vec![(x - cap, hi), (x + cap, hi)]];
                 chart.draw_series(bars.into_iter().map(|b| PathElement::new(b, s.colour.stroke_width(2)))).map_err(err)?;
                 let mark = EmptyElement::at((x, a.mean)) + Polygon::new(marker_points(s.shape, 4), s.colour.filled());
@@ -506,7 +552,8 @@ fn errorbar(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> 
         }
         legend(&mut chart, SeriesLabelPosition::UpperRight)
     })?;
-    notes.insert(0, format!("Mean ± standard error over splits of {}.", metric_label(metric)));
+    let names: Vec<String> = metrics.iter().map(|m| metric_label(m)).collect();
+    notes.insert(0, format!("{bar_note} of {}.", names.join(", ")));
     Ok(Plot::Svg(svg))
 }
 
@@ -845,6 +892,16 @@ fn trace(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ci95_bars_use_the_student_t_quantile() {
+        // t_{0.975} with 49 and 4 degrees of freedom (standard tables): 2.009575, 2.776445.
+        let a = |n| Aggregate { mean: 0.0, sd: 1.0, se: 0.5, n };
+        assert!((half_width(&a(50), Interval::Ci95) - 0.5 * 2.009575).abs() < 1e-6);
+        assert!((half_width(&a(5), Interval::Ci95) - 0.5 * 2.776445).abs() < 1e-6);
+        assert_eq!(half_width(&a(5), Interval::Se), 0.5);
+        assert!(half_width(&a(1), Interval::Ci95).is_nan());
+    }
 
     #[test]
     fn ticks_are_round_numbers_inside_the_range() {

@@ -5,7 +5,7 @@ pub mod expand;
 pub mod report_spec;
 
 pub use expand::{expand, Cell};
-pub use report_spec::{FigureKind, FigureSpec, PaperValue, TableSpec, ToleranceRule};
+pub use report_spec::{FigureKind, FigureSpec, Interval, PaperValue, TableSpec, ToleranceRule};
 
 use crate::data::{Registry, SplitProtocol};
 use crate::kernels::KernelParams;
@@ -348,6 +348,11 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
             FigureKind::Heatmap if f.x.is_none() || f.y.is_none() || f.metric.is_none() => {
                 err(format!("{at}"), Some(&f.id), "a heatmap figure needs `metric`, `x` and `y` (grid keys)".into())
             }
+            FigureKind::Errorbar if f.metric.is_some() == !f.metrics.is_empty() => {
+                err(format!("{at}.metric"), Some(&f.id), "an errorbar figure needs either `metric` or `metrics` (a list), not both".into())
+            }
+            FigureKind::Errorbar => {}
+            _ if !f.metrics.is_empty() => err(format!("{at}.metrics"), Some(&f.id), "only errorbar figures take `metrics`; use `metric`".into()),
             _ if f.metric.is_none() => err(format!("{at}.metric"), Some(&f.id), format!("a {:?} figure needs `metric`", f.kind).to_lowercase()),
             FigureKind::Scatter if f.methods.len() != 2 => {
                 err(format!("{at}.methods"), Some(&f.id), "a scatter figure needs exactly two methods (x, y)".into())

@@ -100,6 +100,15 @@ pub enum FigureKind {
     Heatmap,
 }
 
+/// The error bars of an errorbar figure.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Interval {
+    #[default]
+    Se,
+    Ci95,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FigureSpec {
@@ -109,6 +118,13 @@ pub struct FigureSpec {
     /// The metric plotted (errorbar, violin, histogram, scatter).
     #[serde(default)]
     pub metric: Option<String>,
+    /// Errorbar only: several metrics on one axis, one series per (method, metric), instead of `metric`.
+    #[serde(default)]
+    pub metrics: Vec<String>,
+    /// Errorbar only: the bars drawn, `se` (mean ± standard error, default) or `ci95` (95%
+    /// confidence interval of the mean, Student t with n - 1 degrees of freedom).
+    #[serde(default)]
+    pub interval: Interval,
     /// Errorbar x axis: `dataset` (default) or a grid key such as `kernel.variance`.
     #[serde(default)]
     pub x: Option<String>,

@@ -1,0 +1,46 @@
+//! Speed target of the Girolami & Rogers (2006) reproduction (issue 3): one VB-MNP fit with
+//! ARD hyper-parameter estimation (the variational importance sampler) on glass, the largest
+//! Table 1 dataset (n_train = 128, C = 6, d = 9), with Table 1's settings (R-port weights, 500
+//! samples, 0.1% rule) and with Chai (2012)'s MF-MNP settings (1000 samples, 1e-6 rule, at
+//! most 50 iterations). Wall time on all cores (the sampler's weights are computed in parallel)
+//! and on one. `cargo bench --bench gr2006`.
+use mcgp::data::{default_data_dir, make_splits, Registry, SplitProtocol, Standardizer};
+use mcgp::kernels::KernelParams;
+use mcgp::methods::{self, FitContext, HyperPolicy, Problem};
+use rand::SeedableRng;
+use std::time::Instant;
+
+fn main() {
+    mcgp::tune_allocator();
+    faer::set_global_parallelism(faer::Par::Seq);
+    let registry = Registry::load(&default_data_dir()).expect("registry");
+    let glass = registry.load_dataset("glass").expect("glass");
+    let protocol = SplitProtocol::Random { train_fraction: 0.6, repeats: 1, stratify: false, train_size: None, test_size: None };
+    let split = &make_splits(&protocol, &glass, 1, &default_data_dir()).expect("split")[0];
+    let train = glass.subset(&split.train);
+    let x = Standardizer::fit(&train.x).transform(&train.x);
+    let problem = Problem { x: &x, y: &train.y, n_classes: glass.n_classes() };
+    let kernel = KernelParams { ard: true, lengthscale: mcgp::kernels::LengthScale::One(std::f64::consts::FRAC_1_SQRT_2), ..Default::default() }.build(glass.d()).expect("kernel");
+    let settings = [
+        ("Table 1 (port weights, 500 samples, 0.1% rule)", serde_json::json!({"is_weight": "port", "tol": 0.001})),
+        (
+            "Chai MF-MNP (port weights, 1000 samples, 1e-6 rule, <= 50 iterations)",
+            serde_json::json!({"is_weight": "port", "is_samples": 1000, "sigma": 1e-6, "tau": 1e-6, "tol": 1e-6, "max_iters": 50}),
+        ),
+    ];
+    for (label, s) in settings {
+        let method = methods::build("vbmnp", &s).expect("vbmnp");
+        for threads in [0usize, 1] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+            let (secs, iters) = pool.install(|| {
+                let mut rng = rand_pcg::Pcg64::seed_from_u64(0);
+                let mut ctx = FitContext::new(&mut rng, None);
+                let t = Instant::now();
+                let fit = method.fit(&problem, &kernel, HyperPolicy::Learn, &mut ctx).expect("fit");
+                (t.elapsed().as_secs_f64(), fit.diagnostics().get("iterations").cloned().unwrap_or_default())
+            });
+            let threads = if threads == 0 { rayon::current_num_threads().to_string() } else { threads.to_string() };
+            println!("vbmnp on glass, {label}: {secs:.2} s on {threads} thread(s), {iters} iterations");
+        }
+    }
+}
