@@ -17,10 +17,10 @@ use crate::linalg::{log_sum_exp, Chol};
 use crate::results::{EvidenceKind, Handoff};
 use faer::Mat;
 use ndarray::Array2;
-use rayon::prelude::*;
 use rand::RngExt;
 use rand_distr::StandardNormal;
 use rand_pcg::Pcg64;
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -244,9 +244,9 @@ pub(crate) struct IsUpdate {
     pub failed: usize,
 }
 
-/// log prod_k N(m̃_k; 0, C_phi + jitter s2 I) up to the constant -(nK/2) ln 2 pi; None if
-/// C_phi + jitter is not numerically positive definite.
-/// log N(M; 0, C_phi + add I) summed over columns (without the determinant if `with_det` is false).
+/// log prod_k N(m_k; 0, C_phi + add I) over the columns of M, up to the constant
+/// -(nK/2) ln 2 pi (and without the determinant if `with_det` is false); None if C_phi + add I
+/// is not numerically positive definite.
 fn log_is_weight_kind(pairs: &PairSqDiffs, M: &Mat<f64>, phi: &[f64], s2: f64, add: f64, with_det: bool) -> Option<f64> {
     let C = pairs.gram_lower(phi, s2, add);
     let chol = Chol::factor(C.as_ref(), "C_phi").ok()?;
@@ -291,17 +291,13 @@ pub(crate) fn importance_update_kind(
     // Cholesky each) are then computed in parallel and collected in order: deterministic.
     let samples: Vec<Vec<f64>> =
         (0..n_samples).map(|_| psi.iter().map(|p| -(1.0 - rng.random::<f64>()).ln() / p).collect()).collect();
-    let log_w: Vec<f64> = samples
-        .par_iter()
-        .map(|phi| {
-            let lw = match kind {
-                IsWeight::Paper => log_is_weight_kind(&pairs, M, phi, s2, jitter * s2, true),
-                IsWeight::Port => log_is_weight_kind(&pairs, M, phi, s2, 1.0, false),
-                IsWeight::Marginal => log_is_weight_kind(&pairs, M, phi, s2, 1.0, true),
-            };
-            lw.unwrap_or(f64::NEG_INFINITY)
-        })
-        .collect();
+    let (add, with_det) = match kind {
+        IsWeight::Paper => (jitter * s2, true),
+        IsWeight::Port => (1.0, false),
+        IsWeight::Marginal => (1.0, true),
+    };
+    let log_w: Vec<f64> =
+        samples.par_iter().map(|phi| log_is_weight_kind(&pairs, M, phi, s2, add, with_det).unwrap_or(f64::NEG_INFINITY)).collect();
     let failed = log_w.iter().filter(|l| **l == f64::NEG_INFINITY).count();
     let lse = log_sum_exp(&log_w);
     if !lse.is_finite() {

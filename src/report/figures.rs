@@ -416,8 +416,8 @@ fn errorbar(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> 
     let categorical = x_key == "dataset";
     let log_x = spec.log_x && !categorical;
 
-    // ((series label, method), [(x, values over splits)])
-    let mut raw: Vec<((String, String), XValues)> = Vec::new();
+    // ((series label, method, metric index), [(x, values over splits)])
+    let mut raw: Vec<((String, String, usize), XValues)> = Vec::new();
     let (mut no_key, mut non_positive) = (0, 0);
     for (mi, cell) in metrics.iter().enumerate().flat_map(|(mi, _)| sel.ok().map(move |c| (mi, c))) {
         let metric = metrics[mi];
@@ -446,9 +446,7 @@ fn errorbar(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> 
         };
         let label = method_label(&cell.method, &suffix);
         let label = if several { format!("{}: {label}", metric_label(metric)) } else { label };
-        // With several metrics the series colour follows the metric (method: by order).
-        let colour_key = if several { format!("\u{0}{mi}") } else { cell.method.clone() };
-        let key = (label, colour_key);
+        let key = (label, cell.method.clone(), mi);
         let series = match raw.iter().position(|(k, _)| *k == key) {
             Some(i) => &mut raw[i].1,
             None => {
@@ -468,17 +466,12 @@ fn errorbar(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> 
     if non_positive > 0 {
         notes.push(format!("{non_positive} cells with {x_key} ≤ 0 cannot be shown on the log axis."));
     }
-    let colour_of = |key: &str| match key.strip_prefix('\u{0}') {
-        Some(mi) => PALETTE[mi.parse::<usize>().unwrap_or(0) % PALETTE.len()],
-        None => method_colour(input, &sel, key),
-    };
-    if !several {
-        raw.sort_by(|a, b| sel.method_index(&a.0 .1).cmp(&sel.method_index(&b.0 .1)).then_with(|| a.0 .0.cmp(&b.0 .0)));
-    }
+    raw.sort_by(|a, b| a.0 .2.cmp(&b.0 .2).then(sel.method_index(&a.0 .1).cmp(&sel.method_index(&b.0 .1))).then_with(|| a.0 .0.cmp(&b.0 .0)));
 
     let mut series: Vec<Series> = Vec::new();
-    for ((label, key), xs) in raw {
-        let colour = colour_of(&key);
+    for ((label, method, mi), xs) in raw {
+        // With several metrics the colour tells the metric apart, the marker shape the method.
+        let colour = if several { PALETTE[mi % PALETTE.len()] } else { method_colour(input, &sel, &method) };
         let shape = series.iter().filter(|s| s.colour == colour).count();
         let mut points: Vec<(f64, Aggregate)> = xs.iter().filter_map(|(x, vs)| Aggregate::of(vs).map(|a| (*x, a))).collect();
         points.sort_by(|a, b| a.0.total_cmp(&b.0));
