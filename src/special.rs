@@ -1,8 +1,23 @@
-//! Normal-distribution special functions accurate in the tails, built on libm's `erfc`
-//! (statrs' normal CDF is only ~5e-11 accurate in relative terms, too coarse for log Phi
+//! Normal-distribution special functions accurate in the tails, built on the C math library's
+//! `erfc` (statrs' normal CDF is only ~5e-11 accurate in relative terms, too coarse for log Phi
 //! far in the lower tail).
 
 use std::f64::consts::{FRAC_1_SQRT_2, PI};
+
+// The platform's C99 `erfc` (glibc, macOS libSystem, the Windows UCRT): fdlibm's algorithm,
+// accurate to an ulp or two like the pure-Rust `libm` crate's port, but on the platform's
+// vectorised `exp`, which makes it ~4x faster; MC-MNP evaluates Phi ~10^9 times per cell.
+#[cfg_attr(all(unix, not(target_os = "macos")), link(name = "m"))]
+extern "C" {
+    #[link_name = "erfc"]
+    fn c_erfc(x: f64) -> f64;
+}
+
+/// Complementary error function erfc(x) = 1 - erf(x), relative accuracy ~1e-16 everywhere.
+pub fn erfc(x: f64) -> f64 {
+    // SAFETY: a pure C99 function of one double, defined for every input (NaN in, NaN out).
+    unsafe { c_erfc(x) }
+}
 
 /// ln(2 pi) / 2.
 pub const LN_SQRT_2PI: f64 = 0.918_938_533_204_672_8;
@@ -14,14 +29,14 @@ pub fn normal_pdf(x: f64) -> f64 {
 
 /// Standard normal CDF Phi(x), relative accuracy ~1e-15 in both tails.
 pub fn normal_cdf(x: f64) -> f64 {
-    0.5 * libm::erfc(-x * FRAC_1_SQRT_2)
+    0.5 * erfc(-x * FRAC_1_SQRT_2)
 }
 
 /// ln Phi(x), accurate for every finite x (no underflow to -inf before x ~ -1e154).
 pub fn log_normal_cdf(x: f64) -> f64 {
     if x > 0.0 {
         // Phi(x) = 1 - Phi(-x) with Phi(-x) small: ln_1p keeps the digits.
-        (-0.5 * libm::erfc(x * FRAC_1_SQRT_2)).ln_1p()
+        (-0.5 * erfc(x * FRAC_1_SQRT_2)).ln_1p()
     } else if x > -5.0 {
         normal_cdf(x).ln()
     } else {
@@ -39,7 +54,7 @@ pub fn erfcx(x: f64) -> f64 {
     }
     if x < 4.0 {
         // exp(x^2) <= e^16: the product loses no more than a few ulps.
-        return (x * x).exp() * libm::erfc(x);
+        return (x * x).exp() * erfc(x);
     }
     // Continued fraction erfc(x) = exp(-x^2)/sqrt(pi) * 1/(x + (1/2)/(x + 1/(x + (3/2)/(x + ...)))),
     // evaluated backwards; 60 terms are far more than enough for x >= 4.
