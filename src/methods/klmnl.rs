@@ -17,7 +17,8 @@ use crate::kernels::SqExp;
 use crate::linalg::{kron, log_sum_exp, matvec, softmax_in_place, Chol};
 use crate::results::{EvidenceKind, Handoff};
 use faer::linalg::solvers::Solve;
-use faer::{Mat, MatRef, Side};
+use faer::linalg::matmul::matmul;
+use faer::{Accum, Mat, MatRef, Par, Side};
 use ndarray::Array2;
 use rand_pcg::Pcg64;
 use serde::{Deserialize, Serialize};
@@ -498,31 +499,15 @@ fn v_from_w(pr: &Prior, w: &[Mat<f64>]) -> Result<VState, FitError> {
     let mut off = 0;
     let mut offs = Vec::with_capacity(n);
     for (i, f) in &cols {
-        let kb = pr.k.as_ref().subcols(i * c, c);
-        let gi = kb * f;
-        for p in 0..nc {
-            for q in 0..f.ncols() {
-                g[(p, off + q)] = gi[(p, q)];
-            }
-        }
+        matmul(g.as_mut().subcols_mut(off, f.ncols()), Accum::Replace, pr.k.as_ref().subcols(i * c, c), f.as_ref(), 1.0, Par::Seq);
         offs.push(off);
         off += f.ncols();
     }
     let mut lwt = Mat::<f64>::zeros(r, nc); // L_W^T
     let mut bm = eye(r);
     for ((i, f), &o) in cols.iter().zip(&offs) {
-        for q in 0..f.ncols() {
-            for p in 0..c {
-                lwt[(o + q, i * c + p)] = f[(p, q)];
-            }
-        }
-        let gi = g.as_ref().subrows(i * c, c);
-        let part = f.transpose() * gi; // r_i x r
-        for q in 0..f.ncols() {
-            for s in 0..r {
-                bm[(o + q, s)] += part[(q, s)];
-            }
-        }
+        lwt.as_mut().submatrix_mut(o, i * c, f.ncols(), c).copy_from(f.transpose());
+        matmul(bm.as_mut().subrows_mut(o, f.ncols()), Accum::Add, f.transpose(), g.as_ref().subrows(i * c, c), 1.0, Par::Seq);
     }
     let lb = chol(&bm, "B = I + L_W^T K L_W")?;
     let q = lb.solve_l(g.transpose()); // L_B^{-1} L_W^T K = Z K
@@ -568,16 +553,21 @@ fn m_of(pr: &Prior, b: &[f64]) -> Vec<f64> {
 
 /// log Z_h (eq. 21, stable form D§2.3) and the per-datum terms.
 fn bound(pr: &Prior, st: &State, m: &[f64]) -> Result<(f64, Vec<DatumTerms>), FitError> {
+    bound_at(pr, &st.v, &st.s, &st.b, m)
+}
+
+/// [`bound`] at the parts of a state (line searches move one part and share the rest).
+fn bound_at(pr: &Prior, v: &VState, s: &[Mat<f64>], b: &[f64], m: &[f64]) -> Result<(f64, Vec<DatumTerms>), FitError> {
     let c = pr.c;
-    let alpha: Vec<f64> = pr.y1.iter().zip(&st.b).map(|(y, b)| y - b).collect();
+    let alpha: Vec<f64> = pr.y1.iter().zip(b).map(|(y, b)| y - b).collect();
     let aka: f64 = alpha.iter().zip(m).map(|(a, m)| a * m).sum();
-    let neg_kl = 0.5 * st.v.logdet_kinv_v + 0.5 * st.v.tr_tk - 0.5 * aka;
+    let neg_kl = 0.5 * v.logdet_kinv_v + 0.5 * v.tr_tk - 0.5 * aka;
     let mut total = neg_kl;
     let mut terms = Vec::with_capacity(pr.n);
     for i in 0..pr.n {
-        let vi = &st.v.blocks[i];
+        let vi = &v.blocks[i];
         let ldv = chol(vi, "V_i")?.log_det();
-        let t = datum_terms(&m[i * c..(i + 1) * c], vi, ldv, &st.b[i * c..(i + 1) * c], &st.s[i])?;
+        let t = datum_terms(&m[i * c..(i + 1) * c], vi, ldv, &b[i * c..(i + 1) * c], &s[i])?;
         total += t.h_core + (0..c).map(|k| pr.y1[i * c + k] * m[i * c + k]).sum::<f64>();
         terms.push(t);
     }
@@ -648,27 +638,14 @@ fn joint_b_step(pr: &Prior, st: &mut State, m: &mut Vec<f64>, cur: f64, terms: &
         .iter()
         .map(|t| psd_sqrt(&Mat::from_fn(c, c, |a, bb| (if a == bb { t.gbar[a] } else { 0.0 }) - t.gbar[a] * t.gbar[bb])))
         .collect::<Result<_, _>>()?;
-    // M = I + Dh P Dh (block-diagonal Dh on both sides)
+    // M = I + Dh P Dh (block-diagonal Dh on both sides), block by block into place.
     let mut pd = Mat::<f64>::zeros(nc, nc);
-    for j in 0..n {
-        let blk = p.as_ref().subcols(j * c, c) * &dh[j];
-        for r in 0..nc {
-            for q in 0..c {
-                pd[(r, j * c + q)] = blk[(r, q)];
-            }
-        }
+    for (j, d) in dh.iter().enumerate() {
+        matmul(pd.as_mut().subcols_mut(j * c, c), Accum::Replace, p.as_ref().subcols(j * c, c), d.as_ref(), 1.0, Par::Seq);
     }
-    let mut mm = Mat::<f64>::zeros(nc, nc);
-    for i in 0..n {
-        let blk = &dh[i] * pd.as_ref().subrows(i * c, c);
-        for q in 0..c {
-            for r in 0..nc {
-                mm[(i * c + q, r)] = blk[(q, r)];
-            }
-        }
-    }
-    for i in 0..nc {
-        mm[(i, i)] += 1.0;
+    let mut mm = Mat::<f64>::identity(nc, nc);
+    for (i, d) in dh.iter().enumerate() {
+        matmul(mm.as_mut().subrows_mut(i * c, c), Accum::Add, d.as_ref(), pd.as_ref().subrows(i * c, c), 1.0, Par::Seq);
     }
     let lm = chol(&mm, "I + D^1/2 (K + S^-1) D^1/2")?;
     let rvec: Vec<f64> = (0..nc).map(|k| st.b[k] - terms[k / c].gbar[k % c]).collect();
@@ -687,18 +664,16 @@ fn joint_b_step(pr: &Prior, st: &mut State, m: &mut Vec<f64>, cur: f64, terms: &
         }
     }
     let kd = matvec(pr.k.as_ref(), &d);
-    let eval = |eta: f64| -> Result<(f64, State, Vec<f64>, Vec<DatumTerms>), FitError> {
-        let mut s2 = st.clone();
-        for k in 0..nc {
-            s2.b[k] = st.b[k] + eta * d[k];
-        }
+    // Only b and m move: the candidates share S and V with the current state.
+    let eval = |eta: f64| -> Result<(f64, Vec<f64>, Vec<f64>, Vec<DatumTerms>), FitError> {
+        let b2: Vec<f64> = (0..nc).map(|k| st.b[k] + eta * d[k]).collect();
         let m2: Vec<f64> = (0..nc).map(|k| m[k] - eta * kd[k]).collect();
-        let (v, t) = bound(pr, &s2, &m2)?;
-        Ok((v, s2, m2, t))
+        let (v, t) = bound_at(pr, &st.v, &st.s, &b2, &m2)?;
+        Ok((v, b2, m2, t))
     };
-    if let Ok((v, s2, m2, _)) = eval(1.0) {
+    if let Ok((v, b2, m2, _)) = eval(1.0) {
         if accept(v, cur) {
-            *st = s2;
+            st.b = b2;
             *m = m2;
             return Ok(v);
         }
@@ -707,8 +682,8 @@ fn joint_b_step(pr: &Prior, st: &mut State, m: &mut Vec<f64>, cur: f64, terms: &
     // phi(eta) = grad_b log Z_h . d with grad_b = -(K + S^{-1}) (b - g-bar)   (App. C.2)
     let phi = |eta: f64| -> f64 {
         match eval(eta) {
-            Ok((_, s2, _, t)) => {
-                let r2: Vec<f64> = (0..nc).map(|k| s2.b[k] - t[k / c].gbar[k % c]).collect();
+            Ok((_, b2, _, t)) => {
+                let r2: Vec<f64> = (0..nc).map(|k| b2[k] - t[k / c].gbar[k % c]).collect();
                 let g = matvec(p.as_ref(), &r2);
                 -(0..nc).map(|k| g[k] * d[k]).sum::<f64>()
             }
@@ -716,9 +691,9 @@ fn joint_b_step(pr: &Prior, st: &mut State, m: &mut Vec<f64>, cur: f64, terms: &
         }
     };
     let eta = false_position(phi);
-    if let Ok((v, s2, m2, _)) = eval(eta) {
+    if let Ok((v, b2, m2, _)) = eval(eta) {
         if accept(v, cur) {
-            *st = s2;
+            st.b = b2;
             *m = m2;
             return Ok(v);
         }
@@ -737,9 +712,7 @@ fn v_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, lk: &mut Option<Chol>
     // data (70-200 sweeps on glass), whereas W^fx = S*(V_i) - V_i^{-1} depends only weakly on
     // V (W^fx -> A_i as V_i -> 0), so this step converges in about ten sweeps.
     if let Ok(ve) = v_from_w(pr, &w) {
-        let mut cand = st.clone();
-        cand.v = ve;
-        cand.w_prev = w.clone();
+        let mut cand = State { b: st.b.clone(), s: st.s.clone(), v: ve, w_prev: w.clone() };
         let mut cand_stats = FitStats::default();
         if s_steps(pr, &mut cand, m, &mut cand_stats).is_ok() {
             if let Ok((v, _)) = bound(pr, &cand, m) {
@@ -759,12 +732,10 @@ fn v_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, lk: &mut Option<Chol>
     for eta in [0.5, 0.25, 0.125, 1.0 / 16.0, 1.0 / 64.0, 1.0 / 256.0] {
         let we: Vec<Mat<f64>> = st.w_prev.iter().zip(&w).map(|(a, b)| a * faer::Scale(1.0 - eta) + b * faer::Scale(eta)).collect();
         let Ok(ve) = v_from_w(pr, &we) else { continue };
-        let mut cand = st.clone();
-        cand.v = ve;
-        cand.w_prev = we;
-        if let Ok((v, _)) = bound(pr, &cand, m) {
+        if let Ok((v, _)) = bound_at(pr, &ve, &st.s, &st.b, m) {
             if accept(v, cur) {
-                *st = cand;
+                st.v = ve;
+                st.w_prev = we;
                 return Ok(v);
             }
         }
