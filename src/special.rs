@@ -75,6 +75,67 @@ pub fn d_log_normal_cdf(x: f64) -> f64 {
     }
 }
 
+/// -d^2/dx^2 ln Phi(x) = r (x + r), r = phi(x) / Phi(x): the curvature W of the probit
+/// log-likelihood (GPML eq. 3.16 at x = t f), in (0, 1) for every finite x. In the lower tail
+/// x + r ~ -1/x cancels catastrophically (at x = -1e4 half the digits are lost and W can round
+/// to >= 1), so for x < -5 every factor comes from the Mills-ratio continued fraction without
+/// a subtraction; W then stays below 1 in floating point up to |x| ~ 1e7 (beyond, 1 - W < 1e-14
+/// rounds away). For x > 38 W underflows to 0.
+pub fn neg_d2_log_normal_cdf(x: f64) -> f64 {
+    if x > -5.0 {
+        let r = d_log_normal_cdf(x);
+        r * (x + r)
+    } else {
+        let t = MillsTail::new(-x);
+        t.r * t.q
+    }
+}
+
+/// d^3/dx^3 ln Phi(x) = W (x + r) - r (1 - W) with r and W as in `neg_d2_log_normal_cdf`;
+/// accurate to a few ulps relative everywhere (the lower tail uses the continued fraction,
+/// where the same expression cancels to ~2/|x|^3).
+pub fn d3_log_normal_cdf(x: f64) -> f64 {
+    if x > -5.0 {
+        let r = d_log_normal_cdf(x);
+        let w = r * (x + r);
+        w * (x + r) - r * (1.0 - w)
+    } else {
+        let t = MillsTail::new(-x);
+        t.r * t.q * t.q * t.s * (t.u - t.s)
+    }
+}
+
+/// The first tails of the continued fraction for the Mills ratio Phi(-y)/phi(y) (y >= 5):
+///   Phi(-y)/phi(y) = 1/D_0,  D_k = y + (k + 1)/D_{k+1},
+/// with q = 1/D_1, s = 2/D_2, u = 3/D_3. Then r = phi/Phi at x = -y is D_0 = y + q, so
+/// x + r = q, W = r q, 1 - W = q (s - q) and 2 q - s = q s (u - s): no differences of nearly
+/// equal numbers. 60 terms give full precision for y >= 5 (checked against mpmath).
+struct MillsTail {
+    r: f64,
+    q: f64,
+    s: f64,
+    u: f64,
+}
+
+impl MillsTail {
+    fn new(y: f64) -> MillsTail {
+        debug_assert!(y >= 5.0);
+        let mut d = y;
+        let (mut d1, mut d2, mut d3) = (y, y, y);
+        for k in (1..=60).rev() {
+            d = y + (k + 1) as f64 / d;
+            match k {
+                3 => d3 = d,
+                2 => d2 = d,
+                1 => d1 = d,
+                _ => {}
+            }
+        }
+        let q = 1.0 / d1;
+        MillsTail { r: y + q, q, s: 2.0 / d2, u: 3.0 / d3 }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +188,51 @@ mod tests {
             let h = 1e-5 * (1.0 + f64::abs(x));
             let fd = (log_normal_cdf(x + h) - log_normal_cdf(x - h)) / (2.0 * h);
             assert!(rel_err(d_log_normal_cdf(x), fd) < 1e-6, "x = {x}");
+        }
+    }
+
+    // Oracle values from mpmath (50 digits, numerical differentiation of ln ncdf): W = -(ln Phi)''
+    // and the third derivative at x = -30, -5, 0, 5.
+    #[test]
+    fn probit_curvature_matches_high_precision_values_and_stays_in_the_unit_interval() {
+        let cases = [
+            (-30.0, 0.998896228488109909, 7.3099930157844384667e-5),
+            (-5.0, 0.96730356538288777465, 0.010825764506356699657),
+            (0.0, 0.63661977236758134308, 0.21801361414499016069),
+            (5.0, 7.4336019148607112465e-6, 3.5681311736767049665e-5),
+        ];
+        for (x, w, d3) in cases {
+            assert!(rel_err(neg_d2_log_normal_cdf(x), w) < 1e-14, "W({x}) = {} want {w}", neg_d2_log_normal_cdf(x));
+            assert!(rel_err(d3_log_normal_cdf(x), d3) < 1e-12, "d3({x}) = {} want {d3}", d3_log_normal_cdf(x));
+        }
+        // Far tail: W = 1 - 1/x^2 + 6/x^4 + O(x^-6) (asymptotic series of the Mills ratio), which
+        // the unguarded r (x + r) misses at x = -1e4 by more than its distance from 1.
+        for x in [-1e2, -1e3, -1e4, -1e6] {
+            let w = neg_d2_log_normal_cdf(x);
+            let want = 1.0 - 1.0 / (x * x) + 6.0 / x.powi(4);
+            assert!(w < 1.0 && (w - want).abs() < 1e-15 + 50.0 / x.powi(6), "W({x}) = {w:e}, 1 - W = {:e}", 1.0 - w);
+            // d3 ~ -2/x^3 (positive for x < 0).
+            assert!(rel_err(d3_log_normal_cdf(x), -2.0 / x.powi(3)) < 20.0 / (x * x), "d3({x}) = {:e}", d3_log_normal_cdf(x));
+        }
+        for x in [-1e7, -40.0, -5.000001, -4.999999, -1.0, 2.0, 8.0, 30.0] {
+            let w = neg_d2_log_normal_cdf(x);
+            assert!(w > 0.0 && w < 1.0, "W({x}) = {w}");
+        }
+    }
+
+    #[test]
+    fn probit_curvature_is_the_finite_difference_second_derivative() {
+        for x in [-30.0, -5.0, -4.0, 0.0, 5.0] {
+            // Second difference of ln Phi (rounding error ~ eps |ln Phi| / h^2) and first
+            // difference of the tail-accurate d ln Phi (~ eps r / h).
+            let h = 1e-3;
+            let fd2 = -(log_normal_cdf(x + h) - 2.0 * log_normal_cdf(x) + log_normal_cdf(x - h)) / (h * h);
+            assert!(rel_err(neg_d2_log_normal_cdf(x), fd2) < 1e-5, "x = {x}: {} vs {fd2}", neg_d2_log_normal_cdf(x));
+            let h = 1e-5 * (1.0 + x.abs());
+            let fd1 = -(d_log_normal_cdf(x + h) - d_log_normal_cdf(x - h)) / (2.0 * h);
+            assert!(rel_err(neg_d2_log_normal_cdf(x), fd1) < 1e-7, "x = {x}: {} vs {fd1}", neg_d2_log_normal_cdf(x));
+            let fd3 = -(neg_d2_log_normal_cdf(x + h) - neg_d2_log_normal_cdf(x - h)) / (2.0 * h);
+            assert!((d3_log_normal_cdf(x) - fd3).abs() < 1e-7 * (1e-3 + fd3.abs()), "x = {x}: {} vs {fd3}", d3_log_normal_cdf(x));
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Laplace approximation for the multinomial-logit GP (Rasmussen & Williams 2006,
 //! Algorithms 3.3 and 3.4; Williams & Barber 1998), with the approximate log marginal
-//! likelihood and its exact gradient for hyper-parameter learning.
+//! likelihood and its exact gradient for hyper-parameter learning. `likelihood: probit`
+//! selects the binary-probit Laplace instead (GPML Alg. 3.1, 3.2, 5.1; submodule `probit`);
+//! both share the damped Newton iteration and the hyper-parameter search below.
 //!
 //! Layout: latent vectors are class-major, f = [f^1; ...; f^C] with f^c in R^n. All C
 //! latent functions share one kernel K (as in Girolami & Rogers 2006 and Chai 2012), so
@@ -20,6 +22,9 @@ use rand_pcg::Pcg64;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+mod probit;
+pub use probit::LaplaceProbitModel;
+
 /// Settings as written in a spec (`method: laplace`, `settings: {...}`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -36,6 +41,19 @@ pub struct LaplaceParams {
     /// L-BFGS iterations for hyper-parameter learning.
     #[serde(default = "default_hyper_iters")]
     pub max_hyper_iters: u64,
+    /// `logit` (multinomial logit, C latent functions, any C >= 2) or `probit` (binary probit
+    /// Phi(t f) with one latent function: exactly two classes, class index 1 is t = +1 as in
+    /// `gibbs_mnp`'s binary model; predictions are exact, so `mc_samples` is unused).
+    #[serde(default)]
+    pub likelihood: LaplaceLikelihood,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LaplaceLikelihood {
+    #[default]
+    Logit,
+    Probit,
 }
 
 fn default_newton_iters() -> usize {
@@ -151,28 +169,16 @@ fn curvature(K: &Mat<f64>, pi: &[f64], n_classes: usize) -> Result<(Vec<Mat<f64>
     Ok((E, M, half_log_det))
 }
 
-/// Newton's method for the posterior mode (GPML Alg. 3.3), with step halving whenever a
-/// full step would lower Psi.
+/// Newton's method for the posterior mode (GPML Alg. 3.3): `newton_ascent` with the
+/// multinomial-logit step.
 ///
 /// `warm` is an `a` from a nearby kernel (hyper-parameter learning): f = K a is then a good
 /// start, used only when it beats f = 0.
 fn find_mode(K: &Mat<f64>, y: &[usize], n_classes: usize, params: &LaplaceParams, warm: Option<&[f64]>) -> Result<Mode, FitError> {
     let n = K.nrows();
     let nc = n * n_classes;
-    let mut f = vec![0.0; nc];
-    let mut a = vec![0.0; nc];
-    let mut psi = objective(&a, &f, y, n, n_classes);
-    if let Some(a0) = warm {
-        let f0 = block_matvec(K, a0, n_classes);
-        let psi0 = objective(a0, &f0, y, n, n_classes);
-        if psi0 > psi {
-            (a, f, psi) = (a0.to_vec(), f0, psi0);
-        }
-    }
-    let mut iters = 0;
-    for _ in 0..params.max_newton_iters {
-        iters += 1;
-        let pi = class_probs(&f, n, n_classes);
+    let step = |f: &[f64]| -> Result<Vec<f64>, FitError> {
+        let pi = class_probs(f, n, n_classes);
         let (E, M, _) = curvature(K, &pi, n_classes)?;
         // b = W f + y - pi, with (W f)_i = pi_i o f_i - pi_i (pi_i . f_i).
         let mut b = vec![0.0; nc];
@@ -203,15 +209,66 @@ fn find_mode(K: &Mat<f64>, y: &[usize], n_classes: usize, params: &LaplaceParams
                 a_new[k] = b[k] - cvec[k] + es[i];
             }
         }
-        let mut f_new = block_matvec(K, &a_new, n_classes);
-        let mut psi_new = objective(&a_new, &f_new, y, n, n_classes);
+        Ok(a_new)
+    };
+    let ascent = newton_ascent(
+        nc,
+        |a| block_matvec(K, a, n_classes),
+        |a, f| objective(a, f, y, n, n_classes),
+        step,
+        params,
+        warm,
+    )?;
+    let (f, a, psi) = (ascent.f, ascent.a, ascent.psi);
+    let pi = class_probs(&f, n, n_classes);
+    let (E, M, half_log_det) = curvature(K, &pi, n_classes)?;
+    Ok(Mode { n, n_classes, f, a, pi, E, M, psi, log_evidence: psi - half_log_det, newton_iters: ascent.iters })
+}
+
+/// The end point of `newton_ascent`: a and f = K a at the mode, Psi there, Newton steps taken.
+struct Ascent {
+    a: Vec<f64>,
+    f: Vec<f64>,
+    psi: f64,
+    iters: usize,
+}
+
+/// Damped Newton ascent on Psi(f) = -1/2 a^T f + log p(y | f), f = K a, shared by both
+/// likelihoods: `step(f)` returns the full Newton step's a (GPML Alg. 3.1 line 7 or 3.3
+/// line 10), which is halved towards the current a (f = K a is linear) whenever it would
+/// lower Psi. Starts from f = 0, or from f = K `warm` when that is better. Stops when Psi
+/// changes by less than `newton_tol` relative, or after `max_newton_iters` steps.
+fn newton_ascent(
+    dim: usize,
+    kmul: impl Fn(&[f64]) -> Vec<f64>,
+    objective: impl Fn(&[f64], &[f64]) -> f64,
+    mut step: impl FnMut(&[f64]) -> Result<Vec<f64>, FitError>,
+    params: &LaplaceParams,
+    warm: Option<&[f64]>,
+) -> Result<Ascent, FitError> {
+    let mut f = vec![0.0; dim];
+    let mut a = vec![0.0; dim];
+    let mut psi = objective(&a, &f);
+    if let Some(a0) = warm {
+        let f0 = kmul(a0);
+        let psi0 = objective(a0, &f0);
+        if psi0 > psi {
+            (a, f, psi) = (a0.to_vec(), f0, psi0);
+        }
+    }
+    let mut iters = 0;
+    for _ in 0..params.max_newton_iters {
+        iters += 1;
+        let mut a_new = step(&f)?;
+        let mut f_new = kmul(&a_new);
+        let mut psi_new = objective(&a_new, &f_new);
         let mut halvings = 0;
         while !(psi_new >= psi - 1e-12 * psi.abs()) && halvings < 30 {
-            for k in 0..nc {
+            for k in 0..dim {
                 a_new[k] = 0.5 * (a[k] + a_new[k]);
                 f_new[k] = 0.5 * (f[k] + f_new[k]);
             }
-            psi_new = objective(&a_new, &f_new, y, n, n_classes);
+            psi_new = objective(&a_new, &f_new);
             halvings += 1;
         }
         if !psi_new.is_finite() {
@@ -225,9 +282,7 @@ fn find_mode(K: &Mat<f64>, y: &[usize], n_classes: usize, params: &LaplaceParams
             break;
         }
     }
-    let pi = class_probs(&f, n, n_classes);
-    let (E, M, half_log_det) = curvature(K, &pi, n_classes)?;
-    Ok(Mode { n, n_classes, f, a, pi, E, M, psi, log_evidence: psi - half_log_det, newton_iters: iters })
+    Ok(Ascent { a, f, psi, iters })
 }
 
 /// (I_C (x) K) v for class-major v.
@@ -327,47 +382,69 @@ impl Method for Laplace {
     }
 
     fn fit(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
-        Ok(Box::new(self.fit_model(problem, kernel, hyper, ctx)?))
+        match self.params.likelihood {
+            LaplaceLikelihood::Logit => Ok(Box::new(self.fit_model(problem, kernel, hyper, ctx)?)),
+            LaplaceLikelihood::Probit => Ok(Box::new(self.fit_probit(problem, kernel, hyper, ctx)?)),
+        }
     }
 }
 
+/// Maximise an approximate log evidence over the kernel's free log-parameters by L-BFGS
+/// (shared by both likelihoods). `evidence(kernel, warm)` returns the value, its gradient and
+/// the mode's a, which warm-starts the next evaluation's Newton iteration. Traces the best
+/// value so far as `log_evidence` and records the optimiser's diagnostics.
+fn learn_kernel(
+    kernel: &SqExp,
+    max_iters: u64,
+    ctx: &mut FitContext,
+    diagnostics: &mut BTreeMap<String, String>,
+    evidence: impl Fn(&SqExp, Option<&[f64]>) -> Result<(f64, Vec<f64>, Vec<f64>), FitError> + Sync,
+) -> Result<SqExp, FitError> {
+    let evals = std::sync::atomic::AtomicUsize::new(0);
+    let trace = std::sync::Mutex::new(Vec::new());
+    let last_a: std::sync::Mutex<Option<Vec<f64>>> = std::sync::Mutex::new(None);
+    let deadline = ctx.deadline;
+    let start = ctx.start;
+    let cost = |p: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
+        if deadline.is_some_and(|d| std::time::Instant::now() > d) {
+            return Err(FitError::Timeout { seconds: start.elapsed().as_secs_f64() });
+        }
+        let warm = last_a.lock().expect("warm-start lock").clone();
+        let (v, g, a) = evidence(&kernel.with_log_params(p), warm.as_deref())?;
+        *last_a.lock().expect("warm-start lock") = Some(a);
+        // Trace the best evidence so far (line-search trial points would make it jagged).
+        let k = evals.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut points = trace.lock().expect("trace lock");
+        if points.last().is_none_or(|&(_, _, best): &(usize, f64, f64)| v > best) {
+            points.push((k, start.elapsed().as_secs_f64(), v));
+        }
+        Ok((-v, g.iter().map(|x| -x).collect()))
+    };
+    let min = minimize_lbfgs(&cost, &kernel.log_params(), &kernel.free_mask(), max_iters)?;
+    for (k, t, v) in trace.into_inner().expect("trace lock") {
+        ctx.trace.push(crate::results::TracePoint { iter: k, time: t, name: "log_evidence".into(), value: v });
+    }
+    diagnostics.insert("hyper_iterations".into(), min.iterations.to_string());
+    diagnostics.insert("hyper_evaluations".into(), min.evaluations.to_string());
+    diagnostics.insert("hyper_stop_reason".into(), min.stop_reason);
+    Ok(kernel.with_log_params(&min.x))
+}
+
 impl Laplace {
-    /// `Method::fit` with the concrete model type.
+    /// `Method::fit` with the concrete model type, for `likelihood: logit` (`fit_probit` is
+    /// the probit one).
     pub fn fit_model(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<LaplaceModel, FitError> {
         assert_eq!(problem.x.nrows(), problem.y.len());
+        if self.params.likelihood != LaplaceLikelihood::Logit {
+            return Err(FitError::Unsupported("laplace: fit_model is the logit path; settings.likelihood is probit".into()));
+        }
         let mut diagnostics = BTreeMap::new();
         let kernel = match hyper {
             HyperPolicy::Fixed => kernel.clone(),
-            HyperPolicy::Learn => {
-                let evals = std::sync::atomic::AtomicUsize::new(0);
-                let trace = std::sync::Mutex::new(Vec::new());
-                let last_a: std::sync::Mutex<Option<Vec<f64>>> = std::sync::Mutex::new(None);
-                let deadline = ctx.deadline;
-                let start = ctx.start;
-                let cost = |p: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
-                    if deadline.is_some_and(|d| std::time::Instant::now() > d) {
-                        return Err(FitError::Timeout { seconds: start.elapsed().as_secs_f64() });
-                    }
-                    let warm = last_a.lock().expect("warm-start lock").clone();
-                    let (v, g, mode) = evidence_and_grad(&kernel.with_log_params(p), problem, &self.params, warm.as_deref())?;
-                    *last_a.lock().expect("warm-start lock") = Some(mode.a);
-                    // Trace the best evidence so far (line-search trial points would make it jagged).
-                    let k = evals.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let mut points = trace.lock().expect("trace lock");
-                    if points.last().is_none_or(|&(_, _, best): &(usize, f64, f64)| v > best) {
-                        points.push((k, start.elapsed().as_secs_f64(), v));
-                    }
-                    Ok((-v, g.iter().map(|x| -x).collect()))
-                };
-                let min = minimize_lbfgs(&cost, &kernel.log_params(), &kernel.free_mask(), self.params.max_hyper_iters)?;
-                for (k, t, v) in trace.into_inner().expect("trace lock") {
-                    ctx.trace.push(crate::results::TracePoint { iter: k, time: t, name: "log_evidence".into(), value: v });
-                }
-                diagnostics.insert("hyper_iterations".into(), min.iterations.to_string());
-                diagnostics.insert("hyper_evaluations".into(), min.evaluations.to_string());
-                diagnostics.insert("hyper_stop_reason".into(), min.stop_reason);
-                kernel.with_log_params(&min.x)
-            }
+            HyperPolicy::Learn => learn_kernel(kernel, self.params.max_hyper_iters, ctx, &mut diagnostics, |k, warm| {
+                let (v, g, mode) = evidence_and_grad(k, problem, &self.params, warm)?;
+                Ok((v, g, mode.a))
+            })?,
         };
         ctx.check_deadline()?;
         let K = kernel.gram(problem.x);

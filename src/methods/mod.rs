@@ -134,10 +134,10 @@ pub const METHODS: &[(&str, &str)] = &[(
     "MC-MNP: importance-sampled multinomial-probit marginal likelihood and predictive (Chai 2012 App. F; t4 proposal at the KL-MNL mean)",
 ), (
     "laplace",
-    "Laplace approximation for the multinomial-logit GP (Rasmussen & Williams 2006, Alg. 3.3/3.4; evidence by Laplace, hyper-parameters by L-BFGS)",
+    "Laplace approximation for the multinomial-logit GP (Rasmussen & Williams 2006, Alg. 3.3/3.4) or, with likelihood: probit, the binary-probit GP (Alg. 3.1/3.2); evidence by Laplace, hyper-parameters by L-BFGS",
 ), (
     "vbmnp",
-    "Variational Bayes multinomial-probit GP (Girolami & Rogers 2006; lower bound, importance-sampled RBF precisions)",
+    "Variational Bayes multinomial-probit GP (Girolami & Rogers 2006; lower bound, importance-sampled RBF precisions); binary_model: probit is the one-GP binary VB of eq. 4.9",
 ), (
     "vbmnp_sparse",
     "Sparse VB multinomial-probit GP by ADF with random or informative point inclusion (Girolami & Rogers 2006 §5; fixed kernel, no evidence)",
@@ -189,6 +189,8 @@ mod tests {
         assert_send_sync::<dyn Fitted>();
         assert_send_sync::<laplace::Laplace>();
         assert_send_sync::<laplace::LaplaceModel>();
+        assert_send_sync::<laplace::LaplaceProbitModel>();
+        assert_send_sync::<vbmnp::VbmnpBinaryModel>();
     }
 
     #[test]

@@ -9,7 +9,11 @@
 //!
 //! Kernel conversion at the boundary: G&R's phi_d = 1 / (2 l_d^2) for the harness's SqExp
 //! length-scales l_d; the signal variance s2 is held fixed (1 in the paper).
+//!
+//! `binary_model: probit` runs the paper's binary special case instead (§4.4.1, eq. 4.9: one
+//! GP; submodule `binary`).
 #![allow(non_snake_case)]
+use super::gibbs_mnp::BinaryModel;
 use super::{parse_settings, FitContext, FitError, Fitted, HyperPolicy, Method, Problem};
 use crate::kernels::SqExp;
 use crate::likelihoods::probit::{predictive_class_probs, truncated_moments};
@@ -25,6 +29,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 const LN_2PI: f64 = 1.837_877_066_409_345_5;
+
+mod binary;
+pub use binary::VbmnpBinaryModel;
 
 /// Settings (`method: vbmnp`). Defaults are the paper's §6.1 values.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -54,6 +61,11 @@ pub struct VbmnpParams {
     /// (prod_k N(ỹ_k; 0, C_phi + I), m integrated out). Only `paper` is the paper's estimator.
     #[serde(default)]
     pub is_weight: IsWeight,
+    /// `multinomial` (default: K GPs, also for K = 2) or `probit`: the binary model of §4.4.1
+    /// (one GP, eq. 4.9; class index 1 is t = +1, as in `gibbs_mnp`), which needs exactly two
+    /// classes and `hyper: fixed`.
+    #[serde(default = "d_binary_model")]
+    pub binary_model: BinaryModel,
     /// Starting precision phi for every dimension when learning (§6.1: 1); null = the kernel's.
     #[serde(default)]
     pub init_phi: Option<f64>,
@@ -70,6 +82,9 @@ pub enum IsWeight {
 
 fn d_max_iters() -> usize {
     50
+}
+fn d_binary_model() -> BinaryModel {
+    BinaryModel::Multinomial
 }
 fn d_tol() -> f64 {
     0.01
@@ -321,6 +336,9 @@ impl Method for Vbmnp {
 
     fn fit(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         let p = &self.params;
+        if p.binary_model == BinaryModel::Probit {
+            return Ok(Box::new(binary::fit(p, problem, kernel, hyper, ctx)?));
+        }
         let (x, y, K) = (problem.x, problem.y, problem.n_classes);
         let n = x.nrows();
         let s2 = kernel.log_variance.exp();
