@@ -69,6 +69,31 @@ pub struct VbmnpParams {
     /// Starting precision phi for every dimension when learning (§6.1: 1); null = the kernel's.
     #[serde(default)]
     pub init_phi: Option<f64>,
+    /// Which kernel parameter carries the Exp(psi) prior, is sampled by the importance sampler
+    /// and is averaged (eq. 4.7): `precision` (the paper, §3: phi_d in exp(-sum phi_d dx^2)) or
+    /// `sq_lengthscale` (the R port vbmp: theta_d in exp(-sum dx^2 / theta_d), i.e. theta = 1/phi;
+    /// its computeKernel divides x by sqrt(theta)). With `sq_lengthscale` the Exp prior, the
+    /// proposal and the posterior mean are all over theta, and the kernel uses phi = 1 / E[theta].
+    #[serde(default)]
+    pub is_param: IsParam,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IsParam {
+    #[default]
+    Precision,
+    SqLengthscale,
+}
+
+impl IsParam {
+    /// The precision phi of a value of this parameter (its own inverse for theta = 1/phi).
+    fn to_precision(self, v: f64) -> f64 {
+        match self {
+            IsParam::Precision => v,
+            IsParam::SqLengthscale => 1.0 / v,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -216,6 +241,12 @@ impl PairSqDiffs {
 /// ELBO = sum_n log 𝒵_n - 1/2 sum_k m̃_kᵀ B_k - K/2 log|I+C|, evaluated at the consistent
 /// (m̃, 𝒵(m̃), C) triple. Returns (m̃, new ỹ, ELBO).
 pub(crate) fn vb_step(chol: &Chol, Y_prev: &Mat<f64>, y: &[usize]) -> (Mat<f64>, Mat<f64>, f64) {
+    let (M, Y, elbo, _) = vb_step_terms(chol, Y_prev, y);
+    (M, Y, elbo)
+}
+
+/// `vb_step`, also returning sum_n log Z_n.
+fn vb_step_terms(chol: &Chol, Y_prev: &Mat<f64>, y: &[usize]) -> (Mat<f64>, Mat<f64>, f64, f64) {
     let (n, K) = (Y_prev.nrows(), Y_prev.ncols());
     let B = chol.solve(Y_prev.as_ref());
     let M = Mat::from_fn(n, K, |i, k| Y_prev[(i, k)] - B[(i, k)]);
@@ -234,7 +265,32 @@ pub(crate) fn vb_step(chol: &Chol, Y_prev: &Mat<f64>, y: &[usize]) -> (Mat<f64>,
     }
     let quad: f64 = (0..K).map(|k| (0..n).map(|i| M[(i, k)] * B[(i, k)]).sum::<f64>()).sum();
     let elbo = sum_log_z - 0.5 * quad - 0.5 * K as f64 * chol.log_det();
-    (M, Y, elbo)
+    (M, Y, elbo, sum_log_z)
+}
+
+/// ln 1e-200, the floor of vbmp's `safeLog` (applied there to det(C) and det(C (I+C)^{-1})).
+const PORT_LOG_FLOOR: f64 = -460.517_018_598_809_1;
+
+/// The R port's (vbmp) lower-bound formula at a consistent (m, Z(m), C), for diagnosis only:
+/// sum log Z - 1/2 sum_k m_k^T (I+C)^{-1} m_k + K/2 [log|C(I+C)^{-1}| - log|C|] - (K-1)N/2 ln 2 pi
+/// (its trace terms cancel: tr C(I+C)^{-1} + tr (I+C)^{-1} = N). Returns the value with exact
+/// log-determinants and the value with vbmp's floor of ln 1e-200 on both determinants (vbmp
+/// takes log(det(.)), which underflows for smooth RBF kernels, so both terms are floored and
+/// the determinant contribution vanishes). NaN if C + 1e-10 s2 I cannot be factorised.
+fn port_bounds(C: &Mat<f64>, chol: &Chol, M: &Mat<f64>, sum_log_z: f64, s2: f64) -> (f64, f64) {
+    let (n, K) = (M.nrows(), M.ncols());
+    let Z = chol.solve_l(M.as_ref());
+    let quad: f64 = (0..K).map(|k| (0..n).map(|i| Z[(i, k)] * Z[(i, k)]).sum::<f64>()).sum();
+    let ld_ic = chol.log_det();
+    let mut Cj = C.clone();
+    for i in 0..n {
+        Cj[(i, i)] += 1e-10 * s2;
+    }
+    let ld_c = Chol::factor(Cj.as_ref(), "C").map(|c| c.log_det()).unwrap_or(f64::NAN);
+    let base = sum_log_z - 0.5 * quad - 0.5 * (K as f64 - 1.0) * n as f64 * LN_2PI;
+    let exact = base - 0.5 * K as f64 * ld_ic;
+    let floored = base + 0.5 * K as f64 * ((ld_c - ld_ic).max(PORT_LOG_FLOOR) - ld_c.max(PORT_LOG_FLOOR));
+    (exact, floored)
 }
 
 /// The printed App. C bound: ELBO - (K-1) N/2 ln 2 pi (notes §2.7, the Table 1 convention).
@@ -285,10 +341,12 @@ pub(crate) fn importance_update(
     jitter: f64,
     rng: &mut Pcg64,
 ) -> Result<IsUpdate, FitError> {
-    importance_update_kind(x, M, psi, s2, n_samples, jitter, IsWeight::Paper, rng)
+    importance_update_kind(x, M, psi, s2, n_samples, jitter, IsWeight::Paper, IsParam::Precision, rng)
 }
 
-/// `importance_update` for any weight variant; `V` is m̃ (paper, port) or ỹ (marginal).
+/// `importance_update` for any weight variant and parameterisation; `V` is m̃ (paper, port) or
+/// ỹ (marginal). The samples, `psi` (their Exp rates) and the returned mean are in the
+/// parameterisation `param`; the Gram matrices use the corresponding precisions.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn importance_update_kind(
     x: &Array2<f64>,
@@ -298,6 +356,7 @@ pub(crate) fn importance_update_kind(
     n_samples: usize,
     jitter: f64,
     kind: IsWeight,
+    param: IsParam,
     rng: &mut Pcg64,
 ) -> Result<IsUpdate, FitError> {
     let M = V;
@@ -311,8 +370,13 @@ pub(crate) fn importance_update_kind(
         IsWeight::Port => (1.0, false),
         IsWeight::Marginal => (1.0, true),
     };
-    let log_w: Vec<f64> =
-        samples.par_iter().map(|phi| log_is_weight_kind(&pairs, M, phi, s2, add, with_det).unwrap_or(f64::NEG_INFINITY)).collect();
+    let log_w: Vec<f64> = samples
+        .par_iter()
+        .map(|v| {
+            let phi: Vec<f64> = v.iter().map(|&a| param.to_precision(a)).collect();
+            log_is_weight_kind(&pairs, M, &phi, s2, add, with_det).unwrap_or(f64::NEG_INFINITY)
+        })
+        .collect();
     let failed = log_w.iter().filter(|l| **l == f64::NEG_INFINITY).count();
     let lse = log_sum_exp(&log_w);
     if !lse.is_finite() {
@@ -347,9 +411,11 @@ impl Method for Vbmnp {
         if let (true, Some(p0)) = (learn, p.init_phi) {
             phi.iter_mut().for_each(|v| *v = p0);
         }
-        // Eq. 4.8 at the starting phi.
-        let psi_of = |phi: &[f64]| phi.iter().map(|f| (p.sigma + 1.0) / (p.tau + f)).collect::<Vec<f64>>();
-        let mut psi = psi_of(&phi);
+        // The sampled parameter h (phi, or theta = 1/phi for `sq_lengthscale`) and eq. 4.8 at
+        // the start; psi are the Exp rates of h.
+        let h_of = |phi: &[f64]| phi.iter().map(|&f| p.is_param.to_precision(f)).collect::<Vec<f64>>();
+        let psi_of = |h: &[f64]| h.iter().map(|f| (p.sigma + 1.0) / (p.tau + f)).collect::<Vec<f64>>();
+        let mut psi = psi_of(&h_of(&phi));
 
         let mut C = gram_phi(x, &phi, s2);
         let mut chol = chol_i_plus(&C)?;
@@ -376,9 +442,9 @@ impl Method for Vbmnp {
             if learn {
                 // Eqs. 4.5, 4.7, 4.8 with the freshly computed m̃.
                 let V = if p.is_weight == IsWeight::Marginal { &Y } else { &M };
-                let up = importance_update_kind(x, V, &psi, s2, p.is_samples, p.is_jitter, p.is_weight, ctx.rng)?;
-                phi = up.phi_mean;
-                psi = psi_of(&phi);
+                let up = importance_update_kind(x, V, &psi, s2, p.is_samples, p.is_jitter, p.is_weight, p.is_param, ctx.rng)?;
+                psi = psi_of(&up.phi_mean);
+                phi = h_of(&up.phi_mean);
                 ess_last = up.ess;
                 ess_min = ess_min.min(up.ess);
                 is_failed += up.failed;
@@ -402,13 +468,15 @@ impl Method for Vbmnp {
             }
             prev_bound = Some(bound);
         }
+        // One more fixed-kernel step so the reported bound, m-tilde and predictions all use the
+        // final phi (the bound above was for the kernel before the last IS update); without a
+        // kernel change it only supplies the terms of the port's bound formula.
+        let (Mf, Yn, e, sum_log_z) = vb_step_terms(&chol, &Y, y);
         if kernel_changed {
-            // One more fixed-kernel step so the reported bound, m̃ and predictions all use the
-            // final phĩ (the bound above was for the kernel before the last IS update).
-            let (_, Yn, e) = vb_step(&chol, &Y, y);
             Y = Yn;
             elbo = e;
         }
+        let (bound_port, bound_port_floored) = port_bounds(&C, &chol, &Mf, sum_log_z, s2);
         let B = chol.solve(Y.as_ref());
         Ok(Box::new(VbmnpModel {
             x: x.clone(),
@@ -426,6 +494,8 @@ impl Method for Vbmnp {
             ess_last,
             ess_min,
             is_failed,
+            bound_port,
+            bound_port_floored,
         }))
     }
 }
@@ -447,6 +517,9 @@ pub struct VbmnpModel {
     ess_last: f64,
     ess_min: f64,
     is_failed: usize,
+    /// Diagnostics: the R port's bound formula (exact and with its log-det floor).
+    bound_port: f64,
+    bound_port_floored: f64,
 }
 
 impl VbmnpModel {
@@ -519,6 +592,8 @@ impl Fitted for VbmnpModel {
         m.insert("elbo".into(), self.elbo);
         m.insert("bound_paper".into(), self.bound);
         m.insert("iterations".into(), self.iters as f64);
+        m.insert("bound_port".into(), self.bound_port);
+        m.insert("bound_port_floored".into(), self.bound_port_floored);
         if self.learned {
             m.insert("ess_last".into(), self.ess_last);
             m.insert("ess_min".into(), self.ess_min);
@@ -754,6 +829,86 @@ mod tests {
         assert!((up.ess / ess_expected - 1.0).abs() < 0.1, "ess {} vs {ess_expected}", up.ess);
         // The weights must actually matter (the posterior mean differs from the prior mean 1/psi).
         assert!((mean - 1.0 / psi).abs() > 0.1 * mean);
+    }
+
+    #[test]
+    fn sq_lengthscale_sampler_matches_a_brute_force_grid_over_theta() {
+        // vbmp's parameterisation: theta = 1/phi carries the Exp(psi) prior, C = exp(-dx^2/theta).
+        // Q(theta) ∝ prod_k N(m̃_k; 0, C_{1/theta} + jI) Exp(theta; psi): E_Q[theta] by a fine grid
+        // against the sampler (S = 20000), and E_Q[theta] differs from 1 / E_Q[phi] under the
+        // precision parameterisation with the same prior rate (the two estimators differ).
+        let x = Array2::from_shape_vec((6, 1), vec![-1.2, -0.5, 0.0, 0.4, 1.1, 1.5]).unwrap();
+        let M = Mat::from_fn(6, 2, |i, k| (x[[i, 0]] * (1.0 + k as f64)).sin() * 0.8);
+        let (psi, jitter, s2) = (0.7, 1e-3, 1.0);
+        let log_w = |phi: f64| {
+            let a: Vec<Vec<f64>> = (0..6)
+                .map(|i| (0..6).map(|j| (-phi * (x[[i, 0]] - x[[j, 0]]).powi(2)).exp() + if i == j { jitter } else { 0.0 }).collect())
+                .collect();
+            let rhs: Vec<Vec<f64>> = (0..2).map(|k| (0..6).map(|i| M[(i, k)]).collect()).collect();
+            let (ld, q) = dense_logdet_quad(&a, &rhs);
+            -0.5 * q - ld
+        };
+        // Posterior mean of v under prior Exp(v; psi) and likelihood at precision prec(v).
+        let grid_mean = |prec: &dyn Fn(f64) -> f64| {
+            let (n_grid, hi) = (100_000, 40.0 / psi);
+            let h = hi / n_grid as f64;
+            let lws: Vec<f64> = (1..=n_grid).map(|i| log_w(prec(i as f64 * h))).collect();
+            let lmax = lws.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let (mut z, mut z1) = (0.0, 0.0);
+            for (i, lw) in lws.iter().enumerate() {
+                let v = (i + 1) as f64 * h;
+                let w = psi * (-psi * v).exp() * (lw - lmax).exp();
+                z += w;
+                z1 += w * v;
+            }
+            z1 / z
+        };
+        let theta_mean = grid_mean(&|t| 1.0 / t);
+        let phi_mean = grid_mean(&|p| p);
+        let mut rng = Pcg64::seed_from_u64(4);
+        let up = importance_update_kind(&x, &M, &[psi], s2, 20_000, jitter, IsWeight::Paper, IsParam::SqLengthscale, &mut rng).unwrap();
+        assert_eq!(up.failed, 0);
+        assert!((up.phi_mean[0] - theta_mean).abs() < 4.0 * theta_mean / up.ess.sqrt(), "{} vs {theta_mean} (ess {})", up.phi_mean[0], up.ess);
+        // (0.445 vs 0.477 here: the grid values are deterministic.)
+        assert!((1.0 / theta_mean - phi_mean).abs() > 0.03 * phi_mean, "1/E[theta] {} vs E[phi] {phi_mean}", 1.0 / theta_mean);
+    }
+
+    #[test]
+    fn port_bound_formula_matches_its_dense_terms() {
+        // vbmp's bound differs from ours only in m̃ᵀ(I+C)^{-1}m̃ for m̃ᵀC^{-1}m̃ (its trace terms
+        // cancel); with its log-det floor active on both determinants the -K/2 log|I+C| term
+        // vanishes. Checked against dense inverses, for a small problem (no floor) and a smooth
+        // kernel on 80 points (log|C| far below ln 1e-200).
+        for (n, phi, floored) in [(5usize, 0.8, false), (80, 0.05, true)] {
+            let x = Array2::from_shape_fn((n, 1), |(i, _)| -2.0 + 4.0 * i as f64 / (n - 1) as f64);
+            let y: Vec<usize> = (0..n).map(|i| (3 * i / n).min(2)).collect();
+            let C = gram_phi(&x, &[phi], 1.0);
+            let chol = chol_i_plus(&C).unwrap();
+            let mut rng = Pcg64::seed_from_u64(3);
+            let mut Y = Mat::from_fn(n, 3, |_, _| rng.sample::<f64, _>(StandardNormal));
+            for _ in 0..20 {
+                Y = vb_step(&chol, &Y, &y).1;
+            }
+            let (M, _, elbo, slz) = vb_step_terms(&chol, &Y, &y);
+            let (exact, with_floor) = port_bounds(&C, &chol, &M, slz, 1.0);
+            let dense = |add: f64| -> Vec<Vec<f64>> {
+                (0..n).map(|i| (0..n).map(|j| C[(i, j)] + if i == j { add } else { 0.0 }).collect()).collect()
+            };
+            let rhs: Vec<Vec<f64>> = (0..3).map(|k| (0..n).map(|i| M[(i, k)]).collect()).collect();
+            let (ld_ic, q_ic) = dense_logdet_quad(&dense(1.0), &rhs);
+            let (ld_c, _) = dense_logdet_quad(&dense(1e-10), &rhs);
+            let want = slz - 0.5 * q_ic - 1.5 * ld_ic - (n as f64) * LN_2PI;
+            assert!((exact - want).abs() < 1e-6 * want.abs(), "{exact} vs {want}");
+            // Ours uses m̃ᵀC^{-1}m̃ >= m̃ᵀ(I+C)^{-1}m̃, so the port's value is never lower.
+            assert!(exact >= paper_bound(elbo, n, 3) - 1e-9);
+            if n == 5 {
+                let (_, q_c) = dense_logdet_quad(&dense(0.0), &rhs);
+                assert!((exact - paper_bound(elbo, n, 3) - 0.5 * (q_c - q_ic)).abs() < 1e-6 * q_c.abs());
+            }
+            assert_eq!(ld_c < PORT_LOG_FLOOR, floored, "log|C| = {ld_c}");
+            let want_floor = if floored { want + 1.5 * ld_ic } else { want };
+            assert!((with_floor - want_floor).abs() < 1e-6 * want.abs(), "{with_floor} vs {want_floor}");
+        }
     }
 
     #[test]
