@@ -198,6 +198,27 @@ fn a_killed_run_resumes_without_recomputing_and_gives_the_same_results() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(std::fs::read_to_string(report.join("index.html")).unwrap().contains("tab-main"));
+
+    // Editing only the spec's text (a note) and re-rendering records the new spec but keeps the
+    // run's own timing.
+    let before = manifest(&results);
+    std::fs::write(&spec, SMALL.replace("seed: 7", "description: a note added after the run\nseed: 7")).unwrap();
+    let out = mcgp()
+        .arg("report")
+        .arg(&spec)
+        .arg("--results")
+        .arg(dir.join("results"))
+        .arg("--reports")
+        .arg(dir.join("reports"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let after = manifest(&results);
+    assert_ne!(after["spec_hash"], before["spec_hash"]);
+    assert!(after["spec_text"].as_str().unwrap().contains("a note added after the run"));
+    for key in ["started", "finished", "wall_seconds", "threads", "cells_computed"] {
+        assert_eq!(after[key], before[key], "{key} must be the run's");
+    }
 }
 
 #[test]

@@ -188,10 +188,21 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyho
     // A finished run's manifest describes it; a partial one gets a manifest made now.
     let manifest = match store.read_manifest()? {
         Some(m) if missing == 0 && m.spec_hash == spec.hash => m,
-        _ => {
+        old => {
             let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
             let counts = CellCounts { total: prepared.cells.len(), computed: 0, cached: cells.len(), missing };
-            manifest(spec, opts, &cells, now, 0.0, 0, counts)
+            let mut fresh = manifest(spec, opts, &cells, now, 0.0, 0, counts);
+            // Every cell is stored but the spec text changed (say, a note): the spec and code
+            // provenance are new, the run's own timing is the earlier run's.
+            if let Some(m) = old.filter(|_| missing == 0) {
+                fresh.started = m.started;
+                fresh.finished = m.finished;
+                fresh.wall_seconds = m.wall_seconds;
+                fresh.threads = m.threads;
+                fresh.cells_computed = m.cells_computed;
+                fresh.cells_cached = m.cells_cached;
+            }
+            fresh
         }
     };
     store.write_tables(&cells)?;
