@@ -1495,6 +1495,21 @@ mod tests {
     }
 
     #[test]
+    fn an_unreachable_b_tol_stops_at_the_floor_with_the_same_optimum() {
+        // b - g-bar cannot reach 1e-30 in floating point: the fit must stop once the bound has
+        // been flat for FLAT_SWEEPS_AT_FLOOR sweeps, at the optimum the normal b_tol finds.
+        let (x, y) = toy(25, 3, 5);
+        let kern = SqExp { log_variance: 2.5, log_lengthscales: vec![0.3], learn_variance: true };
+        let pr = Prior::new(kern.gram(&x), eye(3), &y);
+        let normal = fit_variational(&pr, &KlmnlParams::default(), None, None).unwrap();
+        let params = KlmnlParams { b_tol: 1e-30, max_sweeps: 400, ..KlmnlParams::default() };
+        let floor = fit_variational(&pr, &params, None, None).unwrap();
+        assert!(floor.stats.converged && floor.stats.stopped_at_floor, "{:?}", floor.stats);
+        assert!(floor.stats.sweeps <= normal.stats.sweeps + FLAT_SWEEPS_AT_FLOOR + 1, "{} vs {} sweeps", floor.stats.sweeps, normal.stats.sweeps);
+        assert!((floor.log_zh - normal.log_zh).abs() < 1e-9 * normal.log_zh.abs(), "{} vs {}", floor.log_zh, normal.log_zh);
+    }
+
+    #[test]
     fn strongly_correlated_data_converge_in_few_sweeps() {
         // A long length-scale couples the 40 latent vectors strongly. Alternating exact S- and
         // V-steps contract slowly here (the S-V coupling through log|S_i V_i| - tr(S_i V_i));
