@@ -283,3 +283,50 @@ fn reduced_paper_specs_run_clean() {
         }
     }
 }
+
+/// `hyper: {from: X, keep: [variance]}` takes the source's length-scales and keeps this entry's
+/// (gridded) signal variance: a sigma^2 sweep at learned length-scales.
+#[test]
+fn hyper_from_keeps_the_named_parameters_as_written() {
+    let dir = workdir("keep");
+    let spec = dir.join("keep.yaml");
+    std::fs::write(
+        &spec,
+        "\
+name: keep
+seed: 3
+datasets: [iris]
+splits: { protocol: random, train_fraction: 0.6, repeats: 1 }
+methods:
+  - name: learned
+    method: laplace
+    kernel: { ard: true, lengthscale: 2.0, variance: 1.0, learn_variance: false }
+    hyper: learn
+    settings: { max_hyper_iters: 10, mc_samples: 200 }
+  - name: sweep
+    method: laplace
+    kernel: { ard: true, variance: 1.0, learn_variance: false }
+    hyper: { from: learned, keep: [variance] }
+    settings: { mc_samples: 200 }
+    grid: { kernel.variance: [0.5, 8.0] }
+",
+    )
+    .unwrap();
+    let out = run(&dir, &spec, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cells = cells_without_timing(&dir.join("results/keep"));
+    let hp = |c: &Value, k: &str| c["hyperparameters"][k].as_f64().unwrap();
+    let learned: Vec<&Value> = cells.values().filter(|c| c["method"] == "learned").collect();
+    let sweep: Vec<&Value> = cells.values().filter(|c| c["method"] == "sweep").collect();
+    assert_eq!((learned.len(), sweep.len()), (1, 2));
+    let mut variances: Vec<f64> = sweep.iter().map(|c| hp(c, "variance")).collect();
+    variances.sort_by(f64::total_cmp);
+    assert!((variances[0] - 0.5).abs() < 1e-12 && (variances[1] - 8.0).abs() < 1e-12, "{variances:?}");
+    for c in &sweep {
+        for d in 1..=4 {
+            let k = format!("lengthscale_{d}");
+            assert!((hp(c, &k) - hp(learned[0], &k)).abs() < 1e-12, "{k}: {} vs {}", hp(c, &k), hp(learned[0], &k));
+        }
+    }
+    assert!((hp(learned[0], "lengthscale_1") - 2.0).abs() > 1e-6, "the source must have learned");
+}

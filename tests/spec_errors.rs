@@ -94,3 +94,12 @@ fn errorbar_figures_take_metric_or_metrics_and_a_known_interval() {
     let e = error_of(&format!("{GOOD}figures:\n  - {{ id: v, title: V, kind: violin, metrics: [error_pct] }}\n"));
     assert!(e.contains("only errorbar figures take `metrics`"), "{e}");
 }
+
+#[test]
+fn hyper_keep_names_only_kernel_parameters() {
+    let text = format!("{GOOD}  - name: sweep\n    method: laplace\n    hyper: {{ from: lap, keep: [varience] }}\n");
+    let e = error_of(&text);
+    assert!(e.contains("unknown kernel parameter \"varience\"") && e.contains("variance or lengthscale"), "{e}");
+    let ok = format!("{GOOD}  - name: sweep\n    method: laplace\n    hyper: {{ from: lap, keep: [variance] }}\n");
+    parse(&ok, "ok.yaml", &registry()).expect("keep: [variance] is valid");
+}

@@ -98,7 +98,7 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
     let policy = match &cell.entry.hyper {
         HyperSpec::Fixed => HyperPolicy::Fixed,
         HyperSpec::Learn => HyperPolicy::Learn,
-        HyperSpec::From(src) => {
+        HyperSpec::From { source: src, keep } => {
             let rec = source.ok_or_else(|| format!("the cell of \"{src}\" it takes hyper-parameters from is missing"))?;
             if rec.status != Status::Ok {
                 return Err(format!("the cell of \"{src}\" it takes hyper-parameters from failed"));
@@ -107,7 +107,14 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
             if p.len() != kernel.n_params() {
                 return Err(format!("\"{src}\" handed over {} hyper-parameters but this kernel has {}", p.len(), kernel.n_params()));
             }
+            let written = kernel.clone();
             kernel = kernel.with_log_params(p);
+            if keep.iter().any(|k| k == "variance") {
+                kernel.log_variance = written.log_variance;
+            }
+            if keep.iter().any(|k| k == "lengthscale") {
+                kernel.log_lengthscales = written.log_lengthscales;
+            }
             HyperPolicy::Fixed
         }
     };

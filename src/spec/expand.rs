@@ -97,7 +97,7 @@ pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>) -> Result<Vec<Cel
         let before = order.len();
         for m in &spec.raw.methods {
             let ready = match &m.hyper {
-                HyperSpec::From(src) => order.iter().any(|o| &o.name == src),
+                HyperSpec::From { source: src, .. } => order.iter().any(|o| &o.name == src),
                 _ => true,
             };
             if ready && !order.iter().any(|o| o.name == m.name) {
@@ -116,7 +116,7 @@ pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>) -> Result<Vec<Cel
             for (setting, entry) in &by_entry[&m.name] {
                 for split in 0..splits {
                     let depends_on = match &m.hyper {
-                        HyperSpec::From(src) => Some(
+                        HyperSpec::From { source: src, .. } => Some(
                             keys.get(&(src.clone(), dataset.clone(), split))
                                 .ok_or_else(|| format!("{}: no cell of \"{src}\" for {dataset} split {split}", m.name))?
                                 .clone(),

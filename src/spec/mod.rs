@@ -79,9 +79,14 @@ pub enum HyperSpec {
     Fixed,
     /// Learn them (each method maximises its own evidence), starting from the kernel as written.
     Learn,
-    /// Take them from the named method entry's fitted cell on the same dataset and split.
-    From(String),
+    /// Take them from the named method entry's fitted cell on the same dataset and split,
+    /// except the `keep` ones (`variance`, `lengthscale`), which stay as this entry writes or
+    /// grids them (e.g. a sweep of sigma^2 at the source's length-scales).
+    From { source: String, keep: Vec<String> },
 }
+
+/// Kernel parameters a `hyper: {from: ..., keep: [...]}` entry may keep as written.
+pub const KEEPABLE: &[&str] = &["variance", "lengthscale"];
 
 /// How `HyperSpec` is written in YAML (a word or a one-key map).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -90,6 +95,8 @@ enum HyperRepr {
     Word(String),
     From {
         from: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        keep: Vec<String>,
     },
 }
 
@@ -100,7 +107,12 @@ impl TryFrom<HyperRepr> for HyperSpec {
             HyperRepr::Word(w) if w == "fixed" => Ok(HyperSpec::Fixed),
             HyperRepr::Word(w) if w == "learn" => Ok(HyperSpec::Learn),
             HyperRepr::Word(w) => Err(format!("hyper must be fixed, learn or {{ from: <method entry> }}, got \"{w}\"")),
-            HyperRepr::From { from } => Ok(HyperSpec::From(from)),
+            HyperRepr::From { from, keep } => {
+                if let Some(k) = keep.iter().find(|k| !KEEPABLE.contains(&k.as_str())) {
+                    return Err(format!("hyper.keep: unknown kernel parameter \"{k}\"; expected {}", KEEPABLE.join(" or ")));
+                }
+                Ok(HyperSpec::From { source: from, keep })
+            }
         }
     }
 }
@@ -110,7 +122,7 @@ impl From<HyperSpec> for HyperRepr {
         match h {
             HyperSpec::Fixed => HyperRepr::Word("fixed".into()),
             HyperSpec::Learn => HyperRepr::Word("learn".into()),
-            HyperSpec::From(from) => HyperRepr::From { from },
+            HyperSpec::From { source, keep } => HyperRepr::From { from: source, keep },
         }
     }
 }
@@ -291,7 +303,7 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
             }
             Err(e) => err(format!("{at}.grid"), Some(&m.name), e),
         }
-        if let HyperSpec::From(src) = &m.hyper {
+        if let HyperSpec::From { source: src, .. } = &m.hyper {
             match raw.methods.iter().find(|s| &s.name == src) {
                 None => err(format!("{at}.hyper.from"), Some(src), format!("no method entry named \"{src}\"{}", suggest(src, &names))),
                 Some(s) if !s.grid.is_empty() => {
@@ -384,7 +396,7 @@ fn hyper_cycle(methods: &[MethodEntry]) -> Option<String> {
         let mut cur = start;
         for _ in 0..=methods.len() {
             match &cur.hyper {
-                HyperSpec::From(src) => match methods.iter().find(|m| &m.name == src) {
+                HyperSpec::From { source: src, .. } => match methods.iter().find(|m| &m.name == src) {
                     Some(next) if next.name == start.name => return Some(start.name.clone()),
                     Some(next) => cur = next,
                     None => break,
