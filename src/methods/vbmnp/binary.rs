@@ -15,7 +15,7 @@
 //! Predictive: P(t* = +1) = Phi(mu* / sqrt(1 + var*)), mu* = c*ᵀ(I + C)⁻¹ỹ,
 //! var* = c** - c*ᵀ(I + C)⁻¹c*. For K = 2 the two-GP model is this one on (m_2 - m_1)/sqrt 2
 //! with the same C, plus a sum direction the data never see (tests below).
-use super::{chol_i_plus, phi_from_kernel, VbmnpParams};
+use super::{chol_i_plus, phi_from_kernel, VbEvidence, VbmnpParams};
 use crate::kernels::SqExp;
 use crate::linalg::{dot, Chol};
 use crate::methods::{FitContext, FitError, Fitted, HyperPolicy, Problem};
@@ -53,6 +53,12 @@ pub(super) fn fit(p: &VbmnpParams, problem: &Problem, kernel: &SqExp, hyper: Hyp
     if hyper != HyperPolicy::Fixed {
         return Err(FitError::Unsupported(
             "vbmnp: settings.binary_model = probit supports hyper: fixed only (the importance sampler for phi is the multinomial model's)".into(),
+        ));
+    }
+    // Settings of the multinomial code that have no meaning here are refused, not ignored.
+    if p.accelerate || p.evidence != VbEvidence::Paper {
+        return Err(FitError::Unsupported(
+            "vbmnp: settings.accelerate and settings.evidence apply to the multinomial model only (the binary model's bound is its exact ELBO)".into(),
         ));
     }
     if let Some(&bad) = y.iter().find(|&&c| c >= 2) {
@@ -306,5 +312,9 @@ mod tests {
         assert!(matches!(e, Err(FitError::Unsupported(m)) if m.contains("exactly 2 classes")));
         let e = fit(&params(true, 5), &Problem { x: &x, y: &y, n_classes: 2 }, &kernel, HyperPolicy::Learn, &mut ctx);
         assert!(matches!(e, Err(FitError::Unsupported(m)) if m.contains("hyper: fixed")));
+        for p in [VbmnpParams { accelerate: true, ..params(true, 5) }, VbmnpParams { evidence: VbEvidence::Elbo, ..params(true, 5) }] {
+            let e = fit(&p, &Problem { x: &x, y: &y, n_classes: 2 }, &kernel, HyperPolicy::Fixed, &mut ctx);
+            assert!(matches!(e, Err(FitError::Unsupported(m)) if m.contains("multinomial model only")));
+        }
     }
 }
