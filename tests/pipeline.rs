@@ -330,3 +330,64 @@ methods:
     }
     assert!((hp(learned[0], "lengthscale_1") - 2.0).abs() > 1e-6, "the source must have learned");
 }
+
+#[test]
+fn a_cell_stored_by_another_experiment_is_reused_not_recomputed() {
+    let dir = workdir("reuse");
+    let first = dir.join("small.yaml");
+    std::fs::write(&first, SMALL).unwrap();
+    assert!(run(&dir, &first, &[]).status.success());
+
+    // Another spec with the same seed and split protocol shares the entry "learned" (same
+    // key) and adds an entry of its own; a third spec differs only in its seed.
+    let shared = "\
+name: NAME
+seed: SEED
+datasets: [iris]
+splits: { protocol: random, train_fraction: 0.6, repeats: 3 }
+methods:
+  - name: learned
+    method: laplace
+    kernel: { ard: true, lengthscale: 2.0, variance: 4.0 }
+    hyper: learn
+    settings: { max_hyper_iters: 15, mc_samples: 500 }
+  - name: other
+    method: laplace
+    kernel: { lengthscale: 1.0, variance: 2.0 }
+";
+    let second = dir.join("second.yaml");
+    std::fs::write(&second, shared.replace("NAME", "second").replace("SEED", "7")).unwrap();
+    let out = run(&dir, &second, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m = manifest(&dir.join("results/second"));
+    assert_eq!(m["cells_total"], 6);
+    assert_eq!(m["cells_reused"], 3);
+    assert_eq!(m["cells_cached"], 3);
+    assert_eq!(m["cells_computed"], 3);
+
+    // The reused records are the first run's, filed under the new experiment.
+    let theirs = cells_without_timing(&dir.join("results/small"));
+    let ours = cells_without_timing(&dir.join("results/second"));
+    let mut reused = 0;
+    for (name, mut v) in ours {
+        if v["method"] != "learned" {
+            assert!(v["diagnostics"].get("reused_from").is_none());
+            continue;
+        }
+        assert_eq!(v["experiment"], "second");
+        assert_eq!(v["diagnostics"]["reused_from"], "small");
+        v["experiment"] = "small".into();
+        v["diagnostics"].as_object_mut().unwrap().remove("reused_from");
+        assert!(v == theirs[&name], "reused cell {name} differs from its source");
+        reused += 1;
+    }
+    assert_eq!(reused, 3);
+
+    // A different seed means different splits: nothing is reused.
+    let third = dir.join("third.yaml");
+    std::fs::write(&third, shared.replace("NAME", "third").replace("SEED", "8")).unwrap();
+    assert!(run(&dir, &third, &[]).status.success());
+    let m = manifest(&dir.join("results/third"));
+    assert_eq!(m["cells_reused"], 0);
+    assert_eq!(m["cells_computed"], 6);
+}

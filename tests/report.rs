@@ -195,6 +195,7 @@ fn manifest() -> Manifest {
         cells_total: 30,
         cells_computed: 20,
         cells_cached: 10,
+        cells_reused: 0,
         cells_failed: 1,
         cells_missing: 0,
     }

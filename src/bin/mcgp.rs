@@ -113,8 +113,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let summary = runner::run(&spec, &registry, &opts)?;
             let m = &summary.manifest;
             eprintln!(
-                "{} cells: {} computed, {} reused, {} failed; {:.1} s wall, {:.1} s CPU",
-                m.cells_total, m.cells_computed, m.cells_cached, m.cells_failed, m.wall_seconds, m.cpu_seconds
+                "{} cells: {} computed, {} stored ({} from other experiments), {} failed; {:.1} s wall, {:.1} s CPU",
+                m.cells_total, m.cells_computed, m.cells_cached, m.cells_reused, m.cells_failed, m.wall_seconds, m.cpu_seconds
             );
             eprintln!("results: {}", opts.results_root.join(spec.name()).display());
             if !no_report {

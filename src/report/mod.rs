@@ -250,6 +250,9 @@ fn score_view(matched: usize, compared: usize) -> ScoreView {
 fn provenance(m: &Manifest) -> Vec<KeyValue> {
     let commit = if m.git_dirty { format!("{} (dirty: uncommitted changes)", m.git_commit) } else { m.git_commit.clone() };
     let mut cells = format!("{} total: {} computed, {} cached, {} failed", m.cells_total, m.cells_computed, m.cells_cached, m.cells_failed);
+    if m.cells_reused > 0 {
+        cells.push_str(&format!(" ({} of the cached taken from other experiments with the same cell key)", m.cells_reused));
+    }
     if m.cells_missing > 0 {
         cells.push_str(&format!(", {} not run yet (partial report)", m.cells_missing));
     }

@@ -26,6 +26,9 @@ pub struct Manifest {
     pub cells_total: usize,
     pub cells_computed: usize,
     pub cells_cached: usize,
+    /// Of the cached cells, those taken from another experiment's store (same cell key).
+    #[serde(default)]
+    pub cells_reused: usize,
     pub cells_failed: usize,
     /// Cells of the spec with no stored record (a report rendered from an interrupted run).
     #[serde(default)]

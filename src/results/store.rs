@@ -62,6 +62,25 @@ impl Store {
         }
     }
 
+    /// The stores of the other experiments under the same results root.
+    pub fn others(&self) -> Result<Vec<Store>, StoreError> {
+        let Some(root) = self.dir.parent() else { return Ok(Vec::new()) };
+        let entries = match std::fs::read_dir(root) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => return Err(StoreError::Io { path: root.to_path_buf(), source }),
+        };
+        let mut others = Vec::new();
+        for entry in entries {
+            let dir = entry.map_err(|source| StoreError::Io { path: root.to_path_buf(), source })?.path();
+            if dir != self.dir && dir.join("cells").is_dir() {
+                others.push(Store { dir });
+            }
+        }
+        others.sort_by(|a, b| a.dir.cmp(&b.dir));
+        Ok(others)
+    }
+
     pub fn write_manifest(&self, m: &Manifest) -> Result<(), StoreError> {
         let path = self.dir.join("manifest.json");
         let json = serde_json::to_vec_pretty(m).map_err(|source| StoreError::Parse { path: path.clone(), source })?;

@@ -95,6 +95,30 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
             }
         }
     }
+    // A cell with the same key stored by another experiment is the same computation (the key
+    // hashes dataset, split protocol and seed, method entry, source cell and crate version):
+    // take its record instead of recomputing it, e.g. the MF-MNP cells Chai's specs share.
+    let mut reused = 0;
+    if !opts.recompute {
+        let others = store.others()?;
+        for cell in &prepared.cells {
+            if done.contains_key(&cell.key) {
+                continue;
+            }
+            for other in &others {
+                let Some(mut rec) = other.read_cell(&cell.key)? else { continue };
+                if rec.status != Status::Ok || rec.seed != cell.seed {
+                    continue;
+                }
+                rec.diagnostics.insert("reused_from".into(), rec.experiment.clone());
+                rec.experiment = spec.name().to_string();
+                store.write_cell(&rec)?;
+                done.insert(cell.key.clone(), rec);
+                reused += 1;
+                break;
+            }
+        }
+    }
     let cached = done.len();
     let pending: Vec<&Cell> = prepared.cells.iter().filter(|c| !done.contains_key(&c.key)).collect();
 
@@ -145,7 +169,7 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
 
     let cells: Vec<CellRecord> = prepared.cells.iter().map(|c| done[&c.key].clone()).collect();
     store.write_tables(&cells)?;
-    let counts = CellCounts { total: prepared.cells.len(), computed: cells.len() - cached, cached, missing: 0 };
+    let counts = CellCounts { total: prepared.cells.len(), computed: cells.len() - cached, cached, reused, missing: 0 };
     let manifest = manifest(spec, opts, &cells, started, wall.elapsed().as_secs_f64(), threads, counts);
     store.write_manifest(&manifest)?;
     if opts.render_report {
@@ -190,7 +214,8 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyho
         Some(m) if missing == 0 && m.spec_hash == spec.hash => m,
         old => {
             let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-            let counts = CellCounts { total: prepared.cells.len(), computed: 0, cached: cells.len(), missing };
+            let reused = cells.iter().filter(|c| c.diagnostics.contains_key("reused_from")).count();
+            let counts = CellCounts { total: prepared.cells.len(), computed: 0, cached: cells.len(), reused, missing };
             let mut fresh = manifest(spec, opts, &cells, now, 0.0, 0, counts);
             // Every cell is stored but the spec text changed (say, a note): the spec and code
             // provenance are new, the run's own timing is the earlier run's.
@@ -201,6 +226,7 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyho
                 fresh.threads = m.threads;
                 fresh.cells_computed = m.cells_computed;
                 fresh.cells_cached = m.cells_cached;
+                fresh.cells_reused = m.cells_reused;
             }
             fresh
         }
@@ -215,6 +241,8 @@ struct CellCounts {
     total: usize,
     computed: usize,
     cached: usize,
+    /// Of the cached, taken from other experiments' stores.
+    reused: usize,
     missing: usize,
 }
 
@@ -240,6 +268,7 @@ fn manifest(spec: &Spec, opts: &RunOptions, cells: &[CellRecord], started: Strin
         cells_total: counts.total,
         cells_computed: counts.computed,
         cells_cached: counts.cached,
+        cells_reused: counts.reused,
         cells_failed: cells.iter().filter(|c| c.status == Status::Failed).count(),
         cells_missing: counts.missing,
     }
