@@ -391,3 +391,37 @@ methods:
     assert_eq!(m["cells_reused"], 0);
     assert_eq!(m["cells_computed"], 6);
 }
+
+#[test]
+fn datasets_option_computes_a_subset_and_a_later_run_completes_it() {
+    let dir = workdir("subset");
+    let spec = dir.join("two.yaml");
+    std::fs::write(
+        &spec,
+        "name: two\nseed: 3\ndatasets: [iris, wine]\nsplits: { protocol: random, train_fraction: 0.6, repeats: 2 }\n\
+         methods:\n  - { name: fixed, method: laplace, kernel: { lengthscale: 2.0, variance: 4.0 } }\n",
+    )
+    .unwrap();
+    let with = |extra: &[&str]| {
+        let mut cmd = mcgp();
+        cmd.arg("run").arg(&spec).args(extra).arg("--results").arg(dir.join("results")).arg("--reports").arg(dir.join("reports"));
+        cmd.output().unwrap()
+    };
+
+    let bad = with(&["--datasets", "iris,glas"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let msg = String::from_utf8_lossy(&bad.stderr);
+    assert!(msg.contains("glas is not a dataset of") && msg.contains("iris, wine"), "{msg}");
+
+    assert!(with(&["--datasets", "wine"]).status.success());
+    let results = dir.join("results/two");
+    let m = manifest(&results);
+    assert_eq!((m["cells_computed"].as_u64(), m["cells_missing"].as_u64()), (Some(2), Some(2)));
+    let stored = cells_without_timing(&results);
+    assert!(stored.values().all(|v| v["dataset"] == "wine"));
+    assert!(std::fs::read_to_string(dir.join("reports/two/index.html")).unwrap().contains("2 not run yet (partial report)"));
+
+    assert!(with(&[]).status.success());
+    let m = manifest(&results);
+    assert_eq!((m["cells_computed"].as_u64(), m["cells_cached"].as_u64(), m["cells_missing"].as_u64()), (Some(2), Some(2), Some(0)));
+}

@@ -46,6 +46,10 @@ enum Command {
         /// Recompute every cell, ignoring stored results (e.g. after changing a method's code).
         #[arg(long)]
         recompute: bool,
+        /// Compute only the cells of these datasets (comma-separated); the report then shows
+        /// the others as not run yet, and a later run without the option completes them.
+        #[arg(long, value_delimiter = ',')]
+        datasets: Vec<String>,
         /// Skip the HTML report.
         #[arg(long)]
         no_report: bool,
@@ -95,6 +99,7 @@ fn options(paths: &Paths, registry: &Registry, threads: Option<usize>, retry_fai
         threads,
         retry_failed,
         recompute,
+        datasets: Vec::new(),
         progress: std::io::stderr().is_terminal(),
         render_report,
     }
@@ -103,12 +108,13 @@ fn options(paths: &Paths, registry: &Registry, threads: Option<usize>, retry_fai
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let default_paths = Paths { results: "results".into(), reports: "reports".into(), data: None };
     let command =
-        cli.command.unwrap_or(Command::Run { spec: None, threads: None, retry_failed: false, recompute: false, no_report: false, paths: default_paths });
+        cli.command.unwrap_or(Command::Run { spec: None, threads: None, retry_failed: false, recompute: false, datasets: Vec::new(), no_report: false, paths: default_paths });
     match command {
-        Command::Run { spec, threads, retry_failed, recompute, no_report, paths } => {
+        Command::Run { spec, threads, retry_failed, recompute, datasets, no_report, paths } => {
             let registry = registry(&paths)?;
             let spec = load_spec(spec.as_deref(), &registry)?;
-            let opts = options(&paths, &registry, threads, retry_failed, recompute, !no_report);
+            let mut opts = options(&paths, &registry, threads, retry_failed, recompute, !no_report);
+            opts.datasets = datasets;
             eprintln!("running {} ({})", spec.name(), spec.file);
             let summary = runner::run(&spec, &registry, &opts)?;
             let m = &summary.manifest;

@@ -35,6 +35,8 @@ pub struct RunOptions {
     /// Recompute every cell, ignoring stored ones (after changing a method's code without
     /// bumping the crate version, which is part of every cell key).
     pub recompute: bool,
+    /// Compute only the cells of these datasets (empty: all); the rest count as missing.
+    pub datasets: Vec<String>,
     /// Draw a progress bar (on a terminal).
     pub progress: bool,
     pub render_report: bool,
@@ -120,7 +122,13 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
         }
     }
     let cached = done.len();
-    let pending: Vec<&Cell> = prepared.cells.iter().filter(|c| !done.contains_key(&c.key)).collect();
+    for name in &opts.datasets {
+        if !spec.raw.datasets.contains(name) {
+            anyhow::bail!("--datasets: {name} is not a dataset of {} (it has: {})", spec.file, spec.raw.datasets.join(", "));
+        }
+    }
+    let selected = |c: &Cell| opts.datasets.is_empty() || opts.datasets.contains(&c.dataset);
+    let pending: Vec<&Cell> = prepared.cells.iter().filter(|c| !done.contains_key(&c.key) && selected(c)).collect();
 
     let bar = progress_bar(opts.progress, pending.len());
     let pool = match opts.threads {
@@ -167,9 +175,11 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     }
     bar.finish_and_clear();
 
-    let cells: Vec<CellRecord> = prepared.cells.iter().map(|c| done[&c.key].clone()).collect();
+    // Cells of datasets left out by `datasets` may be missing.
+    let cells: Vec<CellRecord> = prepared.cells.iter().filter_map(|c| done.get(&c.key).cloned()).collect();
     store.write_tables(&cells)?;
-    let counts = CellCounts { total: prepared.cells.len(), computed: cells.len() - cached, cached, reused, missing: 0 };
+    let missing = prepared.cells.len() - cells.len();
+    let counts = CellCounts { total: prepared.cells.len(), computed: cells.len() - cached, cached, reused, missing };
     let manifest = manifest(spec, opts, &cells, started, wall.elapsed().as_secs_f64(), threads, counts);
     store.write_manifest(&manifest)?;
     if opts.render_report {
