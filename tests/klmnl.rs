@@ -191,3 +191,40 @@ fn speed_glass_klmnl_and_importance_sampling() {
         format!("log Z UB {:.4}, ESS {:.1}, KL-MNL {:.4}", e["log_z_ub"], e["is_ess"], e["klmnl_log_zh"])
     });
 }
+
+/// Skipping samples whose weight is certain to be below e^-40 of the largest leaves the logit
+/// evidence and predictive unchanged to rounding (the bound is n_s e^-40 relative), on a
+/// problem where the t proposal puts many samples far below the maximum.
+#[test]
+fn skipping_negligible_samples_changes_nothing_visible() {
+    let (x, y) = tiny(16);
+    let xs = Array2::from_shape_fn((3, 1), |(j, _)| j as f64 - 1.0);
+    let kern = SqExp { log_variance: 25.0f64.ln(), log_lengthscales: vec![0.0], learn_variance: false };
+    let problem = Problem { x: &x, y: &y, n_classes: 2 };
+    let run = |negligible: f64| {
+        let mut params = ImportanceParams::from_settings(&serde_json::json!({"n_samples": 20000, "n_test_samples": 5000})).unwrap();
+        params.negligible_log_weight = negligible;
+        let method = params.check(Lik::Logit).unwrap();
+        let mut rng = rand_pcg::Pcg64::seed_from_u64(9);
+        let mut ctx = FitContext::new(&mut rng, None);
+        let model = method.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut ctx).unwrap();
+        let pred = model.is_predictive(&xs, &mut rand_pcg::Pcg64::seed_from_u64(4)).unwrap();
+        (model.extra_metrics(), pred)
+    };
+    let (full, pred_full) = run(f64::INFINITY);
+    let (skip, pred_skip) = run(40.0);
+    // The test is only meaningful if many samples were skipped.
+    assert_eq!(full["is_skipped_frac"], 0.0);
+    assert!(skip["is_skipped_frac"] > 0.3, "skipped {}", skip["is_skipped_frac"]);
+    for k in ["log_z_hat", "log_z_ub", "is_log_sd"] {
+        assert!((full[k] - skip[k]).abs() < 1e-11, "{k}: {} vs {}", full[k], skip[k]);
+    }
+    assert!((full["is_ess"] / skip["is_ess"] - 1.0).abs() < 1e-11);
+    for (a, b) in pred_full.iter().flatten().zip(pred_skip.iter().flatten()) {
+        assert!((a - b).abs() < 1e-12, "predictive {a} vs {b}");
+    }
+    // A threshold that is not negligible is refused.
+    let mut bad = ImportanceParams::from_settings(&serde_json::json!({})).unwrap();
+    bad.negligible_log_weight = 10.0;
+    assert!(bad.check(Lik::Logit).is_err());
+}
