@@ -56,6 +56,13 @@ impl Chol {
             for i in 0..n {
                 m[(i, i)] += jitter;
             }
+            if n <= SMALL {
+                match llt_small_in_place(&mut m) {
+                    Ok(()) => return Ok(Chol { L: m, jitter }),
+                    Err(index) => last = (index, jitter),
+                }
+                continue;
+            }
             match m.llt(Side::Lower) {
                 Ok(llt) => return Ok(Chol { L: llt.L().to_owned(), jitter }),
                 Err(faer::linalg::cholesky::llt::factor::LltError::NonPositivePivot { index }) => last = (index, jitter),
@@ -85,23 +92,57 @@ impl Chol {
     /// L^{-1} B.
     pub fn solve_l(&self, b: MatRef<'_, f64>) -> Mat<f64> {
         let mut x = b.to_owned();
-        solve_lower_triangular_in_place(self.L.as_ref(), x.as_mut(), Par::Seq);
+        self.solve_l_in_place(&mut x);
         x
     }
 
     /// L^{-T} B.
     pub fn solve_lt(&self, b: MatRef<'_, f64>) -> Mat<f64> {
         let mut x = b.to_owned();
-        solve_upper_triangular_in_place(self.L.transpose(), x.as_mut(), Par::Seq);
+        self.solve_lt_in_place(&mut x);
         x
     }
 
     /// A^{-1} B via two triangular solves.
     pub fn solve(&self, b: MatRef<'_, f64>) -> Mat<f64> {
         let mut x = b.to_owned();
-        solve_lower_triangular_in_place(self.L.as_ref(), x.as_mut(), Par::Seq);
-        solve_upper_triangular_in_place(self.L.transpose(), x.as_mut(), Par::Seq);
+        self.solve_l_in_place(&mut x);
+        self.solve_lt_in_place(&mut x);
         x
+    }
+
+    fn solve_l_in_place(&self, x: &mut Mat<f64>) {
+        let (l, n) = (&self.L, self.dim());
+        if n > SMALL {
+            solve_lower_triangular_in_place(l.as_ref(), x.as_mut(), Par::Seq);
+            return;
+        }
+        for c in 0..x.ncols() {
+            for i in 0..n {
+                let mut s = x[(i, c)];
+                for k in 0..i {
+                    s -= l[(i, k)] * x[(k, c)];
+                }
+                x[(i, c)] = s / l[(i, i)];
+            }
+        }
+    }
+
+    fn solve_lt_in_place(&self, x: &mut Mat<f64>) {
+        let (l, n) = (&self.L, self.dim());
+        if n > SMALL {
+            solve_upper_triangular_in_place(l.transpose(), x.as_mut(), Par::Seq);
+            return;
+        }
+        for c in 0..x.ncols() {
+            for i in (0..n).rev() {
+                let mut s = x[(i, c)];
+                for k in i + 1..n {
+                    s -= l[(k, i)] * x[(k, c)];
+                }
+                x[(i, c)] = s / l[(i, i)];
+            }
+        }
     }
 
     /// A^{-1} v for a vector.
@@ -113,6 +154,37 @@ impl Chol {
     pub fn reconstruct(&self) -> Mat<f64> {
         &self.L * self.L.transpose()
     }
+}
+
+/// Up to this order `Chol` factors and solves with plain loops: faer's blocked routines
+/// allocate workspace on every call, which dominates for the C x C blocks that KL-MNL
+/// factors per datum and per sweep.
+const SMALL: usize = 12;
+
+/// In-place lower Cholesky (Cholesky-Banachiewicz) of a small SPD matrix, reading the lower
+/// triangle and zeroing the upper; `Err(pivot)` at the first non-positive pivot.
+fn llt_small_in_place(m: &mut Mat<f64>) -> Result<(), usize> {
+    let n = m.nrows();
+    for j in 0..n {
+        let mut d = m[(j, j)];
+        for k in 0..j {
+            d -= m[(j, k)] * m[(j, k)];
+        }
+        if !(d > 0.0) {
+            return Err(j);
+        }
+        let d = d.sqrt();
+        m[(j, j)] = d;
+        for i in j + 1..n {
+            let mut s = m[(i, j)];
+            for k in 0..j {
+                s -= m[(i, k)] * m[(j, k)];
+            }
+            m[(i, j)] = s / d;
+            m[(j, i)] = 0.0;
+        }
+    }
+    Ok(())
 }
 
 /// A column vector as an n x 1 matrix.
@@ -191,15 +263,19 @@ mod tests {
 
     #[test]
     fn cholesky_reconstructs_and_solves() {
-        for (n, seed) in [(1, 1), (5, 2), (40, 3)] {
+        // Both sides of the small-matrix threshold (plain loops up to SMALL, faer above).
+        for (n, seed) in [(1, 1), (5, 2), (SMALL, 4), (SMALL + 1, 5), (40, 3)] {
             let a = random_spd(n, seed);
             let c = Chol::factor(a.as_ref(), "A").unwrap();
             assert_eq!(c.jitter(), 0.0);
+            assert!((0..n).all(|j| (0..j).all(|i| c.l()[(i, j)] == 0.0)), "L is not lower triangular");
             let tol = 8.0 * n as f64 * f64::EPSILON * 100.0;
             assert!((&c.reconstruct() - &a).norm_max() < tol);
             let b = Mat::from_fn(n, 3, |i, j| (i + 2 * j) as f64 - 1.0);
             let x = c.solve(b.as_ref());
             assert!((&a * &x - &b).norm_max() < 1e4 * tol);
+            assert!((c.l() * c.solve_l(b.as_ref()) - &b).norm_max() < 1e4 * tol);
+            assert!((c.l().transpose() * c.solve_lt(b.as_ref()) - &b).norm_max() < 1e4 * tol);
         }
     }
 
@@ -220,6 +296,11 @@ mod tests {
         assert!(Chol::factor(a.as_ref(), "K").is_err());
         let c = Chol::factor_with_jitter(a.as_ref(), "K").unwrap();
         assert!(c.jitter() > 0.0);
+        // The same through the blocked path (order above SMALL).
+        let w: Vec<f64> = (0..SMALL + 3).map(|i| i as f64 + 1.0).collect();
+        let big = Mat::from_fn(w.len(), w.len(), |i, j| w[i] * w[j]);
+        assert!(Chol::factor(big.as_ref(), "K").is_err());
+        assert!(Chol::factor_with_jitter(big.as_ref(), "K").unwrap().jitter() > 0.0);
         // An indefinite matrix stays an error that names it.
         let bad = Mat::from_fn(2, 2, |i, j| if i == j { -1.0 } else { 0.0 });
         let err = Chol::factor_with_jitter(bad.as_ref(), "K_glass").unwrap_err();
