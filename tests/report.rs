@@ -109,6 +109,7 @@ fn tables() -> Vec<TableSpec> {
                 // tol 3·√(1/4 + (5/3)/4) = 2.449, |31.5 − 31| = 0.5 → match
                 paper("gamma", "laplace", "error_pct", 31.0, Some(1.0), None),
             ],
+            paired_with: None,
             note: Some("Synthetic numbers with hand-computed expectations.".into()),
         },
         TableSpec {
@@ -129,6 +130,7 @@ fn tables() -> Vec<TableSpec> {
                 // gamma is not a row of this table but still compared: run −140.05, 0.05 ≤ 1 → match
                 paper("gamma", "laplace", "log_evidence", -140.0, None, None),
             ],
+            paired_with: None,
             note: None,
         },
     ]
@@ -332,6 +334,7 @@ fn grid_settings_become_columns_and_an_x_axis() {
             setting: Some("kernel.variance=2.0".into()), // same grid point, spelled differently
             ..paper("alpha", "vb", "error_pct", 7.5, None, None)
         }],
+        paired_with: None,
         note: None,
     };
     let mut fig = figure("fig-grid", FigureKind::Errorbar, Some("error_pct"));
@@ -390,4 +393,36 @@ fn heatmap_shows_the_mean_over_splits_at_every_grid_point() {
         assert!(labels.iter().any(|t| t == want), "cell value {want} missing from {labels:?}");
     }
     assert!(!labels.iter().any(|t| t == "11"), "a single split's value is not a mean");
+}
+
+#[test]
+fn a_paired_table_shows_per_split_differences_and_compares_them_with_the_paper() {
+    let cells = synthetic_cells();
+    // laplace - ep error: 12 - 10 = 2 (alpha), 22 - 20 (beta), 32 - 30 (gamma) on every split,
+    // since both share the split offsets; gamma's failed laplace split leaves 4 pairs.
+    let table = TableSpec {
+        id: "tab-paired".into(),
+        title: "Paired".into(),
+        metrics: vec!["error_pct".into()],
+        methods: vec!["laplace".into()],
+        datasets: vec![],
+        tolerance: ToleranceRule::Absolute { abs: 0.01 },
+        paper_only: vec![],
+        paper: vec![paper("alpha", "laplace", "error_pct", 2.0, None, None), paper("beta", "laplace", "error_pct", 12.0, None, None)],
+        paired_with: Some("ep".into()),
+        note: None,
+    };
+    let (manifest, datasets, methods) = (manifest(), strings(&DATASETS), strings(&METHODS));
+    let tables = [table];
+    let input = ReportInput { manifest: &manifest, tables: &tables, figures: &[], datasets: &datasets, methods: &methods, cells: &cells };
+    let reports = tempfile::tempdir().unwrap();
+    let score = render_experiment(&input, &reports.path().join("paired")).unwrap();
+    // The difference 2 matches the first paper value; 12 (the raw beta error would be 22) does not.
+    assert_eq!((score.matched, score.compared), (1, 2));
+    let html = std::fs::read_to_string(reports.path().join("paired/index.html")).unwrap();
+    assert!(html.contains("2.00 ± 0"), "the paired mean, not the raw 12.00");
+    assert!(!html.contains("12.00 ± 1.58"));
+    assert!(html.contains("n = 5 pairs, &gt; 0 on 5") || html.contains("n = 5 pairs, > 0 on 5"), "pairs and positives");
+    assert!(html.contains("n = 4 pairs"), "gamma: the failed split has no pair");
+    assert!(html.contains("Paired with ep"));
 }

@@ -103,3 +103,12 @@ fn hyper_keep_names_only_kernel_parameters() {
     let ok = format!("{GOOD}  - name: sweep\n    method: laplace\n    hyper: {{ from: lap, keep: [variance] }}\n");
     parse(&ok, "ok.yaml", &registry()).expect("keep: [variance] is valid");
 }
+
+#[test]
+fn a_paired_table_must_name_a_method_entry() {
+    let text = format!("{GOOD}tables:\n  - {{ id: p, title: P, metrics: [error_pct], paired_with: lp }}\n");
+    let e = error_of(&text);
+    assert!(e.contains("tables[0].paired_with") && e.contains("\"lp\" is not a method entry (did you mean \"lap\"?)"), "{e}");
+    let ok = format!("{GOOD}tables:\n  - {{ id: p, title: P, metrics: [error_pct], paired_with: lap }}\n");
+    assert!(parse(&ok, "ok.yaml", &registry()).is_ok());
+}

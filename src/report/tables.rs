@@ -2,7 +2,7 @@
 use super::format::{mean_sd, method_label, metric_label, num, sd_units, setting_cmp, settings_equal};
 use super::tolerance::{describe, within_tolerance};
 use super::ReportInput;
-use crate::results::{Aggregate, CellRecord, EvidenceKind, GroupKey, Status};
+use crate::results::{paired_aggregate, Aggregate, CellRecord, EvidenceKind, GroupKey, Status};
 use crate::spec::{PaperValue, TableSpec};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -127,11 +127,18 @@ fn evidence_label(kind: EvidenceKind) -> &'static str {
     }
 }
 
-fn cell_view(run: Option<Aggregate>, group: &[&CellRecord], metric: &str, comparison: Option<&Comparison>) -> CellView {
+/// `positive`: in a paired table, the number of splits with a positive difference.
+fn cell_view(run: Option<Aggregate>, positive: Option<usize>, group: &[&CellRecord], metric: &str, comparison: Option<&Comparison>) -> CellView {
     let failed = group.iter().filter(|c| c.status == Status::Failed).count();
     let (run_text, n_text) = match run {
         Some(a) => {
-            let n = if failed > 0 { format!("n = {}, {failed} failed", a.n) } else { format!("n = {}", a.n) };
+            let mut n = format!("n = {}", a.n);
+            if let Some(k) = positive {
+                n = format!("{n} pairs, > 0 on {k}");
+            }
+            if failed > 0 {
+                n.push_str(&format!(", {failed} failed"));
+            }
             (mean_sd(a.mean, Some(a.sd)), n)
         }
         None if failed > 0 => ("—".into(), format!("all {failed} failed")),
@@ -183,6 +190,10 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
     let datasets = if spec.datasets.is_empty() { input.datasets } else { &spec.datasets[..] };
     let methods = if spec.methods.is_empty() { input.methods } else { &spec.methods[..] };
     let columns = columns(spec, methods, input.cells);
+    // A paired table shows (and compares with the paper) per-split differences from its base.
+    let paired = spec.paired_with.as_deref().map(|base| paired_aggregate(input.cells, base));
+    let paired_means: Option<BTreeMap<GroupKey, Aggregate>> = paired.as_ref().map(|p| p.iter().map(|(k, (a, _))| (k.clone(), *a)).collect());
+    let aggregates = paired_means.as_ref().unwrap_or(aggregates);
     let comparisons = compare(spec, input.cells, aggregates);
 
     let mut rows = Vec::new();
@@ -198,7 +209,8 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
                     let comparison = comparisons.iter().find(|c| {
                         &c.paper.dataset == dataset && &c.paper.method == method && &c.paper.metric == metric && &c.setting == setting
                     });
-                    cell_view(aggregates.get(&key).copied(), &group, metric, comparison)
+                    let positive = paired.as_ref().and_then(|p| p.get(&key)).map(|(_, k)| *k);
+                    cell_view(aggregates.get(&key).copied(), positive, &group, metric, comparison)
                 })
                 .chain(spec.paper_only.iter().map(|method| {
                     let paper = spec.paper.iter().find(|p| &p.dataset == dataset && &p.method == method && &p.metric == metric);
@@ -244,7 +256,13 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
         rule: describe(&spec.tolerance),
         matched: comparisons.iter().filter(|c| c.matched()).count(),
         compared: comparisons.len(),
-        note: spec.note.clone(),
+        note: match (&spec.paired_with, &spec.note) {
+            (Some(base), note) => Some(format!(
+                "Paired with {base}: every entry is the per-split difference (column minus {base}), mean ± sd over the splits both have; \"> 0 on k\" counts the splits where it is positive.{}",
+                note.as_ref().map(|n| format!(" {n}")).unwrap_or_default()
+            )),
+            (None, note) => note.clone(),
+        },
         outside,
     }
 }

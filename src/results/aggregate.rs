@@ -40,17 +40,17 @@ pub struct GroupKey {
     pub metric: String,
 }
 
+/// A cell's metrics and its hyper-parameters (as `hp_<name>`).
+fn values(cell: &CellRecord) -> impl Iterator<Item = (String, f64)> + '_ {
+    cell.metrics.iter().map(|(k, v)| (k.clone(), *v)).chain(cell.hyperparameters.iter().map(|(k, v)| (format!("hp_{k}"), *v)))
+}
+
 /// Aggregate every metric (and every `hp_<name>` hyper-parameter) of the finished cells
 /// over splits.
 pub fn aggregate(cells: &[CellRecord]) -> BTreeMap<GroupKey, Aggregate> {
     let mut groups: BTreeMap<GroupKey, Vec<f64>> = BTreeMap::new();
     for cell in cells.iter().filter(|c| c.status == Status::Ok) {
-        let values = cell
-            .metrics
-            .iter()
-            .map(|(k, v)| (k.clone(), *v))
-            .chain(cell.hyperparameters.iter().map(|(k, v)| (format!("hp_{k}"), *v)));
-        for (metric, value) in values {
+        for (metric, value) in values(cell) {
             let key = GroupKey {
                 dataset: cell.dataset.clone(),
                 method: cell.method.clone(),
@@ -61,6 +61,30 @@ pub fn aggregate(cells: &[CellRecord]) -> BTreeMap<GroupKey, Aggregate> {
         }
     }
     groups.into_iter().filter_map(|(k, v)| Aggregate::of(&v).map(|a| (k, a))).collect()
+}
+
+/// Per-split differences against the method entry `base`: for every finished cell and metric,
+/// the value minus the base entry's on the same dataset and split (at the same grid setting
+/// when the base has it, else at its only one), summarised over splits; with, per group, the
+/// number of splits where the difference is positive.
+pub fn paired_aggregate(cells: &[CellRecord], base: &str) -> BTreeMap<GroupKey, (Aggregate, usize)> {
+    let ok = |c: &&CellRecord| c.status == Status::Ok;
+    let bases: BTreeMap<(&str, usize, &str), &CellRecord> =
+        cells.iter().filter(ok).filter(|c| c.method == base).map(|c| ((c.dataset.as_str(), c.split, c.setting.as_str()), c)).collect();
+    let mut groups: BTreeMap<GroupKey, Vec<f64>> = BTreeMap::new();
+    for cell in cells.iter().filter(ok) {
+        let key = |setting| (cell.dataset.as_str(), cell.split, setting);
+        let Some(b) = bases.get(&key(cell.setting.as_str())).or_else(|| bases.get(&key(""))) else { continue };
+        for (metric, value) in values(cell) {
+            let Some(bv) = b.metrics.get(&metric).or_else(|| metric.strip_prefix("hp_").and_then(|h| b.hyperparameters.get(h))) else { continue };
+            let key = GroupKey { dataset: cell.dataset.clone(), method: cell.method.clone(), setting: cell.setting.clone(), metric };
+            groups.entry(key).or_default().push(value - bv);
+        }
+    }
+    groups
+        .into_iter()
+        .filter_map(|(k, d)| Aggregate::of(&d).map(|a| (k, (a, d.iter().filter(|v| **v > 0.0).count()))))
+        .collect()
 }
 
 #[cfg(test)]
@@ -76,5 +100,56 @@ mod tests {
         assert!((a.sd - (14.0f64 / 3.0).sqrt()).abs() < 1e-15);
         assert!((a.se - (14.0f64 / 3.0).sqrt() / 2.0).abs() < 1e-15);
         assert!(Aggregate::of(&[f64::INFINITY]).is_none());
+    }
+
+    fn cell(method: &str, split: usize, setting: &str, v: f64) -> CellRecord {
+        CellRecord {
+            key: format!("{method}{split}{setting}"),
+            experiment: "x".into(),
+            dataset: "iris".into(),
+            split,
+            method: method.into(),
+            method_kind: "laplace".into(),
+            setting: setting.into(),
+            status: Status::Ok,
+            error: None,
+            seed: 0,
+            metrics: [("log_evidence".to_string(), v)].into(),
+            evidence_kind: None,
+            hyperparameters: [("lengthscale".to_string(), 2.0 * v)].into(),
+            diagnostics: BTreeMap::new(),
+            trace: Vec::new(),
+            handoff: Default::default(),
+            wall_seconds: 0.0,
+            cpu_seconds: 0.0,
+        }
+    }
+
+    #[test]
+    fn paired_differences_match_hand_computed_values() {
+        // base 1, 2, 4 on splits 0-2; "a" 2, 1, 7 (differences 1, -1, 3); "b" has a grid and
+        // pairs with the base's only setting; split 3 of "a" has no base and is left out.
+        let cells = vec![
+            cell("base", 0, "", 1.0),
+            cell("base", 1, "", 2.0),
+            cell("base", 2, "", 4.0),
+            cell("a", 0, "", 2.0),
+            cell("a", 1, "", 1.0),
+            cell("a", 2, "", 7.0),
+            cell("a", 3, "", 9.0),
+            cell("b", 0, "s=1", 0.5),
+        ];
+        let p = paired_aggregate(&cells, "base");
+        let key = |m: &str, s: &str, metric: &str| GroupKey { dataset: "iris".into(), method: m.into(), setting: s.into(), metric: metric.into() };
+        let (a, pos) = p[&key("a", "", "log_evidence")];
+        assert_eq!((a.n, pos), (3, 2));
+        assert!((a.mean - 1.0).abs() < 1e-15 && (a.sd - 2.0).abs() < 1e-15);
+        let (h, _) = p[&key("a", "", "hp_lengthscale")];
+        assert!((h.mean - 2.0).abs() < 1e-15);
+        let (b, pos) = p[&key("b", "s=1", "log_evidence")];
+        assert_eq!((b.n, pos), (1, 0));
+        assert!((b.mean + 0.5).abs() < 1e-15);
+        let (z, _) = p[&key("base", "", "log_evidence")];
+        assert_eq!((z.mean, z.sd), (0.0, 0.0));
     }
 }

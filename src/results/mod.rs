@@ -5,7 +5,7 @@ pub mod manifest;
 pub mod record;
 pub mod store;
 
-pub use aggregate::{aggregate, Aggregate, GroupKey};
+pub use aggregate::{aggregate, paired_aggregate, Aggregate, GroupKey};
 pub use manifest::Manifest;
 pub use record::{CellRecord, EvidenceKind, Handoff, Status, TracePoint};
 pub use store::{write_atomic, Store, StoreError};

@@ -328,6 +328,11 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
         }
         check_refs(&mut err, &at, &t.methods, &names, "methods", "method entry");
         check_refs(&mut err, &at, &t.datasets, &raw.datasets, "datasets", "dataset of this spec");
+        if let Some(base) = &t.paired_with {
+            if !names.contains(base) {
+                err(format!("{at}.paired_with"), Some(base), format!("\"{base}\" is not a method entry{}", suggest(base, &names)));
+            }
+        }
         for (k, col) in t.paper_only.iter().enumerate() {
             if names.contains(col) {
                 err(format!("{at}.paper_only[{k}]"), Some(col), format!("\"{col}\" is a method entry of this spec; paper_only is for methods it does not run"));

@@ -27,6 +27,11 @@ pub struct TableSpec {
     /// baselines): shown with the paper's numbers only, never scored.
     #[serde(default)]
     pub paper_only: Vec<String>,
+    /// Show every entry as the per-split difference from this method entry (mean +- sd over
+    /// the splits both have, and on how many the difference is positive): paired comparisons
+    /// such as Chai's Figure 2. Paper values are then compared with those differences.
+    #[serde(default)]
+    pub paired_with: Option<String>,
     /// Free text shown under the table (e.g. why a column is expected to differ).
     #[serde(default)]
     pub note: Option<String>,
