@@ -100,7 +100,6 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     // A cell with the same key stored by another experiment is the same computation (the key
     // hashes dataset, split protocol and seed, method entry, source cell and crate version):
     // take its record instead of recomputing it, e.g. the MF-MNP cells Chai's specs share.
-    let mut reused = 0;
     if !opts.recompute {
         let others = store.others()?;
         for cell in &prepared.cells {
@@ -116,7 +115,6 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
                 rec.experiment = spec.name().to_string();
                 store.write_cell(&rec)?;
                 done.insert(cell.key.clone(), rec);
-                reused += 1;
                 break;
             }
         }
@@ -179,7 +177,7 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     let cells: Vec<CellRecord> = prepared.cells.iter().filter_map(|c| done.get(&c.key).cloned()).collect();
     store.write_tables(&cells)?;
     let missing = prepared.cells.len() - cells.len();
-    let counts = CellCounts { total: prepared.cells.len(), computed: cells.len() - cached, cached, reused, missing };
+    let counts = CellCounts { total: prepared.cells.len(), computed: cells.len() - cached, cached, reused: reused_count(&cells), missing };
     let manifest = manifest(spec, opts, &cells, started, wall.elapsed().as_secs_f64(), threads, counts);
     store.write_manifest(&manifest)?;
     if opts.render_report {
@@ -224,8 +222,7 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyho
         Some(m) if missing == 0 && m.spec_hash == spec.hash => m,
         old => {
             let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-            let reused = cells.iter().filter(|c| c.diagnostics.contains_key("reused_from")).count();
-            let counts = CellCounts { total: prepared.cells.len(), computed: 0, cached: cells.len(), reused, missing };
+            let counts = CellCounts { total: prepared.cells.len(), computed: 0, cached: cells.len(), reused: reused_count(&cells), missing };
             let mut fresh = manifest(spec, opts, &cells, now, 0.0, 0, counts);
             // Every cell is stored but the spec text changed (say, a note): the spec and code
             // provenance are new, the run's own timing is the earlier run's.
@@ -245,6 +242,11 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyho
     store.write_manifest(&manifest)?;
     report(spec, &manifest, &cells, opts)?;
     Ok(RunSummary { manifest, cells })
+}
+
+/// Stored cells taken from another experiment (in this run or an earlier, resumed one).
+fn reused_count(cells: &[CellRecord]) -> usize {
+    cells.iter().filter(|c| c.diagnostics.contains_key("reused_from")).count()
 }
 
 struct CellCounts {
