@@ -82,6 +82,11 @@ pub fn prepare(spec: &Spec, registry: &Registry, opts: &RunOptions, store: &Stor
 
 /// Run a checked spec end to end.
 pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Result<RunSummary> {
+    for name in &opts.datasets {
+        if !spec.raw.datasets.contains(name) {
+            anyhow::bail!("--datasets: {name} is not a dataset of {} (it has: {})", spec.file, spec.raw.datasets.join(", "));
+        }
+    }
     faer::set_global_parallelism(faer::Par::Seq);
     let started = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let wall = Instant::now();
@@ -120,11 +125,6 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
         }
     }
     let cached = done.len();
-    for name in &opts.datasets {
-        if !spec.raw.datasets.contains(name) {
-            anyhow::bail!("--datasets: {name} is not a dataset of {} (it has: {})", spec.file, spec.raw.datasets.join(", "));
-        }
-    }
     let selected = |c: &Cell| opts.datasets.is_empty() || opts.datasets.contains(&c.dataset);
     let pending: Vec<&Cell> = prepared.cells.iter().filter(|c| !done.contains_key(&c.key) && selected(c)).collect();
 
