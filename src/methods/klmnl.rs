@@ -521,9 +521,8 @@ fn v_from_w(pr: &Prior, w: &[Mat<f64>]) -> Result<VState, FitError> {
             sym(&(pr.block(&pr.k, i) - qi.transpose() * qi))
         })
         .collect();
-    // tr(T K) = tr(B^{-1} L_W^T K L_W) = tr(B^{-1} (B - I)) = r - ||L_B^{-1}||_F^2.
-    let lb_inv = lb.solve_l(eye(r).as_ref());
-    let tr_tk = r as f64 - lb_inv.norm_l2().powi(2);
+    // tr(T K) = tr(B^{-1} L_W^T K L_W) = tr(B^{-1} (B - I)) = r - tr(B^{-1}).
+    let tr_tk = r as f64 - lb.trace_inverse();
     let logdet_kinv_v = -lb.log_det();
     Ok(VState { t: TRep::Fx { lb, lwt }, blocks, logdet_kinv_v, tr_tk })
 }
@@ -913,26 +912,41 @@ pub(crate) fn fit_variational(
     Ok(VarFit { st, m, log_zh: cur, neg_kl: nk, stats })
 }
 
-/// d log Z_h* / d(log kernel parameters) = 1/2 tr((alpha alpha^T - T) dK), dK = dKx (x) Kc
-/// (envelope theorem at the variational optimum, notes D§4.3).
-pub(crate) fn hyper_gradient(pr: &Prior, fit: &VarFit, dkx: &[Mat<f64>]) -> Vec<f64> {
+/// The envelope-theorem gradient at the variational optimum is d log Z_h* = 1/2 tr(Q dK) with
+/// Q = alpha alpha^T - T (notes D§4.3). With dK = dKx (x) Kc or Kx (x) dKc only two contractions
+/// of Q are needed: R_ij = sum_ab Kc_ab Q_(ia,jb) and G_ab = sum_ij Kx_ij Q_(ia,jb). One pass over
+/// the dense T gives both (forming T is the expensive part).
+pub(crate) struct Envelope {
+    r: Mat<f64>,
+    g: Mat<f64>,
+}
+
+pub(crate) fn envelope(pr: &Prior, fit: &VarFit) -> Envelope {
     let (n, c) = (pr.n, pr.c);
     let alpha = fit.alpha(pr);
     let t = fit.t_dense();
-    // R_ij = sum_{c,c'} Kc_cc' (alpha alpha^T - T)_{ic, jc'}
-    let r = Mat::from_fn(n, n, |i, j| {
-        let mut s = 0.0;
-        for a in 0..c {
-            for b in 0..c {
-                let kc = pr.kc[(a, b)];
-                if kc != 0.0 {
-                    s += kc * (alpha[i * c + a] * alpha[j * c + b] - t[(i * c + a, j * c + b)]);
+    let mut r = Mat::<f64>::zeros(n, n);
+    let mut g = Mat::<f64>::zeros(c, c);
+    for i in 0..n {
+        for j in 0..n {
+            let kx = pr.kx[(i, j)];
+            let mut rij = 0.0;
+            for a in 0..c {
+                for b in 0..c {
+                    let q = alpha[i * c + a] * alpha[j * c + b] - t[(i * c + a, j * c + b)];
+                    rij += pr.kc[(a, b)] * q;
+                    g[(a, b)] += kx * q;
                 }
             }
+            r[(i, j)] = rij;
         }
-        s
-    });
-    dkx.iter().map(|d| 0.5 * trace_prod(d.as_ref(), r.transpose())).collect()
+    }
+    Envelope { r, g }
+}
+
+/// d log Z_h* / d(log kernel parameters) = 1/2 tr(R dKx) (dK = dKx (x) Kc).
+pub(crate) fn hyper_gradient(env: &Envelope, dkx: &[Mat<f64>]) -> Vec<f64> {
+    dkx.iter().map(|d| 0.5 * trace_prod(d.as_ref(), env.r.transpose())).collect()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1009,21 +1023,11 @@ pub fn kc_of(model: &str, rho: &[f64], c: usize) -> Mat<f64> {
     }
 }
 
-/// d log Z_h* / d rho = 1/2 sum_cc' (dK^c/drho)_cc' G_cc', G_cc' = sum_ij Kx_ij (alpha alpha^T - T)_{ic,jc'}
-/// (dK = Kx (x) dK^c); dK^c/drho by central differences of the small smooth map rho -> K^c.
-fn kc_gradient(pr: &Prior, fit: &VarFit, model: &str, rho: &[f64]) -> Vec<f64> {
-    let (n, c) = (pr.n, pr.c);
-    let alpha = fit.alpha(pr);
-    let t = fit.t_dense();
-    let g = Mat::from_fn(c, c, |a, b| {
-        let mut s = 0.0;
-        for i in 0..n {
-            for j in 0..n {
-                s += pr.kx[(i, j)] * (alpha[i * c + a] * alpha[j * c + b] - t[(i * c + a, j * c + b)]);
-            }
-        }
-        s
-    });
+/// d log Z_h* / d rho = 1/2 sum_ab (dK^c/drho)_ab G_ab (dK = Kx (x) dK^c); dK^c/drho by central
+/// differences of the small smooth map rho -> K^c.
+fn kc_gradient(env: &Envelope, model: &str, rho: &[f64]) -> Vec<f64> {
+    let c = env.g.nrows();
+    let g = &env.g;
     (0..rho.len())
         .map(|k| {
             let e = 1e-6;
@@ -1097,9 +1101,10 @@ impl Klmnl {
                         .or_else(|_| fit_variational(&pr, &self.params, None, Some(ctx_ref)))?,
                     None => fit_variational(&pr, &self.params, None, Some(ctx_ref))?,
                 };
-                let mut g = hyper_gradient(&pr, &fit, &dkx);
+                let env = envelope(&pr, &fit);
+                let mut g = hyper_gradient(&env, &dkx);
                 if learn_kc {
-                    g.extend(kc_gradient(&pr, &fit, &model, &p[nk..]));
+                    g.extend(kc_gradient(&env, &model, &p[nk..]));
                 } else {
                     g.extend(vec![0.0; p.len() - nk]);
                 }
@@ -1234,7 +1239,7 @@ impl KlmnlModel {
     }
     pub fn hyper_gradient(&self) -> Vec<f64> {
         let dkx = self.kernel.gram_grads(&self.x_train, &self.pr.kx);
-        hyper_gradient(&self.pr, &self.fit, &dkx)
+        hyper_gradient(&envelope(&self.pr, &self.fit), &dkx)
     }
 
     /// q(f_*|y) per test point: m_* = K_*^T alpha, V_* = K_** - K_*^T T K_* (notes D§3.4).
@@ -1583,7 +1588,7 @@ mod tests {
             let dkx = kern.gram_grads(&x, &kx);
             let pr = Prior::new(kx, eye(3), &y);
             let fit = fit_variational(&pr, &params, None, None).unwrap();
-            let g = hyper_gradient(&pr, &fit, &dkx);
+            let g = hyper_gradient(&envelope(&pr, &fit), &dkx);
             let p0 = kern.log_params();
             for j in 0..p0.len() {
                 let e = 1e-4;
@@ -1675,7 +1680,7 @@ mod kc_tests {
             let at = |rh: &[f64]| fit_variational(&Prior::new(kern.gram(&x), kc_of(model, rh, c), &y), &params, None, None).unwrap().log_zh;
             let pr = Prior::new(kern.gram(&x), kc, &y);
             let fit = fit_variational(&pr, &params, None, None).unwrap();
-            let g = kc_gradient(&pr, &fit, model, &rho);
+            let g = kc_gradient(&envelope(&pr, &fit), model, &rho);
             for k in 0..rho.len() {
                 let e = 1e-4;
                 let mut rp = rho.clone();
