@@ -112,3 +112,36 @@ fn a_paired_table_must_name_a_method_entry() {
     let ok = format!("{GOOD}tables:\n  - {{ id: p, title: P, metrics: [error_pct], paired_with: lap }}\n");
     assert!(parse(&ok, "ok.yaml", &registry()).is_ok());
 }
+
+#[test]
+fn an_entry_restricted_to_some_datasets_names_only_spec_datasets_and_has_its_sources_there() {
+    let two = GOOD.replace("datasets: [iris]", "datasets: [iris, wine]");
+    let text = format!("{two}  - name: only\n    method: laplace\n    datasets: [wnie]\n");
+    let e = error_of(&text);
+    assert!(e.contains("methods[1].datasets[0]") && e.contains("\"wnie\" is not a dataset of this spec (did you mean \"wine\"?)"), "{e}");
+    // A source restricted to iris cannot hand hyper-parameters to an entry that runs on wine.
+    let text = format!("{two}  - name: src\n    method: laplace\n    datasets: [iris]\n  - name: dst\n    method: laplace\n    hyper: {{ from: src }}\n");
+    let e = error_of(&text);
+    assert!(e.contains("methods[2].hyper.from") && e.contains("\"src\" does not run on dataset \"wine\", where \"dst\" needs"), "{e}");
+    let ok = text.replace("hyper: { from: src }", "hyper: { from: src }\n    datasets: [iris]");
+    parse(&ok, "ok.yaml", &registry()).expect("source and entry on the same dataset");
+}
+
+#[test]
+fn a_restricted_entry_expands_on_its_datasets_only_with_the_keys_it_has_unrestricted() {
+    use std::collections::BTreeMap;
+    let two = GOOD.replace("datasets: [iris]", "datasets: [iris, wine]");
+    let splits: BTreeMap<String, usize> = [("iris".to_string(), 2), ("wine".to_string(), 2)].into();
+    let open = parse(&two, "open.yaml", &registry()).unwrap();
+    let narrowed = parse(&format!("{two}    datasets: [wine]\n"), "narrow.yaml", &registry()).unwrap();
+    let all = mcgp::spec::expand(&open, &splits).unwrap();
+    let some = mcgp::spec::expand(&narrowed, &splits).unwrap();
+    assert_eq!(all.len(), 4);
+    assert_eq!(some.len(), 2);
+    assert!(some.iter().all(|c| c.dataset == "wine"));
+    for c in &some {
+        let same = all.iter().find(|a| a.dataset == c.dataset && a.split == c.split).unwrap();
+        assert_eq!(c.key, same.key, "narrowing an entry must not change its cells' keys");
+        assert_eq!(c.seed, same.seed);
+    }
+}

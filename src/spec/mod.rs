@@ -68,6 +68,17 @@ pub struct MethodEntry {
     /// the cartesian product of the lists expands into cells.
     #[serde(default)]
     pub grid: BTreeMap<String, Vec<serde_json::Value>>,
+    /// Run this entry on these of the spec's datasets only (default: all of them), e.g. a
+    /// variant a paper used on one dataset. Not part of the cell key: narrowing or widening
+    /// the list keeps the cells already computed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub datasets: Vec<String>,
+}
+
+impl MethodEntry {
+    pub fn runs_on(&self, dataset: &str) -> bool {
+        self.datasets.is_empty() || self.datasets.iter().any(|d| d == dataset)
+    }
 }
 
 /// Hyper-parameter policy: `fixed`, `learn`, or `{ from: <method entry> }`.
@@ -303,14 +314,21 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
             }
             Err(e) => err(format!("{at}.grid"), Some(&m.name), e),
         }
+        check_refs(&mut err, &at, &m.datasets, &raw.datasets, "datasets", "dataset of this spec");
         if let HyperSpec::From { source: src, .. } = &m.hyper {
             match raw.methods.iter().find(|s| &s.name == src) {
                 None => err(format!("{at}.hyper.from"), Some(src), format!("no method entry named \"{src}\"{}", suggest(src, &names))),
+
                 Some(s) if !s.grid.is_empty() => {
                     err(format!("{at}.hyper.from"), Some(src), format!("\"{src}\" has a grid, so it has no single fit per split to take hyper-parameters from"))
                 }
                 Some(_) if src == &m.name => err(format!("{at}.hyper.from"), Some(src), "a method cannot take hyper-parameters from itself".into()),
-                Some(_) => {}
+                Some(s) => {
+                    if let Some(d) = raw.datasets.iter().find(|d| m.runs_on(d) && !s.runs_on(d)) {
+                        let msg = format!("\"{src}\" does not run on dataset \"{d}\", where \"{}\" needs its hyper-parameters", m.name);
+                        err(format!("{at}.hyper.from"), Some(src), msg);
+                    }
+                }
             }
         }
     }
