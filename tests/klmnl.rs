@@ -194,9 +194,17 @@ fn speed_glass_klmnl_and_importance_sampling() {
 
 /// Skipping samples whose weight is certain to be below e^-40 of the largest leaves the logit
 /// evidence and predictive unchanged to rounding (the bound is n_s e^-40 relative), on a
-/// problem where the t proposal puts many samples far below the maximum.
+/// problem where the t proposal puts many samples far below the maximum. For the probit (with
+/// its u-draws) this also checks that visiting the data worst-fitted first, which lets a
+/// negligible sample stop sooner, leaves every kept weight as it is.
 #[test]
 fn skipping_negligible_samples_changes_nothing_visible() {
+    for lik in [Lik::Logit, Lik::Probit] {
+        skipping_changes_nothing_visible(lik);
+    }
+}
+
+fn skipping_changes_nothing_visible(lik: Lik) {
     let (x, y) = tiny(16);
     let xs = Array2::from_shape_fn((3, 1), |(j, _)| j as f64 - 1.0);
     let kern = SqExp { log_variance: 25.0f64.ln(), log_lengthscales: vec![0.0], learn_variance: false };
@@ -204,7 +212,7 @@ fn skipping_negligible_samples_changes_nothing_visible() {
     let run = |negligible: f64| {
         let mut params = ImportanceParams::from_settings(&serde_json::json!({"n_samples": 20000, "n_test_samples": 5000})).unwrap();
         params.negligible_log_weight = negligible;
-        let method = params.check(Lik::Logit).unwrap();
+        let method = params.check(lik).unwrap();
         let mut rng = rand_pcg::Pcg64::seed_from_u64(9);
         let mut ctx = FitContext::new(&mut rng, None);
         let model = method.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut ctx).unwrap();
@@ -213,11 +221,14 @@ fn skipping_negligible_samples_changes_nothing_visible() {
     };
     let (full, pred_full) = run(f64::INFINITY);
     let (skip, pred_skip) = run(40.0);
-    // The test is only meaningful if many samples were skipped.
-    assert_eq!(full["is_skipped_frac"], 0.0);
-    assert!(skip["is_skipped_frac"] > 0.3, "skipped {}", skip["is_skipped_frac"]);
+    // The test is only meaningful if many samples were skipped. (Without skipping, the probit's
+    // u-average can still be exactly 0 for a sample whose every Phi product underflows: a true
+    // zero weight, counted the same way.)
+    let zero_weight = if lik == Lik::Logit { 0.0 } else { 0.05 };
+    assert!(full["is_skipped_frac"] <= zero_weight, "{lik:?}: zero weights {}", full["is_skipped_frac"]);
+    assert!(skip["is_skipped_frac"] > full["is_skipped_frac"] + 0.3, "{lik:?}: skipped {}", skip["is_skipped_frac"]);
     for k in ["log_z_hat", "log_z_ub", "is_log_sd"] {
-        assert!((full[k] - skip[k]).abs() < 1e-11, "{k}: {} vs {}", full[k], skip[k]);
+        assert!((full[k] - skip[k]).abs() < 1e-11, "{lik:?} {k}: {} vs {}", full[k], skip[k]);
     }
     assert!((full["is_ess"] / skip["is_ess"] - 1.0).abs() < 1e-11);
     for (a, b) in pred_full.iter().flatten().zip(pred_skip.iter().flatten()) {

@@ -105,13 +105,27 @@ struct LikEval {
 
 impl LikEval {
     fn log_prob(self, f: &[f64], y: usize, rng: &mut Pcg64) -> f64 {
+        self.log_prob_with(f, y, (0..self.u_samples).map(|_| rng.sample(StandardNormal)))
+    }
+    /// u-draws per datum: none for the logit.
+    fn draws_per_datum(self) -> usize {
+        match self.lik {
+            Lik::Probit => self.u_samples,
+            Lik::Logit => 0,
+        }
+    }
+    /// The u-draws of `n_data` data in turn.
+    fn draw_u(self, n_data: usize, rng: &mut Pcg64) -> Vec<f64> {
+        (0..n_data * self.draws_per_datum()).map(|_| rng.sample(StandardNormal)).collect()
+    }
+    /// log p(y | f) given this datum's u-draws (`u_samples` of them; unused by the exact likelihoods).
+    fn log_prob_with(self, f: &[f64], y: usize, us: impl Iterator<Item = f64>) -> f64 {
         match (self.lik, self.u_samples) {
             (Lik::Logit, _) => f[y] - log_sum_exp(f),
             (Lik::Probit, 0) => log_probit_class_prob(f, y),
             (Lik::Probit, r) => {
                 let mut acc = 0.0;
-                for _ in 0..r {
-                    let u: f64 = rng.sample(StandardNormal);
+                for u in us {
                     let mut prod = 1.0;
                     for (j, fj) in f.iter().enumerate() {
                         if j != y {
@@ -246,6 +260,11 @@ struct Sampler {
     lc: Mat<f64>,
     /// Posterior scale only: L_V and R = L_K^{-1} L_V (dense, p x p).
     post: Option<(Mat<f64>, Mat<f64>)>,
+    /// The order in which `log_weight` visits the data: worst fitted at the proposal centre
+    /// first. Every log-likelihood term is <= 0, so the partial sums fall fastest this way and
+    /// a negligible sample is recognised after fewer terms; which samples are negligible, and
+    /// every kept weight, are the same in any order.
+    order: Vec<usize>,
     /// constant part of log w.
     log_const: f64,
     df: f64,
@@ -312,15 +331,26 @@ impl Sampler {
         let quad = aa + 2.0 * s * au + s * s * uu;
         let delta = s * s * znorm2;
         let mut lw = -0.5 * quad + 0.5 * (self.df + p) * (delta / self.df).ln_1p() + self.log_const;
+        // All u-draws first, in datum order: the same numbers whatever order the data are
+        // evaluated in below.
+        let us = self.lik.draw_u(n, urng);
+        let r = self.lik.draws_per_datum();
         let mut f = vec![0.0; c];
-        for i in 0..n {
+        let mut terms = vec![0.0; n];
+        let mut partial = lw;
+        for &i in &self.order {
             for q in 0..c {
                 f[q] = self.m[i * c + q] + s * fz[(i, b * c + q)];
             }
-            lw += self.lik.log_prob(&f, self.y[i], urng);
-            if lw < floor {
+            terms[i] = self.lik.log_prob_with(&f, self.y[i], us[i * r..(i + 1) * r].iter().copied());
+            partial += terms[i];
+            if partial < floor {
                 return f64::NEG_INFINITY;
             }
+        }
+        // Summed in datum order, so a kept sample's weight does not depend on `order`.
+        for t in terms {
+            lw += t;
         }
         lw
     }
@@ -375,8 +405,18 @@ impl Importance {
             None
         };
         let seed: u64 = ctx.rng.random();
+        let lik = LikEval { lik: self.lik, u_samples: self.params.probit_u_samples };
+        let centre_fit: Vec<f64> = (0..n)
+            .map(|i| match self.lik {
+                Lik::Logit => lik.log_prob_with(&m[i * c..(i + 1) * c], problem.y[i], std::iter::empty()),
+                Lik::Probit => log_probit_class_prob(&m[i * c..(i + 1) * c], problem.y[i]),
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|&i, &j| centre_fit[i].total_cmp(&centre_fit[j]).then(i.cmp(&j)));
         let sampler = Sampler {
-            lik: LikEval { lik: self.lik, u_samples: self.params.probit_u_samples },
+            lik,
+            order,
             n,
             c,
             y: problem.y.to_vec(),
