@@ -145,3 +145,49 @@ fn a_restricted_entry_expands_on_its_datasets_only_with_the_keys_it_has_unrestri
         assert_eq!(c.seed, same.seed);
     }
 }
+
+#[test]
+fn datasets_may_have_their_own_split_protocols() {
+    let two = GOOD.replace("datasets: [iris]", "datasets: [iris, wine]");
+    // A dataset without any protocol is named.
+    let text = two.replace("splits: { protocol: random, train_fraction: 0.6, repeats: 2 }", "dataset_splits:\n  iris: { protocol: random, train_fraction: 0.6, repeats: 2 }");
+    let e = error_of(&text);
+    assert!(e.contains("datasets[1]") && e.contains("no split protocol for \"wine\""), "{e}");
+    // Unknown dataset names and bad protocols are caught with their path.
+    let text = format!("{two}dataset_splits:\n  wnie: {{ protocol: random, train_fraction: 1.5, repeats: 2 }}\n");
+    let e = error_of(&text);
+    assert!(e.contains("dataset_splits.wnie") && e.contains("(did you mean \"wine\"?)"), "{e}");
+    assert!(e.contains("train_fraction"), "{e}");
+}
+
+#[test]
+fn a_per_dataset_protocol_gives_the_cells_a_spec_with_that_protocol_alone_would() {
+    use std::collections::BTreeMap;
+    let iris_only = parse(GOOD, "a.yaml", &registry()).unwrap();
+    let wine_only = parse(
+        &GOOD.replace("datasets: [iris]", "datasets: [wine]").replace("repeats: 2", "repeats: 3"),
+        "b.yaml",
+        &registry(),
+    )
+    .unwrap();
+    let both = parse(
+        &GOOD.replace("datasets: [iris]", "datasets: [iris, wine]").replace(
+            "methods:",
+            "dataset_splits:\n  wine: { protocol: random, train_fraction: 0.6, repeats: 3 }\nmethods:",
+        ),
+        "c.yaml",
+        &registry(),
+    )
+    .unwrap();
+    assert_eq!(both.raw.splits_of("wine").label(), wine_only.raw.splits_of("wine").label());
+    assert_ne!(both.raw.splits_of("iris").label(), both.raw.splits_of("wine").label());
+    let n: BTreeMap<String, usize> = [("iris".to_string(), 2), ("wine".to_string(), 3)].into();
+    let merged = mcgp::spec::expand(&both, &n).unwrap();
+    let separate: Vec<_> = mcgp::spec::expand(&iris_only, &n).unwrap().into_iter().chain(mcgp::spec::expand(&wine_only, &n).unwrap()).collect();
+    assert_eq!(merged.len(), 5);
+    for c in &merged {
+        let s = separate.iter().find(|s| s.dataset == c.dataset && s.split == c.split).unwrap();
+        assert_eq!(c.key, s.key, "{} split {}: the merged spec must reuse the separate spec's cells", c.dataset, c.split);
+    }
+    assert_eq!(mcgp::spec::expand::split_seed(&both, "wine"), mcgp::spec::expand::split_seed(&wine_only, "wine"));
+}

@@ -70,7 +70,7 @@ pub fn prepare(spec: &Spec, registry: &Registry, opts: &RunOptions, store: &Stor
     for name in &spec.raw.datasets {
         let data = registry.load_dataset(name)?;
         let seed = crate::spec::expand::split_seed(spec, name);
-        let s = make_splits(&spec.raw.splits, &data, seed, &opts.project_root)?;
+        let s = make_splits(spec.raw.splits_of(name), &data, seed, &opts.project_root)?;
         write_splits(&store.splits_path(name), &s)?;
         n_splits.insert(name.clone(), s.len());
         splits.insert(name.clone(), s);

@@ -21,7 +21,7 @@ pub struct Cell {
 
 /// The seed of the splits of one dataset: shared by every method, so all see the same splits.
 pub fn split_seed(spec: &Spec, dataset: &str) -> u64 {
-    let text = format!("split\n{}\n{dataset}\n{}", spec.raw.seed, spec.raw.splits.label());
+    let text = format!("split\n{}\n{dataset}\n{}", spec.raw.seed, spec.raw.splits_of(dataset).label());
     seed_from(&text)
 }
 
@@ -128,7 +128,7 @@ pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>) -> Result<Vec<Cel
                     let canonical = serde_json::json!({
                         "version": crate::VERSION,
                         "dataset": dataset,
-                        "splits": spec.raw.splits.label(),
+                        "splits": spec.raw.splits_of(dataset).label(),
                         "split_seed": split_seed(spec, dataset),
                         "split": split,
                         "standardize": spec.raw.standardize,

@@ -30,7 +30,12 @@ pub struct RawSpec {
     #[serde(default)]
     pub seed: u64,
     pub datasets: Vec<String>,
-    pub splits: SplitProtocol,
+    /// The split protocol of every dataset without its own entry in `dataset_splits`.
+    #[serde(default)]
+    pub splits: Option<SplitProtocol>,
+    /// Per-dataset split protocols (a paper's table may use a different protocol per row).
+    #[serde(default)]
+    pub dataset_splits: BTreeMap<String, SplitProtocol>,
     /// Standardise features with training-set statistics (default true).
     #[serde(default = "yes")]
     pub standardize: bool,
@@ -42,6 +47,13 @@ pub struct RawSpec {
     pub tables: Vec<TableSpec>,
     #[serde(default)]
     pub figures: Vec<FigureSpec>,
+}
+
+impl RawSpec {
+    /// The split protocol of `dataset` (checked to exist when the spec is parsed).
+    pub fn splits_of(&self, dataset: &str) -> &SplitProtocol {
+        self.dataset_splits.get(dataset).or(self.splits.as_ref()).expect("every dataset has a split protocol (checked at parse)")
+    }
 }
 
 fn yes() -> bool {
@@ -268,8 +280,23 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
             err(format!("datasets[{i}]"), Some(d), format!("unknown dataset \"{d}\"{}", suggest(d, &known_datasets)));
         }
     }
-    if let Err(e) = raw.splits.validate() {
+    if let Some(Err(e)) = raw.splits.as_ref().map(SplitProtocol::validate) {
         err("splits".into(), Some("splits"), e);
+    }
+    for (name, protocol) in &raw.dataset_splits {
+        if !raw.datasets.contains(name) {
+            err(format!("dataset_splits.{name}"), Some(name), format!("\"{name}\" is not a dataset of this spec{}", suggest(name, &raw.datasets)));
+        }
+        if let Err(e) = protocol.validate() {
+            err(format!("dataset_splits.{name}"), Some(name), e);
+        }
+    }
+    if raw.splits.is_none() {
+        for (i, d) in raw.datasets.iter().enumerate() {
+            if !raw.dataset_splits.contains_key(d) {
+                err(format!("datasets[{i}]"), Some(d), format!("no split protocol for \"{d}\": give `splits` (all datasets) or `dataset_splits.{d}`"));
+            }
+        }
     }
     if let Some(t) = raw.timeout_seconds {
         if !(t > 0.0) {
