@@ -125,6 +125,14 @@ fn an_entry_restricted_to_some_datasets_names_only_spec_datasets_and_has_its_sou
     assert!(e.contains("methods[2].hyper.from") && e.contains("\"src\" does not run on dataset \"wine\", where \"dst\" needs"), "{e}");
     let ok = text.replace("hyper: { from: src }", "hyper: { from: src }\n    datasets: [iris]");
     parse(&ok, "ok.yaml", &registry()).expect("source and entry on the same dataset");
+    // A table showing the restricted entry on a dataset it does not run on is refused, by name...
+    let shown = format!("{two}  - name: only\n    method: laplace\n    datasets: [iris]\ntables:\n  - {{ id: t, title: T, metrics: [error_pct], methods: [lap, only] }}\n");
+    let e = error_of(&shown);
+    assert!(e.contains("tables[0].methods[1]") && e.contains("\"only\" runs only on [iris], not on \"wine\""), "{e}");
+    // ...and when the table lists every entry by default; restricting the table's datasets fixes it.
+    let all = shown.replace(", methods: [lap, only]", "");
+    assert!(error_of(&all).contains("tables[0].methods"), "{}", error_of(&all));
+    parse(&shown.replace("methods: [lap, only]", "methods: [lap, only], datasets: [iris]"), "ok.yaml", &registry()).expect("table on iris only");
 }
 
 #[test]

@@ -248,6 +248,7 @@ impl WeightAcc {
 }
 
 /// What the sampler needs, fixed for a fit: the KL-MNL model and the Kronecker factors.
+#[derive(Clone)]
 struct Sampler {
     lik: LikEval,
     n: usize,
@@ -263,7 +264,7 @@ struct Sampler {
     /// The order in which `log_weight` visits the data: worst fitted at the proposal centre
     /// first. Every log-likelihood term is <= 0, so the partial sums fall fastest this way and
     /// a negligible sample is recognised after fewer terms; which samples are negligible, and
-    /// every kept weight, are the same in any order.
+    /// every kept weight, are the same in any order (tested to the bit).
     order: Vec<usize>,
     /// constant part of log w.
     log_const: f64,
@@ -344,17 +345,27 @@ impl Sampler {
             }
             terms[i] = self.lik.log_prob_with(&f, self.y[i], us[i * r..(i + 1) * r].iter().copied());
             partial += terms[i];
-            if partial < floor {
+            // Stop only when clearly below: the datum-order total differs from this partial sum
+            // by rounding and by the terms not yet added (<= 0, or a rounding hair above 0 for
+            // the quadrature probit), both far below the margin.
+            if partial < floor - SKIP_MARGIN {
                 return f64::NEG_INFINITY;
             }
         }
-        // Summed in datum order, so a kept sample's weight does not depend on `order`.
+        // Summed and checked in datum order, so whether a sample is kept, and its weight, do not
+        // depend on `order`.
         for t in terms {
             lw += t;
+            if lw < floor {
+                return f64::NEG_INFINITY;
+            }
         }
         lw
     }
 }
+
+/// Nats by which a partial sum in `Sampler::order` must be below the floor to stop early.
+const SKIP_MARGIN: f64 = 1e-6;
 
 /// The random stream of sample `index`: its own, so skipping a negligible sample leaves the
 /// draws of every other sample unchanged.
@@ -687,5 +698,52 @@ impl Fitted for ImportanceModel {
 
     fn handoff(&self) -> Handoff {
         self.km.handoff()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::methods::FromSettings;
+
+    /// Visiting the data worst-fitted first only decides sooner: every weight, and which samples
+    /// are skipped, are the same to the bit as in datum order, for both likelihoods, the probit
+    /// by u-samples and by quadrature, and both proposal scales.
+    #[test]
+    fn the_visiting_order_changes_no_weight_and_no_skip_decision() {
+        let n = 12;
+        let x = Array2::from_shape_fn((n, 1), |(i, _)| i as f64 / 3.0 - 2.0);
+        let y: Vec<usize> = (0..n).map(|i| (i * 7 / 3) % 3).collect();
+        let problem = Problem { x: &x, y: &y, n_classes: 3 };
+        let kernel = SqExp { log_variance: 9.0f64.ln(), log_lengthscales: vec![0.0], learn_variance: false };
+        let cases = [(Lik::Logit, 20, "prior"), (Lik::Probit, 20, "prior"), (Lik::Probit, 0, "prior"), (Lik::Probit, 20, "posterior")];
+        for (lik, u_samples, scale) in cases {
+            let settings = serde_json::json!({ "n_samples": 200, "n_test_samples": 50, "probit_u_samples": u_samples, "scale": scale });
+            let method = ImportanceParams::from_settings(&settings).unwrap().check(lik).unwrap();
+            let mut rng = Pcg64::seed_from_u64(5);
+            let mut ctx = FitContext::new(&mut rng, None);
+            let model = method.fit_model(&problem, &kernel, HyperPolicy::Fixed, &mut ctx).unwrap();
+            let sorted = model.sampler.clone();
+            let mut datum = model.sampler.clone();
+            datum.order = (0..n).collect();
+            assert_ne!(sorted.order, datum.order, "{lik:?}: the test needs a non-trivial order");
+            let chi = ChiSquared::new(sorted.df).unwrap();
+            let (scales, u, fz, zn) = sorted.batch(&mut Pcg64::seed_from_u64(8), &chi, 300);
+            let weight = |s: &Sampler, b: usize, floor: f64| s.log_weight(scales[b], &u, &fz, zn[b], b, floor, &mut sample_rng(77, b));
+            let full: Vec<f64> = (0..300).map(|b| weight(&datum, b, f64::NEG_INFINITY)).collect();
+            let top = full.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            // Floors that put a good share of the samples below them, and one just at a sample's weight.
+            for floor in [f64::NEG_INFINITY, top - 30.0, top - 5.0, full[17]] {
+                let mut skipped = 0;
+                for b in 0..300 {
+                    let (a, s) = (weight(&datum, b, floor), weight(&sorted, b, floor));
+                    assert_eq!(a.to_bits(), s.to_bits(), "{lik:?} u={u_samples} {scale}: sample {b}, floor {floor}");
+                    skipped += (a == f64::NEG_INFINITY) as usize;
+                }
+                if floor == top - 5.0 {
+                    assert!(skipped > 30, "{lik:?} u={u_samples} {scale}: only {skipped} of 300 below the floor");
+                }
+            }
+        }
     }
 }

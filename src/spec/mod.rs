@@ -373,6 +373,7 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
         }
         check_refs(&mut err, &at, &t.methods, &names, "methods", "method entry");
         check_refs(&mut err, &at, &t.datasets, &raw.datasets, "datasets", "dataset of this spec");
+        check_coverage(&mut err, &at, &t.methods, t.paired_with.as_deref(), &t.datasets, raw);
         if let Some(base) = &t.paired_with {
             if !names.contains(base) {
                 err(format!("{at}.paired_with"), Some(base), format!("\"{base}\" is not a method entry{}", suggest(base, &names)));
@@ -404,6 +405,7 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
         }
         check_refs(&mut err, &at, &f.methods, &names, "methods", "method entry");
         check_refs(&mut err, &at, &f.datasets, &raw.datasets, "datasets", "dataset of this spec");
+        check_coverage(&mut err, &at, &f.methods, None, &f.datasets, raw);
         match f.kind {
             FigureKind::Trace if f.trace.is_none() => err(format!("{at}.trace"), Some(&f.id), "a trace figure needs `trace` (the traced quantity)".into()),
             FigureKind::Trace => {}
@@ -436,6 +438,34 @@ fn check_refs(
     for (k, u) in used.iter().enumerate() {
         if !known.contains(u) {
             err(format!("{at}.{field}[{k}]"), Some(u), format!("\"{u}\" is not a {what}{}", suggest(u, known)));
+        }
+    }
+}
+
+/// A table or figure must not show an entry on a dataset it does not run on: the empty cell
+/// would read as a missing result. (Empty `methods` / `datasets` mean all of the spec's.)
+fn check_coverage(
+    err: &mut impl FnMut(String, Option<&str>, String),
+    at: &str,
+    methods: &[String],
+    base: Option<&str>,
+    datasets: &[String],
+    raw: &RawSpec,
+) {
+    let datasets = if datasets.is_empty() { &raw.datasets[..] } else { datasets };
+    let shown: Vec<(String, &MethodEntry)> = if methods.is_empty() {
+        raw.methods.iter().map(|m| ("methods".to_string(), m)).collect()
+    } else {
+        methods.iter().enumerate().filter_map(|(k, name)| raw.methods.iter().find(|m| &m.name == name).map(|m| (format!("methods[{k}]"), m))).collect()
+    };
+    let base = base.and_then(|b| raw.methods.iter().find(|m| m.name == b)).map(|m| ("paired_with".to_string(), m));
+    for (field, entry) in shown.into_iter().chain(base) {
+        if let Some(d) = datasets.iter().find(|d| !entry.runs_on(d)) {
+            err(
+                format!("{at}.{field}"),
+                Some(&entry.name),
+                format!("\"{}\" runs only on [{}], not on \"{d}\": give this table or figure `datasets:` among those", entry.name, entry.datasets.join(", ")),
+            );
         }
     }
 }
