@@ -21,10 +21,14 @@ pub struct Minimum {
 type CostAndGrad<'a> = dyn Fn(&[f64]) -> Result<(f64, Vec<f64>), FitError> + Sync + 'a;
 
 /// argmin calls cost and gradient separately; one evaluation computes both, so cache the last.
+/// The optimiser's parameter w maps to the free entries of the full vector as
+/// `offset + w / scale` (offset 0 and scale 1 on the first run: w is then the entries themselves).
 struct Problem<'a> {
     f: &'a CostAndGrad<'a>,
     x0: Vec<f64>,
     free: Vec<usize>,
+    offset: Vec<f64>,
+    scale: f64,
     cache: &'a Mutex<Cache>,
 }
 
@@ -33,42 +37,52 @@ struct Cache {
     last: Option<(Vec<f64>, f64, Vec<f64>)>,
     best: Option<(Vec<f64>, f64)>,
     evaluations: usize,
+    /// An evaluation of this run failed (a numerical error or a non-finite value).
+    failed: bool,
     fatal: Option<FitError>,
 }
 
 impl Problem<'_> {
-    fn full(&self, z: &[f64]) -> Vec<f64> {
+    fn full(&self, w: &[f64]) -> Vec<f64> {
         let mut x = self.x0.clone();
         for (k, &i) in self.free.iter().enumerate() {
-            x[i] = z[k];
+            x[i] = self.offset[k] + w[k] / self.scale;
         }
         x
     }
 
-    fn eval(&self, z: &[f64]) -> Result<(f64, Vec<f64>), argmin::core::Error> {
+    fn grad_w(&self, g: &[f64]) -> Vec<f64> {
+        self.free.iter().map(|&i| g[i] / self.scale).collect()
+    }
+
+    fn eval(&self, w: &[f64]) -> Result<(f64, Vec<f64>), argmin::core::Error> {
         let mut cache = self.cache.lock().expect("optimiser cache poisoned");
-        if let Some((zc, v, g)) = &cache.last {
-            if zc.as_slice() == z {
-                return Ok((*v, g.clone()));
+        let x = self.full(w);
+        if let Some((xc, v, g)) = &cache.last {
+            if *xc == x {
+                return Ok((*v, self.grad_w(g)));
             }
         }
-        let x = self.full(z);
         match (self.f)(&x) {
             Ok((v, g)) if v.is_finite() && g.iter().all(|gi| gi.is_finite()) => {
-                let gz: Vec<f64> = self.free.iter().map(|&i| g[i]).collect();
                 cache.evaluations += 1;
                 if cache.best.as_ref().is_none_or(|(_, b)| v < *b) {
-                    cache.best = Some((x, v));
+                    cache.best = Some((x.clone(), v));
                 }
-                cache.last = Some((z.to_vec(), v, gz.clone()));
-                Ok((v, gz))
+                let gw = self.grad_w(&g);
+                cache.last = Some((x, v, g));
+                Ok((v, gw))
             }
-            Ok(_) => Err(argmin::core::Error::msg("non-finite objective or gradient")),
+            Ok(_) => {
+                cache.failed = true;
+                Err(argmin::core::Error::msg("non-finite objective or gradient"))
+            }
             Err(e) => {
                 let msg = e.to_string();
                 if matches!(e, FitError::Timeout { .. }) {
                     cache.fatal = Some(e);
                 }
+                cache.failed = true;
                 Err(argmin::core::Error::msg(msg))
             }
         }
@@ -78,53 +92,82 @@ impl Problem<'_> {
 impl CostFunction for Problem<'_> {
     type Param = Vec<f64>;
     type Output = f64;
-    fn cost(&self, z: &Vec<f64>) -> Result<f64, argmin::core::Error> {
-        self.eval(z).map(|(v, _)| v)
+    fn cost(&self, w: &Vec<f64>) -> Result<f64, argmin::core::Error> {
+        self.eval(w).map(|(v, _)| v)
     }
 }
 
 impl Gradient for Problem<'_> {
     type Param = Vec<f64>;
     type Gradient = Vec<f64>;
-    fn gradient(&self, z: &Vec<f64>) -> Result<Vec<f64>, argmin::core::Error> {
-        self.eval(z).map(|(_, g)| g)
+    fn gradient(&self, w: &Vec<f64>) -> Result<Vec<f64>, argmin::core::Error> {
+        self.eval(w).map(|(_, g)| g)
     }
 }
 
+/// Restarts after a failed evaluation (see `minimize_lbfgs`).
+const MAX_RESTARTS: u32 = 3;
+
 /// Minimise `f` (value and gradient w.r.t. the full vector) over the entries of `x0` where
-/// `free` is true, by L-BFGS with memory 10. A step that fails (non-finite value, line-search
-/// trouble) ends the run at the best point seen; a timeout is returned as an error.
+/// `free` is true, by L-BFGS with memory 10. A timeout is returned as an error. Where an
+/// evaluation fails (a numerical error or a non-finite value: a trial point too far out, such
+/// as a near-singular covariance) or the line search gets no descent direction, L-BFGS restarts
+/// from the best point seen, with fresh memory and a first step 4^k times shorter on restart k,
+/// up to `MAX_RESTARTS` times within the `max_iters` budget; then it ends at the best point.
 pub fn minimize_lbfgs(f: &CostAndGrad<'_>, x0: &[f64], free: &[bool], max_iters: u64) -> Result<Minimum, FitError> {
     assert_eq!(x0.len(), free.len());
     let free_idx: Vec<usize> = (0..x0.len()).filter(|&i| free[i]).collect();
     let cache = Mutex::new(Cache::default());
-    let problem = Problem { f, x0: x0.to_vec(), free: free_idx.clone(), cache: &cache };
     let z0: Vec<f64> = free_idx.iter().map(|&i| x0[i]).collect();
     if z0.is_empty() || max_iters == 0 {
         let (value, _) = f(x0)?;
         return Ok(Minimum { x: x0.to_vec(), value, iterations: 0, evaluations: 1, stop_reason: "nothing to optimise".into() });
     }
+    let problem = |offset: Vec<f64>, scale: f64| Problem { f, x0: x0.to_vec(), free: free_idx.clone(), offset, scale, cache: &cache };
     // The first evaluation must succeed: there is no fallback point without it.
-    problem.eval(&z0).map_err(|e| fatal_or(&cache, e))?;
+    problem(vec![0.0; z0.len()], 1.0).eval(&z0).map_err(|e| fatal_or(&cache, e))?;
 
-    let linesearch = MoreThuenteLineSearch::new();
-    let solver = LBFGS::new(linesearch, 10)
-        .with_tolerance_grad(1e-6)
-        .and_then(|s| s.with_tolerance_cost(1e-10))
-        .map_err(|e| FitError::Numerical(e.to_string()))?;
-    let outcome = Executor::new(problem, solver).configure(|s| s.param(z0).max_iters(max_iters)).run();
-
-    let (iterations, stop_reason) = match &outcome {
-        Ok(res) => (
-            res.state().get_iter(),
-            res.state().get_termination_reason().map(|r| r.text().to_string()).unwrap_or_default(),
-        ),
-        Err(e) => (0, format!("stopped early: {e}")),
+    let (mut offset, mut scale) = (vec![0.0; z0.len()], 1.0);
+    let mut start = z0;
+    let mut iterations = 0;
+    let mut restarts = 0;
+    let mut first_trouble: Option<String> = None;
+    let stop_reason = loop {
+        let solver = LBFGS::new(MoreThuenteLineSearch::new(), 10)
+            .with_tolerance_grad(1e-6)
+            .and_then(|s| s.with_tolerance_cost(1e-10))
+            .map_err(|e| FitError::Numerical(e.to_string()))?;
+        let budget = max_iters - iterations;
+        let outcome = Executor::new(problem(offset.clone(), scale), solver).configure(|s| s.param(start).max_iters(budget)).run();
+        let (used, reason) = match &outcome {
+            Ok(res) => (res.state().get_iter(), res.state().get_termination_reason().map(|r| r.text().to_string()).unwrap_or_default()),
+            Err(e) => (0, format!("stopped early: {e}")),
+        };
+        iterations += used;
+        let mut c = cache.lock().expect("optimiser cache poisoned");
+        if let Some(fatal) = c.fatal.take() {
+            return Err(fatal);
+        }
+        let trouble = c.failed || reason.contains("descent direction");
+        if !trouble || restarts == MAX_RESTARTS || iterations >= max_iters {
+            break match (restarts, first_trouble) {
+                (0, _) => reason,
+                (k, Some(first)) => format!("{reason} (after {k} restart(s) from the best point; first: {first})"),
+                (_, None) => reason,
+            };
+        }
+        first_trouble.get_or_insert(reason);
+        restarts += 1;
+        c.failed = false;
+        let (best, _) = c.best.clone().expect("first evaluation succeeded");
+        drop(c);
+        // From the best point, in w = 4^k (z - z_best): the first (steepest-descent) step is 16^k
+        // times shorter in z, and the quasi-Newton steps after it are scale-free.
+        offset = free_idx.iter().map(|&i| best[i]).collect();
+        scale = 4f64.powi(restarts as i32);
+        start = vec![0.0; free_idx.len()];
     };
-    let mut cache = cache.into_inner().expect("optimiser cache poisoned");
-    if let Some(fatal) = cache.fatal.take() {
-        return Err(fatal);
-    }
+    let cache = cache.into_inner().expect("optimiser cache poisoned");
     let (x, value) = cache.best.expect("first evaluation succeeded");
     Ok(Minimum { x, value, iterations, evaluations: cache.evaluations, stop_reason })
 }
@@ -151,6 +194,26 @@ mod tests {
         assert!((m.x[0] - 1.0).abs() < 1e-4 && (m.x[1] - 1.0).abs() < 1e-4, "{:?}", m);
         assert_eq!(m.x[2], 5.0);
         assert!((m.value - 4.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_failed_trial_point_restarts_from_the_best_point_with_shorter_steps() {
+        // f(x) = (x - 10)^2, undefined beyond x = 5 (a wall like a near-singular covariance):
+        // the first L-BFGS step from 0 lands at 20 and fails. Restarting from the best point with
+        // shorter steps gets close to the wall instead of stopping at the start (x = 0).
+        let f = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
+            if x[0] > 5.0 {
+                return Err(FitError::Numerical("beyond the wall".into()));
+            }
+            Ok(((x[0] - 10.0).powi(2), vec![2.0 * (x[0] - 10.0)]))
+        };
+        let m = minimize_lbfgs(&f, &[0.0], &[true], 100).unwrap();
+        assert!(m.x[0] > 3.5 && m.x[0] <= 5.0, "{m:?}");
+        assert!(m.stop_reason.contains("restart"), "{}", m.stop_reason);
+        // A smooth problem never restarts, so its path is the plain L-BFGS one.
+        let g = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> { Ok(((x[0] - 1.0).powi(2), vec![2.0 * (x[0] - 1.0)])) };
+        let m = minimize_lbfgs(&g, &[0.0], &[true], 100).unwrap();
+        assert!(!m.stop_reason.contains("restart") && (m.x[0] - 1.0).abs() < 1e-6, "{m:?}");
     }
 
     #[test]
