@@ -199,3 +199,28 @@ fn a_per_dataset_protocol_gives_the_cells_a_spec_with_that_protocol_alone_would(
     }
     assert_eq!(mcgp::spec::expand::split_seed(&both, "wine"), mcgp::spec::expand::split_seed(&wine_only, "wine"));
 }
+
+#[test]
+fn dataset_settings_override_one_datasets_cells_only() {
+    use std::collections::BTreeMap;
+    let two = GOOD.replace("datasets: [iris]", "datasets: [iris, wine]");
+    let plain = parse(&two, "a.yaml", &registry()).unwrap();
+    let with = parse(&format!("{two}    settings: {{ max_hyper_iters: 5 }}\n    dataset_settings: {{ wine: {{ max_hyper_iters: 9 }} }}\n"), "b.yaml", &registry()).unwrap();
+    let n: BTreeMap<String, usize> = [("iris".to_string(), 1), ("wine".to_string(), 1)].into();
+    let cells = mcgp::spec::expand(&with, &n).unwrap();
+    let setting = |d: &str| cells.iter().find(|c| c.dataset == d).unwrap().entry.settings["max_hyper_iters"].clone();
+    assert_eq!(setting("iris"), 5);
+    assert_eq!(setting("wine"), 9);
+    // An override enters the key of that dataset's cells only.
+    let base = parse(&format!("{two}    settings: {{ max_hyper_iters: 5 }}\n"), "c.yaml", &registry()).unwrap();
+    let base_cells = mcgp::spec::expand(&base, &n).unwrap();
+    let key = |cs: &[mcgp::spec::Cell], d: &str| cs.iter().find(|c| c.dataset == d).unwrap().key.clone();
+    assert_eq!(key(&cells, "iris"), key(&base_cells, "iris"));
+    assert_ne!(key(&cells, "wine"), key(&base_cells, "wine"));
+    assert_eq!(mcgp::spec::expand(&plain, &n).unwrap().len(), 2);
+    // Unknown datasets and bad values are named with their path.
+    let e = error_of(&format!("{two}    dataset_settings: {{ wnie: {{ max_hyper_iters: 9 }} }}\n"));
+    assert!(e.contains("methods[0].dataset_settings.wnie") && e.contains("(did you mean \"wine\"?)"), "{e}");
+    let e = error_of(&format!("{two}    dataset_settings: {{ wine: {{ max_hyper_itres: 9 }} }}\n"));
+    assert!(e.contains("methods[0].dataset_settings.wine") && e.contains("max_hyper_itres"), "{e}");
+}

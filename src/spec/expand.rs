@@ -114,8 +114,8 @@ pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>) -> Result<Vec<Cel
         for dataset in spec.raw.datasets.iter().filter(|d| m.runs_on(d)) {
             let splits = *n_splits.get(dataset).ok_or_else(|| format!("no splits for dataset {dataset}"))?;
             for (setting, entry) in &by_entry[&m.name] {
-                // Which datasets an entry runs on does not change what any one cell computes.
-                let keyed = MethodEntry { datasets: Vec::new(), ..entry.clone() };
+                // The entry as this dataset's cells run it (what the key must cover).
+                let entry = &entry.on_dataset(dataset);
                 for split in 0..splits {
                     let depends_on = match &m.hyper {
                         HyperSpec::From { source: src, .. } => Some(
@@ -133,7 +133,7 @@ pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>) -> Result<Vec<Cel
                         "split": split,
                         "standardize": spec.raw.standardize,
                         "timeout_seconds": spec.raw.timeout_seconds,
-                        "entry": keyed,
+                        "entry": entry,
                         "depends_on": depends_on,
                     });
                     let key = blake3::hash(canonical.to_string().as_bytes()).to_hex()[..24].to_string();

@@ -85,11 +85,31 @@ pub struct MethodEntry {
     /// the list keeps the cells already computed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub datasets: Vec<String>,
+    /// Per-dataset settings: each map's keys replace those of `settings` on that dataset's cells
+    /// (a paper's table may run one row differently, e.g. a fixed number of steps on toy data).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub dataset_settings: BTreeMap<String, serde_json::Value>,
 }
 
 impl MethodEntry {
     pub fn runs_on(&self, dataset: &str) -> bool {
         self.datasets.is_empty() || self.datasets.iter().any(|d| d == dataset)
+    }
+
+    /// The entry as it runs on `dataset`: its `dataset_settings` merged into `settings`, and
+    /// the per-dataset fields cleared (so they enter a cell's key only through their effect).
+    pub fn on_dataset(&self, dataset: &str) -> MethodEntry {
+        let mut entry = MethodEntry { datasets: Vec::new(), dataset_settings: BTreeMap::new(), ..self.clone() };
+        if let Some(serde_json::Value::Object(over)) = self.dataset_settings.get(dataset) {
+            if !entry.settings.is_object() {
+                entry.settings = serde_json::Value::Object(Default::default());
+            }
+            let settings = entry.settings.as_object_mut().expect("an object");
+            for (k, v) in over {
+                settings.insert(k.clone(), v.clone());
+            }
+        }
+        entry
     }
 }
 
@@ -342,6 +362,16 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
             Err(e) => err(format!("{at}.grid"), Some(&m.name), e),
         }
         check_refs(&mut err, &at, &m.datasets, &raw.datasets, "datasets", "dataset of this spec");
+        for (d, over) in &m.dataset_settings {
+            let here = format!("{at}.dataset_settings.{d}");
+            if !raw.datasets.contains(d) || !m.runs_on(d) {
+                err(here, Some(d), format!("\"{d}\" is not a dataset this entry runs on{}", suggest(d, &raw.datasets)));
+            } else if !over.is_object() {
+                err(here, Some(d), "must be a map of settings".into());
+            } else if let Err(e) = crate::methods::build(&m.method, &m.on_dataset(d).settings) {
+                err(here, Some(d), e);
+            }
+        }
         if let HyperSpec::From { source: src, .. } = &m.hyper {
             match raw.methods.iter().find(|s| &s.name == src) {
                 None => err(format!("{at}.hyper.from"), Some(src), format!("no method entry named \"{src}\"{}", suggest(src, &names))),
