@@ -399,19 +399,18 @@ impl Importance {
         let mut diagnostics = km.diagnostics();
         diagnostics.insert("jitter_kx".into(), format!("{:.3e}", lx.jitter()));
         let post = if self.params.scale == "posterior" {
-            let t = km.t.clone();
-            let k = &km.pr.k;
-            let v = k - k * &t * k;
-            let lv = Chol::factor_with_jitter(sym(&v).as_ref(), "V (proposal scale)")?;
-            diagnostics.insert("jitter_v".into(), format!("{:.3e}", lv.jitter()));
-            // R = L_K^{-1} L_V with L_K = L_x (x) L_c (dense, tiny cost next to the sampling).
+            // V = K - K T K = L_K S L_K^T with S = I - L_K^T T L_K = (I + L_K^T W L_K)^{-1}, whose
+            // eigenvalues lie in (0, 1]. Factor S, not V: the cancellation in K - K T K (and the
+            // jitter it then needs) would let the proposal spread into K's near-null space, where
+            // the prior has no mass, and wreck the weights (glass, signal variance ~16).
             let lk = crate::linalg::kron(lx.l(), lc.as_ref());
-            let lkc = Chol::factor(( &lk * lk.transpose()).as_ref(), "K")
-                .map_err(|_| FitError::Numerical("K factor".into()))?;
-            let r = lkc.solve_l(lv.l());
-            // + 1/2 log|V| - 1/2 log|K|
-            log_const += 0.5 * lv.log_det() - 0.5 * (c as f64 * lx.log_det() + n as f64 * lc_chol.log_det());
-            Some((lv.l().to_owned(), r))
+            let s = Mat::<f64>::identity(p, p) - lk.transpose() * &km.t * &lk;
+            let ls = Chol::factor_with_jitter(sym(&s).as_ref(), "I - L_K^T T L_K (proposal scale)")?;
+            diagnostics.insert("jitter_v".into(), format!("{:.3e}", ls.jitter()));
+            // + 1/2 log|V| - 1/2 log|K| = + 1/2 log|S|
+            log_const += 0.5 * ls.log_det();
+            let r = ls.l().to_owned(); // L_K^{-1} L_V
+            Some((&lk * &r, r))
         } else {
             None
         };
