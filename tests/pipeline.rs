@@ -25,6 +25,11 @@ methods:
     kernel: { ard: true }
     hyper: { from: learned }
     settings: { mc_samples: 500 }
+  - name: handed-on
+    method: laplace
+    kernel: { ard: true }
+    hyper: { from: handed }
+    settings: { mc_samples: 200 }
 tables:
   - id: tab-main
     title: Main table
@@ -135,16 +140,16 @@ fn a_killed_run_resumes_without_recomputing_and_gives_the_same_results() {
         .unwrap();
     assert!(partial.status.success(), "{}", String::from_utf8_lossy(&partial.stderr));
     let html = std::fs::read_to_string(dir.join("reports/small/index.html")).unwrap();
-    assert!(html.contains("5 not run yet (partial report)"), "partial report must say so");
+    assert!(html.contains("8 not run yet (partial report)"), "partial report must say so");
     let index = std::fs::read_to_string(dir.join("reports/index.html")).unwrap();
-    assert!(index.contains("5 (partial report)"), "the index flags the partial report");
+    assert!(index.contains("8 (partial report)"), "the index flags the partial report");
 
     let resumed = run(&dir, &spec, &[]);
     assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
     let m = manifest(&results);
-    assert_eq!(m["cells_total"], 9);
+    assert_eq!(m["cells_total"], 12);
     assert_eq!(m["cells_cached"], 4);
-    assert_eq!(m["cells_computed"], 5);
+    assert_eq!(m["cells_computed"], 8);
     // The 4 finished cells were not recomputed: their files, timings included, are untouched.
     for (name, bytes) in &before {
         assert_eq!(&std::fs::read(results.join("cells").join(name)).unwrap(), bytes);
@@ -153,7 +158,14 @@ fn a_killed_run_resumes_without_recomputing_and_gives_the_same_results() {
     // Same results as a run that was never interrupted.
     let clean = workdir("resume-clean");
     assert!(run(&clean, &spec, &[]).status.success());
-    assert_same_cells(&cells_without_timing(&results), &cells_without_timing(&clean.join("results/small")));
+    let cells = cells_without_timing(&results);
+    assert_same_cells(&cells, &cells_without_timing(&clean.join("results/small")));
+    // Hyper-parameters pass down a chain of two hand-offs (learned -> handed -> handed-on).
+    let of = |method: &str, split: u64| cells.values().find(|c| c["method"] == method && c["split"] == split).unwrap()["hyperparameters"].clone();
+    for split in 0..3 {
+        assert_eq!(of("handed-on", split), of("learned", split), "split {split}");
+        assert_ne!(of("learned", split), of("fixed", split), "split {split}: the source must have learned");
+    }
     for f in ["results.csv", "results.parquet", "summary.csv", "traces.csv", "traces.parquet", "splits/iris.csv"] {
         assert!(results.join(f).exists(), "{f} missing");
     }
@@ -182,7 +194,7 @@ fn a_killed_run_resumes_without_recomputing_and_gives_the_same_results() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(manifest(&results)["cells_computed"], 9);
+    assert_eq!(manifest(&results)["cells_computed"], 12);
     assert_same_cells(&stored, &cells_without_timing(&results));
 
     // `mcgp report` re-renders from the stored cells alone.
@@ -231,11 +243,12 @@ fn a_failing_cell_is_recorded_and_the_run_goes_on() {
     let out = run(&dir, &spec, &[]);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let cells = cells_without_timing(&dir.join("results/small"));
-    assert_eq!(cells.len(), 3);
+    assert_eq!(cells.len(), 4);
     let failed: Vec<&Value> = cells.values().filter(|c| c["status"] == "failed").collect();
     assert!(failed.iter().any(|c| c["error"].as_str().unwrap().contains("timed out")), "{cells:?}");
     // The dependent cell fails because its source failed, with a message that says so.
     assert!(failed.iter().any(|c| c["method"] == "handed" && c["error"].as_str().unwrap().contains("\"learned\"")));
+    assert!(failed.iter().any(|c| c["method"] == "handed-on" && c["error"].as_str().unwrap().contains("\"handed\"")));
     let html = std::fs::read_to_string(dir.join("reports/small/index.html")).unwrap();
     assert!(html.contains("timed out"));
 }

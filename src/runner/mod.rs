@@ -15,10 +15,10 @@ use crate::report::{render_experiment, render_index, ReportInput};
 use crate::results::{CellRecord, Manifest, Status, Store};
 use crate::spec::{expand, Cell, Spec};
 use indicatif::{ProgressBar, ProgressStyle};
-use rayon::prelude::*;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// Where things are and how to run.
@@ -135,41 +135,36 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     };
     let threads = pool.current_num_threads();
     let abort_after = std::env::var("MCGP_ABORT_AFTER_CELLS").ok().and_then(|v| v.parse::<usize>().ok());
-    let stored = AtomicUsize::new(0);
 
-    // Dependency layers: a cell runs once the cell it takes hyper-parameters from is done.
-    let mut remaining = pending;
-    while !remaining.is_empty() {
-        let (ready, waiting): (Vec<&Cell>, Vec<&Cell>) =
-            remaining.into_iter().partition(|c| c.depends_on.as_ref().is_none_or(|d| done.contains_key(d)));
-        if ready.is_empty() {
-            anyhow::bail!("cells wait on cells that are neither stored nor scheduled (spec dependency bug)");
+    // A cell runs as soon as the cell it takes hyper-parameters from is done: the cells with
+    // nothing to wait for start at once, and each finished cell spawns its dependants.
+    let pending_keys: std::collections::BTreeSet<&str> = pending.iter().map(|c| c.key.as_str()).collect();
+    let mut dependants: BTreeMap<&str, Vec<&Cell>> = BTreeMap::new();
+    let mut roots = Vec::new();
+    for &cell in &pending {
+        match cell.depends_on.as_deref() {
+            Some(d) if !done.contains_key(d) => {
+                if !pending_keys.contains(d) {
+                    anyhow::bail!("cell {} {} split {} waits on a cell that is neither stored nor scheduled (spec dependency bug)", cell.dataset, cell.entry.name, cell.split);
+                }
+                dependants.entry(d).or_default().push(cell);
+            }
+            _ => roots.push(cell),
         }
-        let results: Vec<anyhow::Result<CellRecord>> = pool.install(|| {
-            ready
-                .par_iter()
-                .map(|cell| {
-                    let source = cell.depends_on.as_ref().and_then(|d| done.get(d));
-                    let record = run_cell(spec, cell, &prepared, source);
-                    store.write_cell(&record)?;
-                    bar.inc(1);
-                    if record.status == Status::Failed {
-                        bar.println(format!("failed: {} {} split {}: {}", cell.dataset, cell.entry.name, cell.split, record.error.as_deref().unwrap_or("")));
-                    }
-                    let n = stored.fetch_add(1, Ordering::SeqCst) + 1;
-                    if abort_after == Some(n) {
-                        // Test hook: die abruptly, as a kill would, after n stored cells.
-                        std::process::abort();
-                    }
-                    Ok(record)
-                })
-                .collect()
-        });
-        for r in results {
-            let r = r?;
-            done.insert(r.key.clone(), r);
+    }
+    let scheduler = Scheduler { spec, prepared: &prepared, store: &store, bar: &bar, done: Mutex::new(done), dependants, failure: Mutex::new(None), stored: AtomicUsize::new(0), abort_after };
+    pool.scope_fifo(|scope| {
+        for cell in roots {
+            let scheduler = &scheduler;
+            scope.spawn_fifo(move |scope| scheduler.run_then_spawn_dependants(scope, cell));
         }
-        remaining = waiting;
+    });
+    if let Some(e) = scheduler.failure.into_inner().expect("no panic holds the lock") {
+        return Err(e);
+    }
+    let done = scheduler.done.into_inner().expect("no panic holds the lock");
+    if let Some(cell) = pending.iter().find(|c| !done.contains_key(&c.key)) {
+        anyhow::bail!("cell {} {} split {} never became ready (dependency cycle: spec bug)", cell.dataset, cell.entry.name, cell.split);
     }
     bar.finish_and_clear();
 
@@ -184,6 +179,52 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
         report(spec, &manifest, &cells, opts)?;
     }
     Ok(RunSummary { manifest, cells })
+}
+
+/// Runs pending cells and, as each finishes, the cells waiting on it.
+struct Scheduler<'a> {
+    spec: &'a Spec,
+    prepared: &'a Prepared,
+    store: &'a Store,
+    bar: &'a ProgressBar,
+    /// Stored and finished cells by key.
+    done: Mutex<BTreeMap<String, CellRecord>>,
+    /// Pending cells by the key of the cell they wait on.
+    dependants: BTreeMap<&'a str, Vec<&'a Cell>>,
+    /// The first error that stops the run (a result that could not be stored).
+    failure: Mutex<Option<anyhow::Error>>,
+    stored: AtomicUsize,
+    /// Test hook: abort the process after this many stored cells, as a kill would.
+    abort_after: Option<usize>,
+}
+
+impl<'a> Scheduler<'a> {
+    fn run_then_spawn_dependants<'s>(&'s self, scope: &rayon::ScopeFifo<'s>, cell: &'a Cell)
+    where
+        'a: 's,
+    {
+        if self.failure.lock().expect("no panic holds the lock").is_some() {
+            return;
+        }
+        let source = cell.depends_on.as_ref().and_then(|d| self.done.lock().expect("no panic holds the lock").get(d).cloned());
+        let record = run_cell(self.spec, cell, self.prepared, source.as_ref());
+        if let Err(e) = self.store.write_cell(&record) {
+            self.failure.lock().expect("no panic holds the lock").get_or_insert(e.into());
+            return;
+        }
+        self.bar.inc(1);
+        if record.status == Status::Failed {
+            self.bar.println(format!("failed: {} {} split {}: {}", cell.dataset, cell.entry.name, cell.split, record.error.as_deref().unwrap_or("")));
+        }
+        let n = self.stored.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.abort_after == Some(n) {
+            std::process::abort();
+        }
+        self.done.lock().expect("no panic holds the lock").insert(cell.key.clone(), record);
+        for &dependant in self.dependants.get(cell.key.as_str()).into_iter().flatten() {
+            scope.spawn_fifo(move |scope| self.run_then_spawn_dependants(scope, dependant));
+        }
+    }
 }
 
 /// Render `reports/<experiment>/` and refresh `reports/index.html`.
