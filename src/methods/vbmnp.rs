@@ -89,6 +89,12 @@ pub struct VbmnpParams {
     /// takes three steps, counted in `max_iters`.
     #[serde(default)]
     pub accelerate: bool,
+    /// Latent classes beyond those present in the data: Chai (2012) runs vbmp on glass with
+    /// C = 7, class 4 empty (`extra_classes: 1`). They enter the bound (including the printed
+    /// form's -(K-1)(N/2) ln 2 pi); predict_proba drops them and renormalises over the present
+    /// classes.
+    #[serde(default)]
+    pub extra_classes: usize,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -177,6 +183,12 @@ impl VbmnpParams {
             if !(p > 0.0 && p.is_finite()) {
                 return Err(format!("settings.init_phi must be positive, got {p}"));
             }
+        }
+        if self.extra_classes > 10 {
+            return Err(format!("settings.extra_classes must be at most 10, got {}", self.extra_classes));
+        }
+        if self.extra_classes > 0 && self.binary_model == BinaryModel::Probit {
+            return Err("settings.extra_classes needs binary_model: multinomial".into());
         }
         Ok(Vbmnp { params: self })
     }
@@ -291,6 +303,19 @@ fn vb_step_terms(chol: &Chol, Y_prev: &Mat<f64>, y: &[usize]) -> (Mat<f64>, Mat<
     (M, Y, elbo, sum_log_z)
 }
 
+/// vbmp's bound formula (`port_bounds`) in its variants.
+struct PortBounds {
+    /// Exact log-determinants.
+    exact: f64,
+    /// Both log-determinants floored at ln 1e-200, as vbmp does.
+    floored: f64,
+    /// Both determinant terms gone: what vbmp reports whenever det C < 1e-200, e.g. if its
+    /// det(C) sees C without the 1e-10 jitter (numerically singular for smooth kernels).
+    det_free: f64,
+    /// log|C + 1e-10 s2 I|: whether it is below the floor decides between the forms above.
+    log_det_c: f64,
+}
+
 /// ln 1e-200, the floor of vbmp's `safeLog` (applied there to det(C) and det(C (I+C)^{-1})).
 const PORT_LOG_FLOOR: f64 = -460.517_018_598_809_1;
 
@@ -300,7 +325,7 @@ const PORT_LOG_FLOOR: f64 = -460.517_018_598_809_1;
 /// log-determinants and the value with vbmp's floor of ln 1e-200 on both determinants (vbmp
 /// takes log(det(.)), which underflows for smooth RBF kernels, so both terms are floored and
 /// the determinant contribution vanishes). NaN if C + 1e-10 s2 I cannot be factorised.
-fn port_bounds(C: &Mat<f64>, chol: &Chol, M: &Mat<f64>, sum_log_z: f64, s2: f64) -> (f64, f64) {
+fn port_bounds(C: &Mat<f64>, chol: &Chol, M: &Mat<f64>, sum_log_z: f64, s2: f64) -> PortBounds {
     let (n, K) = (M.nrows(), M.ncols());
     let Z = chol.solve_l(M.as_ref());
     let quad: f64 = (0..K).map(|k| (0..n).map(|i| Z[(i, k)] * Z[(i, k)]).sum::<f64>()).sum();
@@ -313,7 +338,7 @@ fn port_bounds(C: &Mat<f64>, chol: &Chol, M: &Mat<f64>, sum_log_z: f64, s2: f64)
     let base = sum_log_z - 0.5 * quad - 0.5 * (K as f64 - 1.0) * n as f64 * LN_2PI;
     let exact = base - 0.5 * K as f64 * ld_ic;
     let floored = base + 0.5 * K as f64 * ((ld_c - ld_ic).max(PORT_LOG_FLOOR) - ld_c.max(PORT_LOG_FLOOR));
-    (exact, floored)
+    PortBounds { exact, floored, det_free: base, log_det_c: ld_c }
 }
 
 /// One SQUAREM cycle (Varadhan & Roland 2008, scheme S3) on Y -> T(Y), the map of `vb_step`
@@ -451,7 +476,7 @@ impl Method for Vbmnp {
         if p.binary_model == BinaryModel::Probit {
             return Ok(Box::new(binary::fit(p, problem, kernel, hyper, ctx)?));
         }
-        let (x, y, K) = (problem.x, problem.y, problem.n_classes);
+        let (x, y, K) = (problem.x, problem.y, problem.n_classes + p.extra_classes);
         let n = x.nrows();
         let s2 = kernel.log_variance.exp();
         let learn = hyper == HyperPolicy::Learn;
@@ -535,11 +560,13 @@ impl Method for Vbmnp {
             Y = Yn;
             elbo = e;
         }
-        let (bound_port, bound_port_floored) = port_bounds(&C, &chol, &Mf, sum_log_z, s2);
+        let port = port_bounds(&C, &chol, &Mf, sum_log_z, s2);
+        let (bound_port, bound_port_floored) = (port.exact, port.floored);
         let B = chol.solve(Y.as_ref());
         Ok(Box::new(VbmnpModel {
             x: x.clone(),
             kernel: kernel_from_phi(kernel, &phi),
+            n_present: problem.n_classes,
             phi,
             psi,
             s2,
@@ -561,6 +588,8 @@ impl Method for Vbmnp {
             is_failed,
             bound_port,
             bound_port_floored,
+            bound_port_det_free: port.det_free,
+            port_log_det_c: port.log_det_c,
         }))
     }
 }
@@ -569,6 +598,8 @@ impl Method for Vbmnp {
 pub struct VbmnpModel {
     x: Array2<f64>,
     kernel: SqExp,
+    /// Classes in the data: the first n_present of the model's K (the rest are `extra_classes`).
+    n_present: usize,
     phi: Vec<f64>,
     psi: Vec<f64>,
     s2: f64,
@@ -587,6 +618,9 @@ pub struct VbmnpModel {
     /// Diagnostics: the R port's bound formula (exact and with its log-det floor).
     bound_port: f64,
     bound_port_floored: f64,
+    /// vbmp's formula without its determinant terms, and log|C + 1e-10 s2 I| (see `PortBounds`).
+    bound_port_det_free: f64,
+    port_log_det_c: f64,
 }
 
 impl VbmnpModel {
@@ -618,13 +652,15 @@ pub fn gram_cross_phi(x1: &Array2<f64>, x2: &Array2<f64>, phi: &[f64], s2: f64) 
 impl Fitted for VbmnpModel {
     fn predict_proba(&self, xs: &Array2<f64>, _rng: &mut Pcg64) -> Result<Array2<f64>, FitError> {
         let (mu, var) = self.predictive_latents(xs);
-        let K = mu.ncols();
-        let mut out = Array2::zeros((xs.nrows(), K));
+        let (K, cp) = (mu.ncols(), self.n_present);
+        let mut out = Array2::zeros((xs.nrows(), cp));
         for j in 0..xs.nrows() {
             let m: Vec<f64> = (0..K).map(|k| mu[(j, k)]).collect();
             let p = predictive_class_probs(&m, &vec![var[j]; K]);
-            for k in 0..K {
-                out[[j, k]] = p[k];
+            // Renormalised over the present classes when the model has extra ones.
+            let total: f64 = if cp < K { p[..cp].iter().sum() } else { 1.0 };
+            for k in 0..cp {
+                out[[j, k]] = p[k] / total;
             }
         }
         Ok(out)
@@ -661,6 +697,8 @@ impl Fitted for VbmnpModel {
         m.insert("iterations".into(), self.iters as f64);
         m.insert("bound_port".into(), self.bound_port);
         m.insert("bound_port_floored".into(), self.bound_port_floored);
+        m.insert("bound_port_det_free".into(), self.bound_port_det_free);
+        m.insert("port_log_det_c".into(), self.port_log_det_c);
         if self.learned {
             m.insert("ess_last".into(), self.ess_last);
             m.insert("ess_min".into(), self.ess_min);
@@ -723,6 +761,32 @@ mod tests {
         }
         for (u, v) in k2.log_lengthscales.iter().zip(&base.log_lengthscales) {
             assert!((u - v).abs() < 1e-14);
+        }
+    }
+
+    /// An extra (empty) class is the model with one more class that no datum has: the same fit,
+    /// the printed bound's constant counts it, and the predictions are the bigger model's
+    /// renormalised over the present classes.
+    #[test]
+    fn an_extra_class_is_a_class_no_datum_has() {
+        let (x, y) = toy(30, 2, 3, 4);
+        let kernel = iso_kernel(0.5, 1.0);
+        let params = |extra: usize| VbmnpParams { extra_classes: extra, tol: 0.0, max_iters: 8, ..Default::default() };
+        let (with_extra, _) = fit(&x, &y, 3, &kernel, HyperPolicy::Fixed, params(1), 9);
+        let (four, _) = fit(&x, &y, 4, &kernel, HyperPolicy::Fixed, params(0), 9);
+        let (e1, e4) = (with_extra.extra_metrics(), four.extra_metrics());
+        assert_eq!(e1["elbo"], e4["elbo"]);
+        assert!((e1["bound_paper"] - (e1["elbo"] - 1.5 * 30.0 * LN_2PI)).abs() < 1e-9);
+        let xs = Array2::from_shape_fn((7, 2), |(i, j)| (i as f64 * 0.9 + j as f64).sin() * 2.0);
+        let mut rng = Pcg64::seed_from_u64(1);
+        let (p1, p4) = (with_extra.predict_proba(&xs, &mut rng).unwrap(), four.predict_proba(&xs, &mut rng).unwrap());
+        assert_eq!((p1.ncols(), p4.ncols()), (3, 4));
+        for j in 0..7 {
+            let present: f64 = (0..3).map(|k| p4[[j, k]]).sum();
+            assert!(present < 1.0 && p4[[j, 3]] > 0.0, "the empty class has some predictive mass");
+            for k in 0..3 {
+                assert!((p1[[j, k]] - p4[[j, k]] / present).abs() < 1e-14);
+            }
         }
     }
 
@@ -1008,7 +1072,7 @@ mod tests {
                 Y = vb_step(&chol, &Y, &y).1;
             }
             let (M, _, elbo, slz) = vb_step_terms(&chol, &Y, &y);
-            let (exact, with_floor) = port_bounds(&C, &chol, &M, slz, 1.0);
+            let PortBounds { exact, floored: with_floor, det_free, log_det_c } = port_bounds(&C, &chol, &M, slz, 1.0);
             let dense = |add: f64| -> Vec<Vec<f64>> {
                 (0..n).map(|i| (0..n).map(|j| C[(i, j)] + if i == j { add } else { 0.0 }).collect()).collect()
             };
@@ -1024,6 +1088,8 @@ mod tests {
                 assert!((exact - paper_bound(elbo, n, 3) - 0.5 * (q_c - q_ic)).abs() < 1e-6 * q_c.abs());
             }
             assert_eq!(ld_c < PORT_LOG_FLOOR, floored, "log|C| = {ld_c}");
+            assert!((log_det_c - ld_c).abs() < 1e-6 * ld_c.abs(), "{log_det_c} vs {ld_c}");
+            assert!((det_free - (want + 1.5 * ld_ic)).abs() < 1e-6 * want.abs(), "{det_free}");
             let want_floor = if floored { want + 1.5 * ld_ic } else { want };
             assert!((with_floor - want_floor).abs() < 1e-6 * want.abs(), "{with_floor} vs {want_floor}");
         }
