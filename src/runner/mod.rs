@@ -152,7 +152,11 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
             _ => roots.push(cell),
         }
     }
-    let scheduler = Scheduler { spec, prepared: &prepared, store: &store, bar: &bar, done: Mutex::new(done), dependants, failure: Mutex::new(None), stored: AtomicUsize::new(0), abort_after };
+    // Seconds between progress lines without a terminal (MCGP_PROGRESS_SECONDS, default 60).
+    let every = std::env::var("MCGP_PROGRESS_SECONDS").ok().and_then(|v| v.parse::<f64>().ok()).unwrap_or(60.0);
+    let every = std::time::Duration::from_secs_f64(every.max(0.0));
+    let log = (!opts.progress).then(|| Mutex::new(ProgressLog { started: Instant::now(), last: Instant::now(), every, total: pending.len(), failed: 0 }));
+    let scheduler = Scheduler { spec, prepared: &prepared, store: &store, bar: &bar, log, done: Mutex::new(done), dependants, failure: Mutex::new(None), stored: AtomicUsize::new(0), abort_after };
     pool.scope_fifo(|scope| {
         for cell in roots {
             let scheduler = &scheduler;
@@ -187,6 +191,8 @@ struct Scheduler<'a> {
     prepared: &'a Prepared,
     store: &'a Store,
     bar: &'a ProgressBar,
+    /// Without a terminal (no bar): a progress line on stderr at most every `ProgressLog::every`.
+    log: Option<Mutex<ProgressLog>>,
     /// Stored and finished cells by key.
     done: Mutex<BTreeMap<String, CellRecord>>,
     /// Pending cells by the key of the cell they wait on.
@@ -220,9 +226,32 @@ impl<'a> Scheduler<'a> {
         if self.abort_after == Some(n) {
             std::process::abort();
         }
+        if let Some(log) = &self.log {
+            log.lock().expect("no panic holds the lock").cell_done(n, record.status == Status::Failed);
+        }
         self.done.lock().expect("no panic holds the lock").insert(cell.key.clone(), record);
         for &dependant in self.dependants.get(cell.key.as_str()).into_iter().flatten() {
             scope.spawn_fifo(move |scope| self.run_then_spawn_dependants(scope, dependant));
+        }
+    }
+}
+
+/// Plain progress lines for runs without a terminal (e.g. under nohup).
+struct ProgressLog {
+    started: Instant,
+    last: Instant,
+    every: std::time::Duration,
+    total: usize,
+    failed: usize,
+}
+
+impl ProgressLog {
+    fn cell_done(&mut self, done: usize, failed: bool) {
+        self.failed += failed as usize;
+        if self.last.elapsed() >= self.every {
+            self.last = Instant::now();
+            let minutes = self.started.elapsed().as_secs_f64() / 60.0;
+            eprintln!("{done}/{} cells computed ({} failed), {minutes:.1} min", self.total, self.failed);
         }
     }
 }
