@@ -24,7 +24,6 @@ use ndarray::Array2;
 use rand::RngExt;
 use rand_distr::StandardNormal;
 use rand_pcg::Pcg64;
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -434,8 +433,10 @@ pub(crate) fn importance_update_kind(
 ) -> Result<IsUpdate, FitError> {
     let M = V;
     let pairs = PairSqDiffs::new(x);
-    // Exp(rate psi) by inversion (1 - U is in (0, 1]), drawn in order; the weights (one
-    // Cholesky each) are then computed in parallel and collected in order: deterministic.
+    // Exp(rate psi) by inversion (1 - U is in (0, 1]), drawn in order; then one Cholesky per
+    // weight. Sequential on purpose: the runner parallelises across cells, and a worker that
+    // waited inside a nested parallel loop could pick up a whole other cell meanwhile, which
+    // would count against this cell's time and timeout.
     let samples: Vec<Vec<f64>> =
         (0..n_samples).map(|_| psi.iter().map(|p| -(1.0 - rng.random::<f64>()).ln() / p).collect()).collect();
     let (add, with_det) = match kind {
@@ -444,7 +445,7 @@ pub(crate) fn importance_update_kind(
         IsWeight::Marginal => (1.0, true),
     };
     let log_w: Vec<f64> = samples
-        .par_iter()
+        .iter()
         .map(|v| {
             let phi: Vec<f64> = v.iter().map(|&a| param.to_precision(a)).collect();
             log_is_weight_kind(&pairs, M, &phi, s2, add, with_det).unwrap_or(f64::NEG_INFINITY)
