@@ -153,8 +153,17 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
         }
     }
     // Seconds between progress lines without a terminal (MCGP_PROGRESS_SECONDS, default 60).
-    let every = std::env::var("MCGP_PROGRESS_SECONDS").ok().and_then(|v| v.parse::<f64>().ok()).unwrap_or(60.0);
-    let every = std::time::Duration::from_secs_f64(every.max(0.0));
+    let every = match std::env::var("MCGP_PROGRESS_SECONDS") {
+        Err(_) => 60.0,
+        Ok(v) => match v.parse::<f64>() {
+            Ok(s) if s.is_finite() && s >= 0.0 => s,
+            _ => {
+                eprintln!("warning: MCGP_PROGRESS_SECONDS must be a number of seconds >= 0, got {v:?}; using 60");
+                60.0
+            }
+        },
+    };
+    let every = std::time::Duration::from_secs_f64(every);
     let log = (!opts.progress).then(|| Mutex::new(ProgressLog { started: Instant::now(), last: Instant::now(), every, total: pending.len(), failed: 0 }));
     let scheduler = Scheduler { spec, prepared: &prepared, store: &store, bar: &bar, log, done: Mutex::new(done), dependants, failure: Mutex::new(None), stored: AtomicUsize::new(0), abort_after };
     pool.scope_fifo(|scope| {
