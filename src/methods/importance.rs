@@ -95,6 +95,11 @@ pub enum Lik {
     Probit,
 }
 
+thread_local! {
+    /// The probit's r (C - 1) arguments and their Phi values, reused across calls.
+    static PROBIT_SCRATCH: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// The likelihood as evaluated inside the sampler: exact softmax, or the probit by quadrature
 /// or by the unbiased u-sample average (1/R) sum_r prod_{j != c} Phi(u_r + f_c - f_j).
 #[derive(Clone, Copy, Debug)]
@@ -124,16 +129,27 @@ impl LikEval {
             (Lik::Logit, _) => f[y] - log_sum_exp(f),
             (Lik::Probit, 0) => log_probit_class_prob(f, y),
             (Lik::Probit, r) => {
-                let mut acc = 0.0;
-                for u in us {
-                    let mut prod = 1.0;
-                    for (j, fj) in f.iter().enumerate() {
-                        if j != y {
-                            prod *= crate::special::normal_cdf(u + f[y] - fj);
+                // All r (C - 1) arguments u + f_y - f_j at once, for the vectorised Phi.
+                let others = f.len() - 1;
+                if others == 0 {
+                    return 0.0;
+                }
+                let acc = PROBIT_SCRATCH.with_borrow_mut(|buf| {
+                    buf.resize(2 * r * others, 0.0);
+                    let (args, phi) = buf.split_at_mut(r * others);
+                    let mut k = 0;
+                    for u in us {
+                        for (j, fj) in f.iter().enumerate() {
+                            if j != y {
+                                args[k] = u + f[y] - fj;
+                                k += 1;
+                            }
                         }
                     }
-                    acc += prod;
-                }
+                    assert_eq!(k, r * others, "expected {r} u-draws");
+                    crate::special::normal_cdf_slice(args, phi);
+                    phi.chunks_exact(others).map(|p| p.iter().product::<f64>()).sum::<f64>()
+                });
                 (acc / r as f64).ln()
             }
         }
