@@ -293,14 +293,16 @@ struct Sampler {
 
 impl Sampler {
     /// One batch: for every sample, (s, u = L_K^{-1}(f - m)/s, f) with f datum-major.
-    /// `u` and `f` are returned as n x (B C) matrices in the Y layout (column b*C + c).
-    fn batch(&self, rng: &mut Pcg64, chi: &ChiSquared<f64>, bsz: usize) -> (Vec<f64>, Mat<f64>, Mat<f64>, Vec<f64>) {
+    /// `u` and `f` are returned as n x (B C) matrices in the Y layout (column b*C + c); `f` is
+    /// left empty (0 x 0) unless `with_f` (the predictive pass regenerates the draws for u only).
+    fn batch(&self, rng: &mut Pcg64, chi: &ChiSquared<f64>, bsz: usize, with_f: bool) -> (Vec<f64>, Mat<f64>, Mat<f64>, Vec<f64>) {
         let (n, c) = (self.n, self.c);
         let p = n * c;
         let scales: Vec<f64> = (0..bsz).map(|_| (self.df / rng.sample(chi)).sqrt()).collect();
         let z = Mat::from_fn(n, bsz * c, |_, _| rng.sample::<f64, _>(StandardNormal));
         let znorm2: Vec<f64> = (0..bsz).map(|b| (0..n).map(|i| (0..c).map(|q| z[(i, b * c + q)].powi(2)).sum::<f64>()).sum()).collect();
         match &self.post {
+            None if !with_f => (scales, z, Mat::new(), znorm2),
             None => {
                 // L_K z = L_x Z L_c^T per sample.
                 let x = self.lx.l() * &z;
@@ -309,10 +311,10 @@ impl Sampler {
             }
             Some((lv, r)) => {
                 let zd = Mat::from_fn(p, bsz, |k, b| z[(k / c, b * c + k % c)]);
-                let fd = lv * &zd;
                 let ud = r * &zd;
                 let back = |m: &Mat<f64>| Mat::from_fn(n, bsz * c, |i, col| m[(i * c + col % c, col / c)]);
-                (scales, back(&ud), back(&fd), znorm2)
+                let fz = if with_f { back(&(lv * &zd)) } else { Mat::new() };
+                (scales, back(&ud), fz, znorm2)
             }
         }
     }
@@ -355,17 +357,46 @@ impl Sampler {
         let mut f = vec![0.0; c];
         let mut terms = vec![0.0; n];
         let mut partial = lw;
-        for &i in &self.order {
-            for q in 0..c {
-                f[q] = self.m[i * c + q] + s * fz[(i, b * c + q)];
+        if self.lik.lik == Lik::Logit {
+            // The softmax terms a group of data at a time, for one vectorised exp per group;
+            // the skip check after each datum is the same as below.
+            let mut shifted = vec![0.0; LOGIT_GROUP * c];
+            let (mut f_y, mut f_max) = ([0.0; LOGIT_GROUP], [0.0; LOGIT_GROUP]);
+            for group in self.order.chunks(LOGIT_GROUP) {
+                for (g, &i) in group.iter().enumerate() {
+                    let fi = &mut shifted[g * c..(g + 1) * c];
+                    for q in 0..c {
+                        fi[q] = self.m[i * c + q] + s * fz[(i, b * c + q)];
+                    }
+                    f_y[g] = fi[self.y[i]];
+                    f_max[g] = fi.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    for v in fi.iter_mut() {
+                        *v -= f_max[g];
+                    }
+                }
+                let e = &mut shifted[..group.len() * c];
+                crate::special::exp_slice(e);
+                for (g, &i) in group.iter().enumerate() {
+                    terms[i] = f_y[g] - (f_max[g] + e[g * c..(g + 1) * c].iter().sum::<f64>().ln());
+                    partial += terms[i];
+                    if partial < floor - SKIP_MARGIN {
+                        return f64::NEG_INFINITY;
+                    }
+                }
             }
-            terms[i] = self.lik.log_prob_with(&f, self.y[i], us[i * r..(i + 1) * r].iter().copied());
-            partial += terms[i];
-            // Stop only when clearly below: the datum-order total differs from this partial sum
-            // by rounding and by the terms not yet added (<= 0, or a rounding hair above 0 for
-            // the quadrature probit), both far below the margin.
-            if partial < floor - SKIP_MARGIN {
-                return f64::NEG_INFINITY;
+        } else {
+            for &i in &self.order {
+                for q in 0..c {
+                    f[q] = self.m[i * c + q] + s * fz[(i, b * c + q)];
+                }
+                terms[i] = self.lik.log_prob_with(&f, self.y[i], us[i * r..(i + 1) * r].iter().copied());
+                partial += terms[i];
+                // Stop only when clearly below: the datum-order total differs from this partial sum
+                // by rounding and by the terms not yet added (<= 0, or a rounding hair above 0 for
+                // the quadrature probit), both far below the margin.
+                if partial < floor - SKIP_MARGIN {
+                    return f64::NEG_INFINITY;
+                }
             }
         }
         // Summed and checked in datum order, so whether a sample is kept, and its weight, do not
@@ -379,6 +410,27 @@ impl Sampler {
         lw
     }
 }
+
+/// Softmax of every row of a row-major matrix with `c` columns, in place, with one vectorised
+/// exp for all rows.
+fn softmax_rows(x: &mut [f64], c: usize) {
+    let max: Vec<f64> = x.chunks_exact(c).map(|row| row.iter().copied().fold(f64::NEG_INFINITY, f64::max)).collect();
+    for (row, m) in x.chunks_exact_mut(c).zip(&max) {
+        for v in row.iter_mut() {
+            *v -= m;
+        }
+    }
+    crate::special::exp_slice(x);
+    for row in x.chunks_exact_mut(c) {
+        let sum: f64 = row.iter().sum();
+        for v in row.iter_mut() {
+            *v /= sum;
+        }
+    }
+}
+
+/// Data per vectorised exp in the logit's log-weights.
+const LOGIT_GROUP: usize = 16;
 
 /// Nats by which a partial sum in `Sampler::order` must be below the floor to stop early.
 const SKIP_MARGIN: f64 = 1e-6;
@@ -472,7 +524,7 @@ impl Importance {
         while done < sampler.n_samples {
             ctx.check_deadline()?;
             let bsz = sampler.batch.min(sampler.n_samples - done);
-            let (scales, u, fz, zn) = sampler.batch(&mut rng, &chi, bsz);
+            let (scales, u, fz, zn) = sampler.batch(&mut rng, &chi, bsz, true);
             for b in 0..bsz {
                 let floor = acc.max - sampler.negligible;
                 let lw = sampler.log_weight(scales[b], &u, &fz, zn[b], b, floor, &mut sample_rng(useed, done + b));
@@ -600,14 +652,14 @@ impl ImportanceModel {
         let max_lw = self.log_w[..self.n_test].iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let mut acc = WeightAcc::new(mt * c);
         let mut done = 0;
-        let mut fstar = vec![0.0; c];
+        let mut fstar = vec![0.0; mt * c];
         let mut eps = vec![0.0; c];
         while done < self.n_test {
             // Regenerate the same draws as the weight pass (same seed, same batch sizes), and use
             // the first `bsz` of the batch.
             let full = s.batch.min(s.n_samples - done);
             let bsz = full.min(self.n_test - done);
-            let (scales, u, _, _) = s.batch(&mut srng, &chi, full);
+            let (scales, u, _, _) = s.batch(&mut srng, &chi, full, false);
             // K_*^T K^{-1} (f - m) / s = (A_x^T (x) L_c) u  -> A_x^T U then L_c per sample.
             let au = &axt * &u;
             let au = s.right_lc(&au, bsz);
@@ -622,14 +674,22 @@ impl ImportanceModel {
                         eps[q] = rng.sample::<f64, _>(StandardNormal);
                     }
                     let sk = kappa[j].sqrt();
+                    let fj = &mut fstar[j * c..(j + 1) * c];
                     for q in 0..c {
                         let noise: f64 = (0..=q).map(|k| s.lc[(q, k)] * eps[k]).sum();
-                        fstar[q] = means[j][q] + scales[b] * au[(j, b * c + q)] + sk * noise;
+                        fj[q] = means[j][q] + scales[b] * au[(j, b * c + q)] + sk * noise;
                     }
-                    let pr = s.lik.probs(&fstar, rng);
-                    for q in 0..c {
-                        acc.pred[j * c + q] += r * pr[q];
+                    // The probit's u-draws follow this point's eps in the stream.
+                    if s.lik.lik == Lik::Probit {
+                        let pr = s.lik.probs(fj, rng);
+                        fj.copy_from_slice(&pr);
                     }
+                }
+                if s.lik.lik == Lik::Logit {
+                    softmax_rows(&mut fstar, c);
+                }
+                for (a, p) in acc.pred.iter_mut().zip(&fstar) {
+                    *a += r * p;
                 }
             }
             done += bsz;
@@ -743,7 +803,7 @@ mod tests {
             datum.order = (0..n).collect();
             assert_ne!(sorted.order, datum.order, "{lik:?}: the test needs a non-trivial order");
             let chi = ChiSquared::new(sorted.df).unwrap();
-            let (scales, u, fz, zn) = sorted.batch(&mut Pcg64::seed_from_u64(8), &chi, 300);
+            let (scales, u, fz, zn) = sorted.batch(&mut Pcg64::seed_from_u64(8), &chi, 300, true);
             let weight = |s: &Sampler, b: usize, floor: f64| s.log_weight(scales[b], &u, &fz, zn[b], b, floor, &mut sample_rng(77, b));
             let full: Vec<f64> = (0..300).map(|b| weight(&datum, b, f64::NEG_INFINITY)).collect();
             let top = full.iter().copied().fold(f64::NEG_INFINITY, f64::max);
