@@ -224,3 +224,23 @@ fn dataset_settings_override_one_datasets_cells_only() {
     let e = error_of(&format!("{two}    dataset_settings: {{ wine: {{ max_hyper_itres: 9 }} }}\n"));
     assert!(e.contains("methods[0].dataset_settings.wine") && e.contains("max_hyper_itres"), "{e}");
 }
+
+#[test]
+fn dataset_settings_are_checked_on_every_grid_point() {
+    // Valid alone (extra_classes with the default multinomial model; a probit grid point with no
+    // extra classes), invalid together: the probit point with wine's extra class.
+    let spec = "\
+name: t
+datasets: [iris, wine]
+splits: { protocol: random, train_fraction: 0.6, repeats: 2 }
+methods:
+  - name: vb
+    method: vbmnp
+    grid: { settings.binary_model: [multinomial, probit] }
+    dataset_settings: { wine: { extra_classes: 1 } }
+";
+    let e = error_of(spec);
+    assert!(e.contains("methods[0].dataset_settings.wine [settings.binary_model=probit]") && e.contains("extra_classes needs binary_model: multinomial"), "{e}");
+    assert!(!e.contains("binary_model=multinomial]"), "only the bad point is named: {e}");
+    parse(&spec.replace("extra_classes: 1", "extra_classes: 0"), "ok.yaml", &registry()).expect("valid without the extra class");
+}

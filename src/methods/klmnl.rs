@@ -920,7 +920,8 @@ pub(crate) struct Envelope {
     g: Mat<f64>,
 }
 
-pub(crate) fn envelope(pr: &Prior, fit: &VarFit) -> Envelope {
+/// `with_kc`: also G (only K^c learning needs it); otherwise G is left zero.
+pub(crate) fn envelope(pr: &Prior, fit: &VarFit, with_kc: bool) -> Envelope {
     let (n, c) = (pr.n, pr.c);
     let alpha = fit.alpha(pr);
     let t = fit.t_dense();
@@ -934,7 +935,9 @@ pub(crate) fn envelope(pr: &Prior, fit: &VarFit) -> Envelope {
                 for b in 0..c {
                     let q = alpha[i * c + a] * alpha[j * c + b] - t[(i * c + a, j * c + b)];
                     rij += pr.kc[(a, b)] * q;
-                    g[(a, b)] += kx * q;
+                    if with_kc {
+                        g[(a, b)] += kx * q;
+                    }
                 }
             }
             r[(i, j)] = rij;
@@ -1100,7 +1103,7 @@ impl Klmnl {
                         .or_else(|_| fit_variational(&pr, &self.params, None, Some(ctx_ref)))?,
                     None => fit_variational(&pr, &self.params, None, Some(ctx_ref))?,
                 };
-                let env = envelope(&pr, &fit);
+                let env = envelope(&pr, &fit, learn_kc);
                 let mut g = hyper_gradient(&env, &dkx);
                 if learn_kc {
                     g.extend(kc_gradient(&env, &model, &p[nk..]));
@@ -1238,7 +1241,7 @@ impl KlmnlModel {
     }
     pub fn hyper_gradient(&self) -> Vec<f64> {
         let dkx = self.kernel.gram_grads(&self.x_train, &self.pr.kx);
-        hyper_gradient(&envelope(&self.pr, &self.fit), &dkx)
+        hyper_gradient(&envelope(&self.pr, &self.fit, false), &dkx)
     }
 
     /// q(f_*|y) per test point: m_* = K_*^T alpha, V_* = K_** - K_*^T T K_* (notes D§3.4).
@@ -1619,7 +1622,7 @@ mod tests {
             let dkx = kern.gram_grads(&x, &kx);
             let pr = Prior::new(kx, eye(3), &y);
             let fit = fit_variational(&pr, &params, None, None).unwrap();
-            let g = hyper_gradient(&envelope(&pr, &fit), &dkx);
+            let g = hyper_gradient(&envelope(&pr, &fit, false), &dkx);
             let p0 = kern.log_params();
             for j in 0..p0.len() {
                 let e = 1e-4;
@@ -1711,7 +1714,7 @@ mod kc_tests {
             let at = |rh: &[f64]| fit_variational(&Prior::new(kern.gram(&x), kc_of(model, rh, c), &y), &params, None, None).unwrap().log_zh;
             let pr = Prior::new(kern.gram(&x), kc, &y);
             let fit = fit_variational(&pr, &params, None, None).unwrap();
-            let g = kc_gradient(&envelope(&pr, &fit), model, &rho);
+            let g = kc_gradient(&envelope(&pr, &fit, true), model, &rho);
             for k in 0..rho.len() {
                 let e = 1e-4;
                 let mut rp = rho.clone();

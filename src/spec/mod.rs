@@ -368,8 +368,14 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
                 err(here, Some(d), format!("\"{d}\" is not a dataset this entry runs on{}", suggest(d, &raw.datasets)));
             } else if !over.is_object() {
                 err(here, Some(d), "must be a map of settings".into());
-            } else if let Err(e) = crate::methods::build(&m.method, &m.on_dataset(d).settings) {
-                err(here, Some(d), e);
+            } else {
+                // Every grid point as this dataset's cells run it (the override on top).
+                for (label, point) in expand::grid_points(m).unwrap_or_default() {
+                    if let Err(e) = crate::methods::build(&m.method, &point.on_dataset(d).settings) {
+                        let where_ = if label.is_empty() { here.clone() } else { format!("{here} [{label}]") };
+                        err(where_, Some(d), e);
+                    }
+                }
             }
         }
         if let HyperSpec::From { source: src, .. } = &m.hyper {
