@@ -277,13 +277,19 @@ impl PairSqDiffs {
     }
 }
 
-/// out_p = -sum_k w_k diffs[k * n_pairs + p], accumulated in k order.
+/// out_p = -sum_k w_k diffs[k * n_pairs + p], accumulated in k order, a tile of pairs at a
+/// time so that the partial sums stay in the L1 cache across the d passes.
 #[multiversion::multiversion(targets("x86_64+avx512f", "x86_64+avx2"))]
 fn neg_weighted_sums(diffs: &[f64], w: &[f64], out: &mut [f64]) {
+    const TILE: usize = 512;
     let n_pairs = out.len();
-    for (k, &wk) in w.iter().enumerate() {
-        for (o, &dk) in out.iter_mut().zip(&diffs[k * n_pairs..(k + 1) * n_pairs]) {
-            *o -= wk * dk;
+    for (t, tile) in out.chunks_mut(TILE).enumerate() {
+        let start = t * TILE;
+        for (k, &wk) in w.iter().enumerate() {
+            let dk = &diffs[k * n_pairs + start..k * n_pairs + start + tile.len()];
+            for (o, &d) in tile.iter_mut().zip(dk) {
+                *o -= wk * d;
+            }
         }
     }
 }
