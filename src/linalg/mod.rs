@@ -198,7 +198,6 @@ fn llt_small_in_place(m: &mut Mat<f64>) -> Result<(), usize> {
     Ok(())
 }
 
-/// A column vector as an n x 1 matrix.
 /// The symmetric pencil A + eta D (A positive definite, D symmetric) along a line search:
 /// with A = L L^T and L^{-1} D L^{-T} = U diag(lambda) U^T, A + eta D = L U (I + eta diag(lambda))
 /// U^T L^T, so its log-determinant and tr((A + eta D)^{-1} D) cost O(p) per trial eta after one
@@ -244,6 +243,7 @@ impl SymPencil {
     }
 }
 
+/// A column vector as an n x 1 matrix.
 pub fn col(v: &[f64]) -> Mat<f64> {
     Mat::from_fn(v.len(), 1, |i, _| v[i])
 }

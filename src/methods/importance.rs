@@ -332,10 +332,8 @@ impl Sampler {
         })
     }
 
-    /// log w for sample b of a batch, or -inf as soon as it is certain to be below `floor`
-    /// (the likelihood terms are <= 0, so each partial sum bounds the final value from above).
-    #[allow(clippy::too_many_arguments)]
-    fn log_weight(&self, s: f64, u: &Mat<f64>, fz: &Mat<f64>, znorm2: f64, b: usize, floor: f64, urng: &mut Pcg64) -> f64 {
+    /// log N(f; 0, K) - log t(f; m, Sigma_P) for sample b of a batch: the weight without the likelihood.
+    fn log_prior_over_proposal(&self, s: f64, u: &Mat<f64>, znorm2: f64, b: usize) -> f64 {
         let (n, c) = (self.n, self.c);
         let p = (n * c) as f64;
         let (mut au, mut uu) = (0.0, 0.0);
@@ -349,7 +347,15 @@ impl Sampler {
         let aa: f64 = self.a.iter().map(|v| v * v).sum();
         let quad = aa + 2.0 * s * au + s * s * uu;
         let delta = s * s * znorm2;
-        let mut lw = -0.5 * quad + 0.5 * (self.df + p) * (delta / self.df).ln_1p() + self.log_const;
+        -0.5 * quad + 0.5 * (self.df + p) * (delta / self.df).ln_1p() + self.log_const
+    }
+
+    /// log w for sample b of a batch, or -inf as soon as it is certain to be below `floor`
+    /// (the likelihood terms are <= 0, so each partial sum bounds the final value from above).
+    #[allow(clippy::too_many_arguments)]
+    fn log_weight(&self, s: f64, u: &Mat<f64>, fz: &Mat<f64>, znorm2: f64, b: usize, floor: f64, urng: &mut Pcg64) -> f64 {
+        let (n, c) = (self.n, self.c);
+        let mut lw = self.log_prior_over_proposal(s, u, znorm2, b);
         // All u-draws first, in datum order: the same numbers whatever order the data are
         // evaluated in below.
         let us = self.lik.draw_u(n, urng);
@@ -780,6 +786,46 @@ impl Fitted for ImportanceModel {
 mod tests {
     use super::*;
     use crate::methods::FromSettings;
+
+    /// The logit's grouped log-weights (one vectorised exp per 16 data, skip checks inside a
+    /// group) against the plain sum of f_y - log sum exp(f) per datum, with 40 data (two full
+    /// groups and a partial one), and the skip decision at floors just above and below.
+    #[test]
+    fn grouped_logit_log_weights_match_the_per_datum_softmax() {
+        let n = 40;
+        let x = Array2::from_shape_fn((n, 2), |(i, k)| ((i * (k + 3)) as f64 * 0.37).sin());
+        let y: Vec<usize> = (0..n).map(|i| (i * 5 / 3) % 4).collect();
+        let problem = Problem { x: &x, y: &y, n_classes: 4 };
+        let kernel = SqExp { log_variance: 4.0f64.ln(), log_lengthscales: vec![0.0], learn_variance: false };
+        let method = ImportanceParams::from_settings(&serde_json::json!({ "n_samples": 100 })).unwrap().check(Lik::Logit).unwrap();
+        let mut rng = Pcg64::seed_from_u64(3);
+        let model = method.fit_model(&problem, &kernel, HyperPolicy::Fixed, &mut FitContext::new(&mut rng, None)).unwrap();
+        let s = &model.sampler;
+        let chi = ChiSquared::new(s.df).unwrap();
+        let (scales, u, fz, zn) = s.batch(&mut Pcg64::seed_from_u64(4), &chi, 50, true);
+        for b in 0..50 {
+            let mut want = s.log_prior_over_proposal(scales[b], &u, zn[b], b);
+            for i in 0..n {
+                let f: Vec<f64> = (0..4).map(|q| s.m[i * 4 + q] + scales[b] * fz[(i, b * 4 + q)]).collect();
+                want += f[y[i]] - log_sum_exp(&f);
+            }
+            let got = s.log_weight(scales[b], &u, &fz, zn[b], b, f64::NEG_INFINITY, &mut sample_rng(1, b));
+            assert!((got - want).abs() < 1e-12 * want.abs(), "sample {b}: {got} vs {want}");
+            assert_eq!(s.log_weight(scales[b], &u, &fz, zn[b], b, want + 1e-3, &mut sample_rng(1, b)), f64::NEG_INFINITY);
+            assert_eq!(s.log_weight(scales[b], &u, &fz, zn[b], b, want - 1e-3, &mut sample_rng(1, b)), got);
+        }
+    }
+
+    #[test]
+    fn softmax_rows_is_the_softmax_of_each_row() {
+        let c = 5;
+        let mut x: Vec<f64> = (0..37 * c).map(|k| ((k * 7919) % 101) as f64 * 0.31 - 15.0).collect();
+        let want: Vec<f64> = x.chunks(c).flat_map(|row| { let mut r = row.to_vec(); softmax_in_place(&mut r); r }).collect();
+        softmax_rows(&mut x, c);
+        for (g, w) in x.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-13 * w + 1e-300, "{g} vs {w}");
+        }
+    }
 
     /// Visiting the data worst-fitted first only decides sooner: every weight, and which samples
     /// are skipped, are the same to the bit as in datum order, for both likelihoods, the probit

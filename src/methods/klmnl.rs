@@ -771,7 +771,8 @@ fn v_mix_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, w: Vec<Mat<f64>>,
     // and D = P_old - P_new: one pencil factorisation serves every trial eta.
     let nc = pr.n * pr.c;
     let a = Mat::from_fn(nc, nc, |i, j| (if i == j { 1.0 } else { 0.0 }) - p_old[(i, j)]);
-    let pencil = SymPencil::new(a.as_ref(), (&p_old - &p_new).as_ref(), "I - L_K^T T L_K")?;
+    let d = &p_old - &p_new;
+    let pencil = SymPencil::new(a.as_ref(), d.as_ref(), "I - L_K^T T L_K")?;
     let block = |i: usize, eta: f64| &st.v.blocks[i] * faer::Scale(1.0 - eta) + &vnew.blocks[i] * faer::Scale(eta);
     // d/deta = 1/2 tr((V^cc)^{-1} Delta) - 1/2 tr(K^{-1} Delta) + 1/2 sum_i tr((V_i^cc)^{-1} Delta_i) - 1/2 sum_i tr(S_i Delta_i)
     let tr_kinv_delta = st.v.tr_tk - vnew.tr_tk; // tr((T_old - T_new) K)
@@ -787,7 +788,11 @@ fn v_mix_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, w: Vec<Mat<f64>>,
         0.5 * val
     };
     let eta = false_position(phi);
-    let Some(logdet_kinv_v) = pencil.log_det(eta) else { return Ok((cur, eta)) };
+    // The accepted point's log-determinant from its own Cholesky factor: the pencil's
+    // eigenvalues carry errors of order eps cond(A) |D|, fine for choosing eta but not for
+    // the bound the state keeps.
+    let Ok(lc) = chol(&(&a + &d * faer::Scale(eta)), "I - L_K^T T^cc L_K") else { return Ok((cur, eta)) };
+    let logdet_kinv_v = lc.log_det();
     let cand = State {
         b: st.b.clone(),
         s: st.s.clone(),
@@ -914,13 +919,13 @@ pub(crate) fn fit_variational(
 /// The envelope-theorem gradient at the variational optimum is d log Z_h* = 1/2 tr(Q dK) with
 /// Q = alpha alpha^T - T (notes D§4.3). With dK = dKx (x) Kc or Kx (x) dKc only two contractions
 /// of Q are needed: R_ij = sum_ab Kc_ab Q_(ia,jb) and G_ab = sum_ij Kx_ij Q_(ia,jb). One pass over
-/// the dense T gives both (forming T is the expensive part).
+/// the dense T gives both (forming T is the expensive part); G only when K^c is learned.
 pub(crate) struct Envelope {
     r: Mat<f64>,
-    g: Mat<f64>,
+    g: Option<Mat<f64>>,
 }
 
-/// `with_kc`: also G (only K^c learning needs it); otherwise G is left zero.
+/// `with_kc`: also G (only K^c learning needs it).
 pub(crate) fn envelope(pr: &Prior, fit: &VarFit, with_kc: bool) -> Envelope {
     let (n, c) = (pr.n, pr.c);
     let alpha = fit.alpha(pr);
@@ -943,7 +948,7 @@ pub(crate) fn envelope(pr: &Prior, fit: &VarFit, with_kc: bool) -> Envelope {
             r[(i, j)] = rij;
         }
     }
-    Envelope { r, g }
+    Envelope { r, g: with_kc.then_some(g) }
 }
 
 /// d log Z_h* / d(log kernel parameters) = 1/2 tr(R dKx) (dK = dKx (x) Kc).
@@ -1028,8 +1033,8 @@ pub fn kc_of(model: &str, rho: &[f64], c: usize) -> Mat<f64> {
 /// d log Z_h* / d rho = 1/2 sum_ab (dK^c/drho)_ab G_ab (dK = Kx (x) dK^c); dK^c/drho by central
 /// differences of the small smooth map rho -> K^c.
 fn kc_gradient(env: &Envelope, model: &str, rho: &[f64]) -> Vec<f64> {
-    let c = env.g.nrows();
-    let g = &env.g;
+    let g = env.g.as_ref().expect("an envelope with the K^c contraction (envelope(.., true))");
+    let c = g.nrows();
     (0..rho.len())
         .map(|k| {
             let e = 1e-6;

@@ -369,8 +369,12 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
             } else if !over.is_object() {
                 err(here, Some(d), "must be a map of settings".into());
             } else {
-                // Every grid point as this dataset's cells run it (the override on top).
+                // Every grid point as this dataset's cells run it (the override on top); points
+                // invalid without the override are reported above.
                 for (label, point) in expand::grid_points(m).unwrap_or_default() {
+                    if crate::methods::build(&m.method, &point.settings).is_err() {
+                        continue;
+                    }
                     if let Err(e) = crate::methods::build(&m.method, &point.on_dataset(d).settings) {
                         let where_ = if label.is_empty() { here.clone() } else { format!("{here} [{label}]") };
                         err(where_, Some(d), e);
