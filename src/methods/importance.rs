@@ -14,7 +14,7 @@ use super::klmnl::{KlmnlModel, KlmnlParams};
 use super::{FitContext, FitError, Fitted, HyperPolicy, Method, Problem};
 use crate::kernels::SqExp;
 use crate::likelihoods::probit::{log_probit_class_prob, probit_class_probs};
-use crate::linalg::{log_sum_exp, softmax_in_place, Chol};
+use crate::linalg::{exp_shifted_rows, log_sum_exp, softmax_in_place, Chol};
 use crate::results::{EvidenceKind, Handoff};
 use faer::Mat;
 use ndarray::Array2;
@@ -366,22 +366,17 @@ impl Sampler {
         if self.lik.lik == Lik::Logit {
             // The softmax terms a group of data at a time, for one vectorised exp per group;
             // the skip check after each datum is the same as below.
-            let mut shifted = vec![0.0; LOGIT_GROUP * c];
-            let (mut f_y, mut f_max) = ([0.0; LOGIT_GROUP], [0.0; LOGIT_GROUP]);
+            let mut rows = vec![0.0; LOGIT_GROUP * c];
+            let mut f_y = [0.0; LOGIT_GROUP];
             for group in self.order.chunks(LOGIT_GROUP) {
+                let e = &mut rows[..group.len() * c];
                 for (g, &i) in group.iter().enumerate() {
-                    let fi = &mut shifted[g * c..(g + 1) * c];
                     for q in 0..c {
-                        fi[q] = self.m[i * c + q] + s * fz[(i, b * c + q)];
+                        e[g * c + q] = self.m[i * c + q] + s * fz[(i, b * c + q)];
                     }
-                    f_y[g] = fi[self.y[i]];
-                    f_max[g] = fi.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    for v in fi.iter_mut() {
-                        *v -= f_max[g];
-                    }
+                    f_y[g] = e[g * c + self.y[i]];
                 }
-                let e = &mut shifted[..group.len() * c];
-                crate::special::exp_slice(e);
+                let f_max = exp_shifted_rows(e, c);
                 for (g, &i) in group.iter().enumerate() {
                     terms[i] = f_y[g] - (f_max[g] + e[g * c..(g + 1) * c].iter().sum::<f64>().ln());
                     partial += terms[i];
@@ -420,13 +415,7 @@ impl Sampler {
 /// Softmax of every row of a row-major matrix with `c` columns, in place, with one vectorised
 /// exp for all rows.
 fn softmax_rows(x: &mut [f64], c: usize) {
-    let max: Vec<f64> = x.chunks_exact(c).map(|row| row.iter().copied().fold(f64::NEG_INFINITY, f64::max)).collect();
-    for (row, m) in x.chunks_exact_mut(c).zip(&max) {
-        for v in row.iter_mut() {
-            *v -= m;
-        }
-    }
-    crate::special::exp_slice(x);
+    exp_shifted_rows(x, c);
     for row in x.chunks_exact_mut(c) {
         let sum: f64 = row.iter().sum();
         for v in row.iter_mut() {
