@@ -9,7 +9,9 @@ pub use kron::{kron, kron_matvec};
 
 use faer::linalg::triangular_inverse::invert_lower_triangular;
 use faer::linalg::triangular_solve::{solve_lower_triangular_in_place, solve_upper_triangular_in_place};
-use faer::{Mat, MatRef, Par, Side};
+use faer::dyn_stack::{MemBuffer, MemStack};
+use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch, LltError};
+use faer::{Mat, MatMut, MatRef, Par, Side};
 
 /// Relative jitters tried in turn (times the mean diagonal) when a matrix is not
 /// numerically positive definite. The first entry is "no jitter".
@@ -57,19 +59,36 @@ impl Chol {
             for i in 0..n {
                 m[(i, i)] += jitter;
             }
-            if n <= SMALL {
-                match llt_small_in_place(&mut m) {
-                    Ok(()) => return Ok(Chol { L: m, jitter }),
-                    Err(index) => last = (index, jitter),
-                }
-                continue;
-            }
-            match m.llt(Side::Lower) {
-                Ok(llt) => return Ok(Chol { L: llt.L().to_owned(), jitter }),
-                Err(faer::linalg::cholesky::llt::factor::LltError::NonPositivePivot { index }) => last = (index, jitter),
+            match llt_lower_in_place(m.as_mut()) {
+                Ok(()) => return Ok(Chol { L: m, jitter }),
+                Err(index) => last = (index, jitter),
             }
         }
         Err(LinalgError::NotPositiveDefinite { what: what.to_string(), pivot: last.0, last_jitter: last.1 })
+    }
+
+    /// Storage for `refactor_lower`: the factor of the n x n identity.
+    pub fn workspace(n: usize) -> Chol {
+        Chol { L: Mat::identity(n, n), jitter: 0.0 }
+    }
+
+    /// Factor (without jitter) the matrix whose lower triangle `fill_col(j, column)` writes,
+    /// column j from the diagonal down, into this factor's own storage: for loops that factor
+    /// thousands of same-size matrices (no allocation, no copy). After an error the factor
+    /// holds garbage until the next successful call.
+    pub fn refactor_lower(&mut self, what: &str, mut fill_col: impl FnMut(usize, &mut [f64])) -> Result<(), LinalgError> {
+        let n = self.dim();
+        for j in 0..n {
+            let col = self.L.col_mut(j).try_as_col_major_mut().expect("Chol storage is column-major").as_slice_mut();
+            fill_col(j, &mut col[j..]);
+            // A fold rather than `any`, so that the check vectorises.
+            if !col[j..].iter().fold(true, |ok, v| ok & v.is_finite()) {
+                return Err(LinalgError::NonFinite { what: what.to_string() });
+            }
+        }
+        self.jitter = 0.0;
+        llt_lower_in_place(self.L.as_mut())
+            .map_err(|pivot| LinalgError::NotPositiveDefinite { what: what.to_string(), pivot, last_jitter: 0.0 })
     }
 
     pub fn dim(&self) -> usize {
@@ -172,10 +191,21 @@ impl Chol {
 /// factors per datum and per sweep.
 const SMALL: usize = 12;
 
-/// In-place lower Cholesky (Cholesky-Banachiewicz) of a small SPD matrix, reading the lower
-/// triangle and zeroing the upper; `Err(pivot)` at the first non-positive pivot.
-fn llt_small_in_place(m: &mut Mat<f64>) -> Result<(), usize> {
+/// In-place lower Cholesky of an SPD matrix: reads the lower triangle, overwrites it with L and
+/// zeroes the strict upper triangle (faer's blocked routine uses it as workspace);
+/// `Err(pivot)` at the first non-positive pivot. Plain loops (Cholesky-Banachiewicz) up to
+/// `SMALL`, faer's blocked factorisation above.
+fn llt_lower_in_place(mut m: MatMut<'_, f64>) -> Result<(), usize> {
     let n = m.nrows();
+    if n > SMALL {
+        let mut mem = MemBuffer::new(cholesky_in_place_scratch::<f64>(n, Par::Seq, Default::default()));
+        cholesky_in_place(m.as_mut(), Default::default(), Par::Seq, MemStack::new(&mut mem), Default::default())
+            .map_err(|LltError::NonPositivePivot { index }| index)?;
+        for j in 1..n {
+            m.as_mut().col_mut(j).subrows_mut(0, j).fill(0.0);
+        }
+        return Ok(());
+    }
     for j in 0..n {
         let mut d = m[(j, j)];
         for k in 0..j {
@@ -333,6 +363,25 @@ mod tests {
             assert!((&a * &x - &b).norm_max() < 1e4 * tol);
             assert!((c.l() * c.solve_l(b.as_ref()) - &b).norm_max() < 1e4 * tol);
             assert!((c.l().transpose() * c.solve_lt(b.as_ref()) - &b).norm_max() < 1e4 * tol);
+        }
+    }
+
+    #[test]
+    fn refactoring_in_place_matches_a_fresh_factor_and_recovers_from_failures() {
+        for n in [4, SMALL + 3] {
+            let mut work = Chol::workspace(n);
+            for seed in 0..3 {
+                let a = random_spd(n, 20 + seed);
+                work.refactor_lower("A", |j, col| col.copy_from_slice(a.col(j).try_as_col_major().unwrap().as_slice().split_at(j).1)).unwrap();
+                let fresh = Chol::factor(a.as_ref(), "A").unwrap();
+                assert!((work.l() - fresh.l()).norm_max() < 1e-12, "n = {n}, seed {seed}: differs from a fresh factor");
+                assert!((0..n).all(|j| (0..j).all(|i| work.l()[(i, j)] == 0.0)), "upper triangle written");
+                // An indefinite matrix (pivot 2 fails) and a NaN are reported, and the next call works.
+                let err = work.refactor_lower("B", |j, col| col.iter_mut().enumerate().for_each(|(k, v)| *v = if k > 0 { 0.0 } else if j == 2 { -1.0 } else { 1.0 }));
+                assert!(matches!(err, Err(LinalgError::NotPositiveDefinite { pivot: 2, .. })), "{err:?}");
+                let err = work.refactor_lower("B", |_, col| col.fill(f64::NAN));
+                assert!(matches!(err, Err(LinalgError::NonFinite { .. })), "{err:?}");
+            }
         }
     }
 

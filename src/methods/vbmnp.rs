@@ -17,7 +17,7 @@ use super::gibbs_mnp::BinaryModel;
 use super::{parse_settings, FitContext, FitError, Fitted, HyperPolicy, Method, Problem};
 use crate::kernels::SqExp;
 use crate::likelihoods::probit::{predictive_class_probs, truncated_moments};
-use crate::linalg::{log_sum_exp, Chol};
+use crate::linalg::{log_sum_exp, Chol, LinalgError};
 use crate::results::{EvidenceKind, Handoff};
 use faer::Mat;
 use ndarray::Array2;
@@ -241,28 +241,47 @@ impl PairSqDiffs {
         PairSqDiffs { n, d, diffs }
     }
 
+    /// exp(-sum_k phi_k (x_ik - x_jk)^2) for every pair j < i, in the pair order, into `e`
+    /// (`phi` has length 1 or d).
+    fn pair_kernel(&self, phi: &[f64], e: &mut Vec<f64>) {
+        let w: Vec<f64> = (0..self.d).map(|k| if phi.len() == 1 { phi[0] } else { phi[k] }).collect();
+        // Vectorised over the pairs, with the same sum order per pair as a loop over k.
+        e.clear();
+        e.resize(self.n * self.n.saturating_sub(1) / 2, 0.0);
+        neg_weighted_sums(&self.diffs, &w, e);
+        crate::special::exp_slice(e);
+    }
+
+    /// Writes column j (diagonal down) of the Gram matrix s2 * pair kernel + add I, given the
+    /// pair kernel `e` of `pair_kernel`.
+    fn gram_column(&self, e: &[f64], s2: f64, add: f64, j: usize, col: &mut [f64]) {
+        // Column j's pairs start after those of columns 0..j: sum_{l<j} (n - 1 - l).
+        let start = j * (2 * self.n - j - 1) / 2;
+        col[0] = s2 + add;
+        for (v, e) in col[1..].iter_mut().zip(&e[start..start + self.n - j - 1]) {
+            *v = s2 * e;
+        }
+    }
+
     /// The lower triangle (and diagonal, plus `add`) of the Gram matrix for `phi` (length 1 or
     /// d); the upper triangle is left zero. Enough for a Cholesky factorisation.
     pub fn gram_lower(&self, phi: &[f64], s2: f64, add: f64) -> Mat<f64> {
-        let (n, d) = (self.n, self.d);
-        let w: Vec<f64> = (0..d).map(|k| if phi.len() == 1 { phi[0] } else { phi[k] }).collect();
-        // -sum_k phi_k (x_ik - x_jk)^2 for every pair at once (vectorised; the same sum order
-        // per pair as a loop over k), then exp over the whole triangle.
-        let mut e = vec![0.0; n * n.saturating_sub(1) / 2];
-        neg_weighted_sums(&self.diffs, &w, &mut e);
-        crate::special::exp_slice(&mut e);
-        let mut C = Mat::zeros(n, n);
-        let mut rest = e.as_slice();
-        for j in 0..n {
+        let mut e = Vec::new();
+        self.pair_kernel(phi, &mut e);
+        let mut C = Mat::zeros(self.n, self.n);
+        for j in 0..self.n {
             let col = C.col_mut(j).try_as_col_major_mut().expect("a fresh Mat is column-major").as_slice_mut();
-            col[j] = s2 + add;
-            let (this, next) = rest.split_at(n - j - 1);
-            for (v, e) in col[j + 1..].iter_mut().zip(this) {
-                *v = s2 * e;
-            }
-            rest = next;
+            self.gram_column(&e, s2, add, j, &mut col[j..]);
         }
         C
+    }
+
+    /// Factor the Gram matrix for `phi` plus `add` on the diagonal in `scratch`'s storage.
+    fn factor_gram<'s>(&self, phi: &[f64], s2: f64, add: f64, scratch: &'s mut GramScratch) -> Result<&'s Chol, LinalgError> {
+        let GramScratch { pair_kernel, chol } = scratch;
+        self.pair_kernel(phi, pair_kernel);
+        chol.refactor_lower("C_phi", |j, col| self.gram_column(pair_kernel, s2, add, j, col))?;
+        Ok(chol)
     }
 
     /// The full symmetric Gram matrix for `phi` plus `add` on the diagonal.
@@ -274,6 +293,18 @@ impl PairSqDiffs {
             }
         }
         C
+    }
+}
+
+/// Storage the importance sampler reuses across its samples' Gram factorisations.
+struct GramScratch {
+    pair_kernel: Vec<f64>,
+    chol: Chol,
+}
+
+impl GramScratch {
+    fn new(n: usize) -> GramScratch {
+        GramScratch { pair_kernel: Vec::new(), chol: Chol::workspace(n) }
     }
 }
 
@@ -414,9 +445,16 @@ pub(crate) struct IsUpdate {
 /// log prod_k N(m_k; 0, C_phi + add I) over the columns of M, up to the constant
 /// -(nK/2) ln 2 pi (and without the determinant if `with_det` is false); None if C_phi + add I
 /// is not numerically positive definite.
-fn log_is_weight_kind(pairs: &PairSqDiffs, M: &Mat<f64>, phi: &[f64], s2: f64, add: f64, with_det: bool) -> Option<f64> {
-    let C = pairs.gram_lower(phi, s2, add);
-    let chol = Chol::factor(C.as_ref(), "C_phi").ok()?;
+fn log_is_weight_kind(
+    pairs: &PairSqDiffs,
+    M: &Mat<f64>,
+    phi: &[f64],
+    s2: f64,
+    add: f64,
+    with_det: bool,
+    scratch: &mut GramScratch,
+) -> Option<f64> {
+    let chol = pairs.factor_gram(phi, s2, add, scratch).ok()?;
     let Z = chol.solve_l(M.as_ref());
     let quad: f64 = (0..Z.ncols()).map(|k| (0..Z.nrows()).map(|i| Z[(i, k)] * Z[(i, k)]).sum::<f64>()).sum();
     let det = if with_det { chol.log_det() } else { 0.0 };
@@ -468,11 +506,12 @@ pub(crate) fn importance_update_kind(
         IsWeight::Port => (1.0, false),
         IsWeight::Marginal => (1.0, true),
     };
+    let mut scratch = GramScratch::new(M.nrows());
     let log_w: Vec<f64> = samples
         .iter()
         .map(|v| {
             let phi: Vec<f64> = v.iter().map(|&a| param.to_precision(a)).collect();
-            log_is_weight_kind(&pairs, M, &phi, s2, add, with_det).unwrap_or(f64::NEG_INFINITY)
+            log_is_weight_kind(&pairs, M, &phi, s2, add, with_det, &mut scratch).unwrap_or(f64::NEG_INFINITY)
         })
         .collect();
     let failed = log_w.iter().filter(|l| **l == f64::NEG_INFINITY).count();
