@@ -114,4 +114,12 @@ fn table3_two_splits(registry: &Registry) {
         25.0 * m.cpu_seconds / 60.0,
         25.0 * m.cpu_seconds / 120.0
     );
+    // Where the time goes: CPU seconds per method and data set, summed over the 2 splits.
+    let mut by_cell: std::collections::BTreeMap<(String, String), f64> = Default::default();
+    for c in &summary.cells {
+        *by_cell.entry((c.method.clone(), c.dataset.clone())).or_default() += c.cpu_seconds;
+    }
+    for ((method, dataset), cpu) in by_cell {
+        println!("  {method:>16} {dataset:>8}: {cpu:6.1} s CPU");
+    }
 }

@@ -45,20 +45,17 @@ impl LogRule {
     }
 }
 
-/// h(u) = log phi(u) + sum_j log Phi(a_j u + b_j) and its first two derivatives.
-fn h_and_derivs(u: f64, a: &[f64], b: &[f64]) -> (f64, f64, f64) {
-    let mut h = -0.5 * u * u - LN_SQRT_2PI;
-    let mut d1 = -u;
-    let mut d2 = -1.0;
+/// h(u) = log phi(u) + sum_j log Phi(a_j u + b_j): its first two derivatives.
+fn h_derivs(u: f64, a: &[f64], b: &[f64]) -> (f64, f64) {
+    let (mut d1, mut d2) = (-u, -1.0);
     for (aj, bj) in a.iter().zip(b) {
         let x = aj * u + bj;
-        h += log_normal_cdf(x);
         let r = d_log_normal_cdf(x);
         d1 += aj * r;
         // d/dx [phi/Phi] = -r (x + r), in (-1, 0).
         d2 -= aj * aj * r * (x + r);
     }
-    (h, d1, d2)
+    (d1, d2)
 }
 
 fn h_only(u: f64, a: &[f64], b: &[f64]) -> f64 {
@@ -68,11 +65,11 @@ fn h_only(u: f64, a: &[f64], b: &[f64]) -> f64 {
 /// The mode of h: h' is strictly decreasing (h'' <= -1), so h'(u) <= h'(0) - u for u > 0 and
 /// h'(u) >= h'(0) + |u| for u < 0 give a bracket; Newton steps are kept inside it.
 fn mode(a: &[f64], b: &[f64]) -> f64 {
-    let (_, g0, _) = h_and_derivs(0.0, a, b);
+    let (g0, _) = h_derivs(0.0, a, b);
     let (mut lo, mut hi) = if g0 > 0.0 { (0.0, g0 + 1.0) } else { (g0 - 1.0, 0.0) };
     let mut u = 0.0;
     for _ in 0..200 {
-        let (_, g, gg) = h_and_derivs(u, a, b);
+        let (g, gg) = h_derivs(u, a, b);
         if g > 0.0 {
             lo = u;
         } else {
@@ -96,7 +93,7 @@ pub fn log_concave_rule(a: &[f64], b: &[f64]) -> LogRule {
     assert_eq!(a.len(), b.len());
     let u0 = mode(a, b);
     let h0 = h_only(u0, a, b);
-    let (_, _, curv) = h_and_derivs(u0, a, b);
+    let (_, curv) = h_derivs(u0, a, b);
     let width0 = 1.0 / (-curv).sqrt();
     // Narrowest local width: in the far left tail h'' -> -(1 + sum a_j^2).
     let narrowest = 1.0 / (1.0 + a.iter().map(|x| x * x).sum::<f64>()).sqrt();
@@ -136,6 +133,11 @@ pub fn log_probit_class_prob(m: &[f64], k: usize) -> f64 {
 /// K = 2..6 problems with latent scales up to 8; tested against `log_probit_class_prob`).
 const FAST_NODES: usize = 16;
 
+thread_local! {
+    /// The fast rule's node arguments and their ln Phi, reused across calls.
+    static FAST_SCRATCH: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Physicists' Gauss-Hermite nodes x_i and log weights (weight exp(-x^2)) by Golub-Welsch:
 /// eigenvalues of the Jacobi matrix with off-diagonal sqrt(i/2); weights sqrt(pi) v_0i^2.
 fn gauss_hermite(n: usize) -> (Vec<f64>, Vec<f64>) {
@@ -155,13 +157,28 @@ pub fn log_probit_class_prob_fast(m: &[f64], k: usize) -> f64 {
     let (x, log_w) = RULE.get_or_init(|| gauss_hermite(FAST_NODES));
     let (a, b) = offsets(m, k);
     let u = mode(&a, &b);
-    let (_, _, d2h) = h_and_derivs(u, &a, &b);
+    let (_, d2h) = h_derivs(u, &a, &b);
     // exp(h) ~ exp(h(u*) - (v - u*)^2 / (2 s^2)) with s^2 = -1/h'': substitute v = u* + sqrt(2) s x.
     let scale = std::f64::consts::SQRT_2 / (-d2h).sqrt();
+    // Every node's ln Phi terms at once, for the vectorised ln Phi.
+    let others = b.len();
     let mut terms = [0.0; FAST_NODES];
-    for (i, term) in terms.iter_mut().enumerate() {
-        *term = log_w[i] + x[i] * x[i] + h_only(u + scale * x[i], &a, &b);
-    }
+    FAST_SCRATCH.with_borrow_mut(|buf| {
+        buf.resize(2 * FAST_NODES * others, 0.0);
+        let (args, logs) = buf.split_at_mut(FAST_NODES * others);
+        for (i, row) in args.chunks_exact_mut(others.max(1)).enumerate().take(FAST_NODES) {
+            let v = u + scale * x[i];
+            for (r, (aj, bj)) in row.iter_mut().zip(a.iter().zip(&b)) {
+                *r = aj * v + bj;
+            }
+        }
+        crate::special::log_normal_cdf_slice(args, logs);
+        for (i, term) in terms.iter_mut().enumerate() {
+            let v = u + scale * x[i];
+            let h = -0.5 * v * v - LN_SQRT_2PI + logs[i * others..(i + 1) * others].iter().sum::<f64>();
+            *term = log_w[i] + x[i] * x[i] + h;
+        }
+    });
     crate::linalg::log_sum_exp(&terms) + scale.ln()
 }
 
