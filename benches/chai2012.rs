@@ -7,6 +7,8 @@
 //!   5. the Table 3 spec itself (experiments/chai2012-table3.yaml) on 2 of its 50 splits, every
 //!      cell recomputed on 2 threads, from which the whole spec's time is extrapolated.
 //! Run: `cargo bench --bench chai2012` (needs `[[bench]] name = "chai2012"  harness = false`).
+mod common;
+
 use mcgp::data::{default_data_dir, Registry, Standardizer};
 use mcgp::kernels::SqExp;
 use mcgp::methods::importance::{ImportanceParams, Lik};
@@ -78,48 +80,6 @@ fn main() {
         100.0 * e["is_skipped_frac"]
     );
 
-    table3_two_splits(&registry);
-}
-
-/// Target 5: the Table 3 spec with `repeats: 2` instead of 50 (nothing else changed), run into
-/// a temporary folder; 25 times its CPU time is the whole spec's, half that its 2-core wall time.
-fn table3_two_splits(registry: &Registry) {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let file = root.join("experiments/chai2012-table3.yaml");
-    let text = std::fs::read_to_string(&file).expect("experiments/chai2012-table3.yaml");
-    assert!(text.contains("repeats: 50 }"), "the Table 3 spec no longer has `repeats: 50 }}`: update this bench");
-    let reduced = text.replace("repeats: 50 }", "repeats: 2 }");
-    let spec = mcgp::spec::parse(&reduced, &file.display().to_string(), registry).expect("the reduced spec parses");
-    let tmp = tempfile::tempdir().expect("a temporary folder");
-    let opts = mcgp::runner::RunOptions {
-        project_root: root.to_path_buf(),
-        data_dir: default_data_dir(),
-        results_root: tmp.path().join("results"),
-        reports_root: tmp.path().join("reports"),
-        threads: Some(2),
-        retry_failed: false,
-        recompute: true,
-        datasets: Vec::new(),
-        progress: false,
-        render_report: false,
-    };
-    let summary = mcgp::runner::run(&spec, registry, &opts).expect("the reduced Table 3 spec runs");
-    let m = &summary.manifest;
-    assert_eq!(summary.failed(), 0, "failed cells in the reduced Table 3 run");
-    println!(
-        "table 3, 2 splits:   {:8.2} s wall, {:.1} s CPU ({} cells); whole spec (x25): {:.0} CPU-min, {:.0} min on 2 cores",
-        m.wall_seconds,
-        m.cpu_seconds,
-        m.cells_total,
-        25.0 * m.cpu_seconds / 60.0,
-        25.0 * m.cpu_seconds / 120.0
-    );
-    // Where the time goes: CPU seconds per method and data set, summed over the 2 splits.
-    let mut by_cell: std::collections::BTreeMap<(String, String), f64> = Default::default();
-    for c in &summary.cells {
-        *by_cell.entry((c.method.clone(), c.dataset.clone())).or_default() += c.cpu_seconds;
-    }
-    for ((method, dataset), cpu) in by_cell {
-        println!("  {method:>16} {dataset:>8}: {cpu:6.1} s CPU");
-    }
+    // Target 5.
+    common::spec_on_two_splits(&registry, "chai2012-table3");
 }
