@@ -427,11 +427,12 @@ pub fn theorem10_per_datum(n_classes: usize, s2: f64) -> f64 {
 
 /// V through T (V = K - K T K): either the fixed-point form T = Z^T Z with Z = L_B^{-1} L_W^T
 /// (kept factored: the sweeps need only the blocks of V, so Z is formed on demand) or a dense
-/// T after a convex-mix line search.
+/// T after a convex-mix line search, with P = L_K^T T L_K (the next mix's starting point, linear
+/// in T, so a mix of two states mixes their P).
 #[derive(Clone)]
 enum TRep {
     Fx { lb: Chol, lwt: Mat<f64> },
-    Dense(Mat<f64>),
+    Dense { t: Mat<f64>, p: Mat<f64> },
 }
 
 impl TRep {
@@ -441,7 +442,20 @@ impl TRep {
                 let z = lb.solve_l(lwt.as_ref());
                 z.transpose() * &z
             }
-            TRep::Dense(t) => t.clone(),
+            TRep::Dense { t, .. } => t.clone(),
+        }
+    }
+
+    /// (T, L_K^T T L_K) for the L_K factor `l`; from Z (2 r p^2 flops for r = rank W) rather
+    /// than from a dense T (2 p^3).
+    fn with_sandwich(&self, l: MatRef<'_, f64>) -> (Mat<f64>, Mat<f64>) {
+        match self {
+            TRep::Fx { lb, lwt } => {
+                let z = lb.solve_l(lwt.as_ref());
+                let zl = &z * l;
+                (z.transpose() * &z, zl.transpose() * &zl)
+            }
+            TRep::Dense { t, p } => (t.clone(), p.clone()),
         }
     }
 }
@@ -535,6 +549,9 @@ struct State {
     v: VState,
     /// The W with V = (K^{-1} + W)^{-1} (exact unless a V-space mix was taken).
     w_prev: Vec<Mat<f64>>,
+    /// Whether V = (K^{-1} + w_prev)^{-1} holds exactly: false after a V-space mix with eta < 1,
+    /// whose V no block-diagonal W reproduces.
+    w_exact: bool,
 }
 
 /// Running counters for diagnostics.
@@ -604,7 +621,7 @@ fn init_state(pr: &Prior, w: &[Mat<f64>], gamma_a: f64) -> Result<State, FitErro
             Ok(sym(&(vinv + &w[i])))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(State { b, s, v, w_prev: w.to_vec() })
+    Ok(State { b, s, v, w_prev: w.to_vec(), w_exact: true })
 }
 
 fn default_w(n: usize, c: usize, gamma: f64) -> Vec<Mat<f64>> {
@@ -717,7 +734,7 @@ fn v_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, lk: &mut Option<Chol>
     // data (70-200 sweeps on glass), whereas W^fx = S*(V_i) - V_i^{-1} depends only weakly on
     // V (W^fx -> A_i as V_i -> 0), so this step converges in about ten sweeps.
     if let Ok(ve) = v_from_w(pr, &w) {
-        let mut cand = State { b: st.b.clone(), s: st.s.clone(), v: ve, w_prev: w.clone() };
+        let mut cand = State { b: st.b.clone(), s: st.s.clone(), v: ve, w_prev: w.clone(), w_exact: true };
         let mut cand_stats = FitStats::default();
         if s_steps(pr, &mut cand, m, &mut cand_stats).is_ok() {
             if let Ok((v, _)) = bound(pr, &cand, m) {
@@ -733,8 +750,11 @@ fn v_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, lk: &mut Option<Chol>
     // dimension the map W -> W^fx has derivative -1 at the optimum), so propose
     // W(eta) = W_prev + eta (W^fx - W_prev) for decreasing eta (V stays (K^{-1} + W)^{-1}, an
     // ascent direction: d/deta at 0 is 1/2 tr(dW V dW V) >= 0), accepting the first that does
-    // not lower the bound; else the paper's V-space convex mix by false position.
-    for eta in [0.5, 0.25, 0.125, 1.0 / 16.0, 1.0 / 64.0, 1.0 / 256.0] {
+    // not lower the bound; else the paper's V-space convex mix by false position. The W path
+    // starts at the current V only if V = (K^{-1} + W_prev)^{-1}; after a V-space mix it starts
+    // at the V before the mix, below the current bound, so it is skipped.
+    let etas: &[f64] = if st.w_exact { &[0.5, 0.25, 0.125, 1.0 / 16.0, 1.0 / 64.0, 1.0 / 256.0] } else { &[] };
+    for &eta in etas {
         let we: Vec<Mat<f64>> = st.w_prev.iter().zip(&w).map(|(a, b)| a * faer::Scale(1.0 - eta) + b * faer::Scale(eta)).collect();
         let Ok(ve) = v_from_w(pr, &we) else { continue };
         if let Ok((v, _)) = bound_at(pr, &ve, &st.s, &st.b, m) {
@@ -755,6 +775,10 @@ fn v_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, lk: &mut Option<Chol>
 fn v_mix_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, w: Vec<Mat<f64>>, lk: &mut Option<Chol>, stats: &mut FitStats) -> Result<(f64, f64), FitError> {
     let vnew = v_from_w(pr, &w)?;
     stats.v_line_searches += 1;
+    // Where the mix is no ascent direction, false position stops at eta = 0: skip the O(p^3) work.
+    if st.w_exact && !(mix_slope_at_zero(pr, st, &vnew)? > 0.0) {
+        return Ok((cur, 0.0));
+    }
     let lkc = match lk {
         Some(l) => l,
         None => {
@@ -762,11 +786,8 @@ fn v_mix_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, w: Vec<Mat<f64>>,
             lk.as_ref().expect("just set")
         }
     };
-    let l = lkc.l();
-    let t_old = st.v.t.dense();
-    let t_new = vnew.t.dense();
-    let p_old = l.transpose() * &t_old * l;
-    let p_new = l.transpose() * &t_new * l;
+    let (t_old, p_old) = st.v.t.with_sandwich(lkc.l());
+    let (t_new, p_new) = vnew.t.with_sandwich(lkc.l());
     // K^{-1} V^cc = I - L_K^T T^cc L_K = A + eta D with A = I - P_old (the current state's, PD)
     // and D = P_old - P_new: one pencil factorisation serves every trial eta.
     let nc = pr.n * pr.c;
@@ -788,6 +809,9 @@ fn v_mix_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, w: Vec<Mat<f64>>,
         0.5 * val
     };
     let eta = false_position(phi);
+    if eta == 0.0 {
+        return Ok((cur, eta));
+    }
     // The accepted point's log-determinant from its own Cholesky factor: the pencil's
     // eigenvalues carry errors of order eps cond(A) |D|, fine for choosing eta but not for
     // the bound the state keeps.
@@ -797,11 +821,15 @@ fn v_mix_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, w: Vec<Mat<f64>>,
         b: st.b.clone(),
         s: st.s.clone(),
         v: VState {
-            t: TRep::Dense(&t_old * faer::Scale(1.0 - eta) + &t_new * faer::Scale(eta)),
+            t: TRep::Dense {
+                t: &t_old * faer::Scale(1.0 - eta) + &t_new * faer::Scale(eta),
+                p: &p_old * faer::Scale(1.0 - eta) + &p_new * faer::Scale(eta),
+            },
             blocks: (0..pr.n).map(|i| block(i, eta)).collect(),
             logdet_kinv_v,
             tr_tk: (1.0 - eta) * st.v.tr_tk + eta * vnew.tr_tk,
         },
+        w_exact: eta == 1.0,
         w_prev: if eta == 1.0 { w } else { st.w_prev.clone() },
     };
     let (v, _) = bound(pr, &cand, m)?;
@@ -811,6 +839,21 @@ fn v_mix_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, w: Vec<Mat<f64>>,
     } else {
         Ok((cur, eta))
     }
+}
+
+/// d/deta of the bound along the V-space mix (1 - eta) V + eta V_new at eta = 0 (fixed S),
+/// for a state with V = (K^{-1} + W_prev)^{-1}: then tr(V^{-1} Delta) - tr(K^{-1} Delta) =
+/// tr(W_prev Delta) with W_prev block-diagonal, so the slope needs only the diagonal blocks,
+/// 1/2 sum_i tr((W_prev,i + V_i^{-1} - S_i) Delta_i), O(n C^3) instead of O(p^3).
+fn mix_slope_at_zero(pr: &Prior, st: &State, vnew: &VState) -> Result<f64, FitError> {
+    debug_assert!(st.w_exact);
+    let mut slope = 0.0;
+    for i in 0..pr.n {
+        let vi_inv = chol(&st.v.blocks[i], "V_i")?.solve(eye(pr.c).as_ref());
+        let g = &st.w_prev[i] + vi_inv - &st.s[i];
+        slope += trace_prod(g.as_ref(), (&vnew.blocks[i] - &st.v.blocks[i]).as_ref());
+    }
+    Ok(0.5 * slope)
 }
 
 /// The fitted variational posterior for one kernel.
@@ -873,7 +916,7 @@ pub(crate) fn fit_variational(
             let s = (0..pr.n)
                 .map(|i| -> Result<Mat<f64>, FitError> { Ok(sym(&(chol(&v.blocks[i], "V_i")?.solve(eye(c).as_ref()) + &w[i]))) })
                 .collect::<Result<Vec<_>, _>>()?;
-            State { b: b.to_vec(), s, v, w_prev: w.to_vec() }
+            State { b: b.to_vec(), s, v, w_prev: w.to_vec(), w_exact: true }
         }
         None => init_state(pr, &default_w(pr.n, c, params.gamma_w), params.gamma_a)?,
     };
@@ -1593,6 +1636,11 @@ mod tests {
         let v_new = dense_v(&v_from_w(&pr, &w).unwrap().t.dense());
         let (b, s) = (st.b.clone(), st.s.clone());
         let along = |eta: f64| dense_bound(&pr.k, &m, &(&v_old * faer::Scale(1.0 - eta) + &v_new * faer::Scale(eta)), &b, &s, &pr.y1, 3);
+        // The cheap slope at eta = 0 (blocks only) is the dense bound's.
+        let slope0 = mix_slope_at_zero(&pr, &st, &v_from_w(&pr, &w).unwrap()).unwrap();
+        let h = 1e-6;
+        let fd0 = (along(h) - along(0.0)) / h;
+        assert!((slope0 - fd0).abs() < 1e-4 * fd0.abs(), "slope at 0: {slope0} vs finite difference {fd0}");
         let (val, eta) = v_mix_step(&pr, &mut st, &m, cur, w, &mut None, &mut stats).unwrap();
         assert!(eta > 0.01 && eta < 0.99, "this start must give an interior step, got eta = {eta}");
         assert!(val > cur, "the step must raise the bound: {cur} -> {val}");
@@ -1607,6 +1655,20 @@ mod tests {
         let slope = (along(eta + h) - along(eta - h)) / (2.0 * h);
         let scale = (along(0.99) - along(0.01)).abs() / 0.98;
         assert!(slope.abs() < 1e-6 * scale.max(1.0), "slope {slope} at eta {eta} (secant slope {scale})");
+        // A second mix from this mixed state, whose L_K^T T L_K is carried rather than
+        // recomputed: again the mix at its eta, with the dense bound's value.
+        s_steps(&pr, &mut st, &m, &mut stats).unwrap();
+        let (cur, _) = bound(&pr, &st, &m).unwrap();
+        let w = current_w(&pr, &st).unwrap();
+        let v_old = dense_v(&st.v.t.dense());
+        let v_new = dense_v(&v_from_w(&pr, &w).unwrap().t.dense());
+        let (b, s) = (st.b.clone(), st.s.clone());
+        let (val, eta) = v_mix_step(&pr, &mut st, &m, cur, w, &mut None, &mut stats).unwrap();
+        assert!(eta > 0.01 && val > cur, "the second mix must move: eta = {eta}, {cur} -> {val}");
+        let vm = &v_old * faer::Scale(1.0 - eta) + &v_new * faer::Scale(eta);
+        let dense = dense_bound(&pr.k, &m, &vm, &b, &s, &pr.y1, 3);
+        assert!((dense - val).abs() < 1e-8, "second mix: dense {dense} vs {val}");
+        assert!((&dense_v(&st.v.t.dense()) - &vm).norm_max() < 1e-10);
     }
 
     #[test]
