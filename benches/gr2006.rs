@@ -3,9 +3,10 @@
 //! Table 1 dataset (n_train = 128, C = 6, d = 9), with the settings of Table 1's VB column (the
 //! paper's weights, 500 samples, 1% rule), of its `vb-port` column (R-port weights, 0.1% rule;
 //! its hyper-parameters feed Laplace and Gibbs) and with Chai (2012)'s MF-MNP settings (1000
-//! samples, 1e-6 rule, at most 50 iterations). Wall time of one fit (one core: the runner parallelises across cells,
-//! not inside them). Then the Table 1 spec itself on 2 of its 50 splits (every cell recomputed
-//! on 2 threads), from which the whole spec's time is extrapolated. `cargo bench --bench gr2006`.
+//! samples, 1e-6 rule, at most 50 iterations). Wall time of one fit (one core: the runner
+//! parallelises across cells, not inside them). Then the Table 1 spec itself on 2 of its 50
+//! splits (every cell recomputed on 2 threads), from which the whole spec's time is
+//! extrapolated. `cargo bench --bench gr2006`.
 mod common;
 
 use mcgp::data::{default_data_dir, make_splits, Registry, SplitProtocol, Standardizer};

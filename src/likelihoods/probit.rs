@@ -162,19 +162,15 @@ pub fn log_probit_class_prob_fast(m: &[f64], k: usize) -> f64 {
     let scale = std::f64::consts::SQRT_2 / (-d2h).sqrt();
     // Every node's ln Phi terms at once, for the vectorised ln Phi.
     let others = b.len();
+    let nodes: [f64; FAST_NODES] = std::array::from_fn(|i| u + scale * x[i]);
     let mut terms = [0.0; FAST_NODES];
     FAST_SCRATCH.with_borrow_mut(|buf| {
+        buf.clear();
+        buf.extend(nodes.iter().flat_map(|v| a.iter().zip(&b).map(move |(aj, bj)| aj * v + bj)));
         buf.resize(2 * FAST_NODES * others, 0.0);
         let (args, logs) = buf.split_at_mut(FAST_NODES * others);
-        for (i, row) in args.chunks_exact_mut(others.max(1)).enumerate().take(FAST_NODES) {
-            let v = u + scale * x[i];
-            for (r, (aj, bj)) in row.iter_mut().zip(a.iter().zip(&b)) {
-                *r = aj * v + bj;
-            }
-        }
         crate::special::log_normal_cdf_slice(args, logs);
-        for (i, term) in terms.iter_mut().enumerate() {
-            let v = u + scale * x[i];
+        for (i, (term, v)) in terms.iter_mut().zip(&nodes).enumerate() {
             let h = -0.5 * v * v - LN_SQRT_2PI + logs[i * others..(i + 1) * others].iter().sum::<f64>();
             *term = log_w[i] + x[i] * x[i] + h;
         }
