@@ -286,20 +286,50 @@ fn accept(new: f64, old: f64) -> bool {
 // ---------------------------------------------------------------------------------------
 // The per-datum bound h (Theorem 6).
 
+/// The basis of the per-datum C x C matrices V_i, S_i, W_i of a fit: K^c's eigenvectors U
+/// (the matrices are held as U^T X U), or the class basis (`None`: U = I, as for a diagonal
+/// K^c). Vectors (m, b, g-bar) and T always stay in the class basis. See [`v_from_w`] for why.
+#[derive(Clone, Copy)]
+pub(crate) struct Basis<'a>(Option<&'a Mat<f64>>);
+
+impl Basis<'_> {
+    pub(crate) const CLASS: Basis<'static> = Basis(None);
+
+    /// U X U^T: from this basis to the class basis.
+    fn to_class(self, x: &Mat<f64>) -> Mat<f64> {
+        match self.0 {
+            None => x.clone(),
+            Some(u) => sym(&(u * x * u.transpose())),
+        }
+    }
+
+    /// U^T X U: from the class basis to this one.
+    fn from_class(self, x: &Mat<f64>) -> Mat<f64> {
+        match self.0 {
+            None => x.clone(),
+            Some(u) => sym(&(u.transpose() * x * u)),
+        }
+    }
+}
+
 /// Everything h needs about one datum's (b, S): h_core = C/2 + 1/2 log|S V| - 1/2 tr(S V) -
-/// log sum_c g^c (so h(y) = h_core + m^y), the normalised g-bar, A (eq. 18) and S^{-1}.
+/// log sum_c g^c (so h(y) = h_core + m^y), the normalised g-bar, S^{-1} in the class basis (for
+/// the b-steps), and A (eq. 18) and S^{-1} in the basis of V and S (for the S-step).
 pub(crate) struct DatumTerms {
     pub h_core: f64,
     pub gbar: Vec<f64>,
-    pub a: Mat<f64>,
     pub s_inv: Mat<f64>,
+    a_in_basis: Mat<f64>,
+    s_inv_in_basis: Mat<f64>,
 }
 
-/// h_core for q = N(m, V) given log|V|. Errors if S is not positive definite.
-pub(crate) fn datum_terms(m: &[f64], v: &Mat<f64>, logdet_v: f64, b: &[f64], s: &Mat<f64>) -> Result<DatumTerms, FitError> {
+/// h_core for q = N(m, V) given log|V|, with V and S in `basis`. Errors if S is not positive
+/// definite.
+pub(crate) fn datum_terms(m: &[f64], v: &Mat<f64>, logdet_v: f64, b: &[f64], s: &Mat<f64>, basis: Basis) -> Result<DatumTerms, FitError> {
     let c = m.len();
     let ls = chol(s, "S_i")?;
-    let s_inv = sym(&ls.solve(eye(c).as_ref()));
+    let s_inv_in_basis = sym(&ls.solve(eye(c).as_ref()));
+    let s_inv = basis.to_class(&s_inv_in_basis);
     // log g^c = m^c + 1/2 (b - e^c)^T S^{-1} (b - e^c)   (eq. 16)
     let sb = matvec(s_inv.as_ref(), b);
     let bsb: f64 = b.iter().zip(&sb).map(|(x, y)| x * y).sum();
@@ -308,7 +338,7 @@ pub(crate) fn datum_terms(m: &[f64], v: &Mat<f64>, logdet_v: f64, b: &[f64], s: 
     let gbar = lg;
     let a = Mat::from_fn(c, c, |i, j| b[i] * b[j] - b[i] * gbar[j] - gbar[i] * b[j] + if i == j { gbar[i] } else { 0.0 });
     let h_core = 0.5 * c as f64 + 0.5 * (ls.log_det() + logdet_v) - 0.5 * trace_prod(s.as_ref(), v.as_ref()) - lse;
-    Ok(DatumTerms { h_core, gbar, a, s_inv })
+    Ok(DatumTerms { h_core, gbar, s_inv, a_in_basis: basis.from_class(&a), s_inv_in_basis })
 }
 
 /// The S fixed point (61): S = L^{-T} P (sqrt(Lambda + I/4) + I/2) P^T L^{-1} with
@@ -324,10 +354,10 @@ fn s_fixed_point(lv: &Chol, a: &Mat<f64>) -> Result<Mat<f64>, FitError> {
 }
 
 /// One S-step for one datum (Sec. 3.2, App. C.1). Returns the new S and its terms.
-fn s_step(m: &[f64], v: &Mat<f64>, lv: &Chol, b: &[f64], s: &Mat<f64>, cur: DatumTerms) -> Result<(Mat<f64>, DatumTerms, bool), FitError> {
+fn s_step(m: &[f64], v: &Mat<f64>, lv: &Chol, b: &[f64], s: &Mat<f64>, cur: DatumTerms, basis: Basis) -> Result<(Mat<f64>, DatumTerms, bool), FitError> {
     let ldv = lv.log_det();
-    let s_fx = s_fixed_point(lv, &cur.a)?;
-    if let Ok(t) = datum_terms(m, v, ldv, b, &s_fx) {
+    let s_fx = s_fixed_point(lv, &cur.a_in_basis)?;
+    if let Ok(t) = datum_terms(m, v, ldv, b, &s_fx, basis) {
         if accept(t.h_core, cur.h_core) {
             return Ok((s_fx, t, false));
         }
@@ -336,9 +366,10 @@ fn s_step(m: &[f64], v: &Mat<f64>, lv: &Chol, b: &[f64], s: &Mat<f64>, cur: Datu
     let delta = &s_fx - s;
     let phi = |eta: f64| -> f64 {
         let se = s + &delta * faer::Scale(eta);
-        match datum_terms(m, v, ldv, b, &se) {
+        match datum_terms(m, v, ldv, b, &se, basis) {
             Ok(t) => {
-                let g = -v + &t.s_inv + &t.s_inv * &t.a * &t.s_inv;
+                let si = &t.s_inv_in_basis;
+                let g = -v + si + si * &t.a_in_basis * si;
                 0.5 * trace_prod(g.as_ref(), delta.as_ref())
             }
             Err(_) => -1.0,
@@ -346,7 +377,7 @@ fn s_step(m: &[f64], v: &Mat<f64>, lv: &Chol, b: &[f64], s: &Mat<f64>, cur: Datu
     };
     let eta = false_position(phi);
     let se = s + &delta * faer::Scale(eta);
-    match datum_terms(m, v, ldv, b, &se) {
+    match datum_terms(m, v, ldv, b, &se, basis) {
         Ok(t) if accept(t.h_core, cur.h_core) => Ok((se, t, true)),
         _ => Ok((s.clone(), cur, true)),
     }
@@ -357,7 +388,7 @@ fn s_step(m: &[f64], v: &Mat<f64>, lv: &Chol, b: &[f64], s: &Mat<f64>, cur: Datu
 fn b_step(m: &[f64], v: &Mat<f64>, ldv: f64, b: &[f64], s: &Mat<f64>, cur: DatumTerms) -> Result<(Vec<f64>, DatumTerms), FitError> {
     let c = m.len();
     let b_fx = cur.gbar.clone();
-    let t = datum_terms(m, v, ldv, &b_fx, s)?;
+    let t = datum_terms(m, v, ldv, &b_fx, s, Basis::CLASS)?;
     if accept(t.h_core, cur.h_core) {
         return Ok((b_fx, t));
     }
@@ -370,7 +401,7 @@ fn b_step(m: &[f64], v: &Mat<f64>, ldv: f64, b: &[f64], s: &Mat<f64>, cur: Datum
     let at = |eta: f64| -> Vec<f64> { (0..c).map(|i| b[i] + eta * d[i]).collect() };
     let phi = |eta: f64| -> f64 {
         let be = at(eta);
-        match datum_terms(m, v, ldv, &be, s) {
+        match datum_terms(m, v, ldv, &be, s, Basis::CLASS) {
             Ok(t) => {
                 let diff: Vec<f64> = (0..c).map(|i| be[i] - t.gbar[i]).collect();
                 let g = matvec(t.s_inv.as_ref(), &diff);
@@ -381,7 +412,7 @@ fn b_step(m: &[f64], v: &Mat<f64>, ldv: f64, b: &[f64], s: &Mat<f64>, cur: Datum
     };
     let eta = false_position(phi);
     let be = at(eta);
-    let t = datum_terms(m, v, ldv, &be, s)?;
+    let t = datum_terms(m, v, ldv, &be, s, Basis::CLASS)?;
     if accept(t.h_core, cur.h_core) {
         Ok((be, t))
     } else {
@@ -398,12 +429,12 @@ pub fn optimise_datum(m: &[f64], v: &Mat<f64>) -> Result<(f64, Vec<f64>, Mat<f64
     let mut b = m.to_vec();
     softmax_in_place(&mut b);
     let mut s = sym(&lv.solve(eye(c).as_ref())); // S = V^{-1}: W = 0 is PSD
-    let mut t = datum_terms(m, v, ldv, &b, &s)?;
+    let mut t = datum_terms(m, v, ldv, &b, &s, Basis::CLASS)?;
     for _ in 0..500 {
         let old = t.h_core;
         let (nb, nt) = b_step(m, v, ldv, &b, &s, t)?;
         b = nb;
-        let (ns, nt, _) = s_step(m, v, &lv, &b, &s, nt)?;
+        let (ns, nt, _) = s_step(m, v, &lv, &b, &s, nt, Basis::CLASS)?;
         s = ns;
         t = nt;
         let gap = b.iter().zip(&t.gbar).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
@@ -460,7 +491,7 @@ impl TRep {
     }
 }
 
-/// A V candidate: T, the diagonal blocks V_i (with Cholesky factors), log|K^{-1}V| and tr(T K).
+/// A V candidate: T, the diagonal blocks V_i (in [`Prior::basis`]), log|K^{-1}V| and tr(T K).
 #[derive(Clone)]
 struct VState {
     t: TRep,
@@ -469,7 +500,8 @@ struct VState {
     tr_tk: f64,
 }
 
-/// Everything fixed for one kernel: K = Kx (x) Kc (datum-major), y one-hot, sizes.
+/// Everything fixed for one kernel: K = Kx (x) Kc (datum-major), y one-hot, sizes, and K^c's
+/// eigendecomposition Kc = U diag(lam) U^T (U = I, not stored, for a diagonal K^c).
 pub(crate) struct Prior {
     pub n: usize,
     pub c: usize,
@@ -477,31 +509,69 @@ pub(crate) struct Prior {
     pub kx: Mat<f64>,
     pub kc: Mat<f64>,
     pub y1: Vec<f64>,
+    kc_lam: Vec<f64>,
+    kc_u: Option<Mat<f64>>,
 }
 
+/// K^c's eigenvalues are floored at this fraction of the largest: below it they are rounding
+/// noise of K^c's entries (eps |K^c| ~ 1e-15) and may come out zero or negative. A learned K^c
+/// (M5) can approach singularity, the bound rising towards its limit at the boundary of the PSD
+/// cone; with the floor the fits there stay defined and differ from that limit by O(1e-14).
+const KC_EIG_FLOOR: f64 = 1e-14;
+
 impl Prior {
-    pub fn new(kx: Mat<f64>, kc: Mat<f64>, y: &[usize]) -> Prior {
+    pub fn new(kx: Mat<f64>, kc: Mat<f64>, y: &[usize]) -> Result<Prior, FitError> {
         let n = kx.nrows();
         let c = kc.nrows();
+        let diagonal = (0..c).all(|i| (0..c).all(|j| i == j || kc[(i, j)] == 0.0));
+        let (mut kc_lam, kc_u) = if diagonal {
+            ((0..c).map(|i| kc[(i, i)]).collect::<Vec<_>>(), None)
+        } else {
+            let (lam, u) = jacobi_eigh(&kc)?;
+            (lam, Some(u))
+        };
+        let floor = KC_EIG_FLOOR * kc_lam.iter().copied().fold(0.0, f64::max);
+        let kc = if kc_lam.iter().all(|&l| l >= floor) {
+            kc
+        } else {
+            kc_lam.iter_mut().for_each(|l| *l = l.max(floor));
+            match &kc_u {
+                Some(u) => Mat::from_fn(c, c, |i, j| (0..c).map(|k| u[(i, k)] * kc_lam[k] * u[(j, k)]).sum()),
+                None => Mat::from_fn(c, c, |i, j| if i == j { kc_lam[i] } else { 0.0 }),
+            }
+        };
         let k = kron(kx.as_ref(), kc.as_ref());
         let mut y1 = vec![0.0; n * c];
         for (i, &yi) in y.iter().enumerate() {
             y1[i * c + yi] = 1.0;
         }
-        Prior { n, c, k, kx, kc, y1 }
+        Ok(Prior { n, c, k, kx, kc, y1, kc_lam, kc_u })
     }
-    fn block(&self, a: &Mat<f64>, i: usize) -> Mat<f64> {
-        let c = self.c;
-        Mat::from_fn(c, c, |p, q| a[(i * c + p, i * c + q)])
+
+    /// The basis the per-datum matrices of a fit at this prior are held in.
+    fn basis(&self) -> Basis<'_> {
+        Basis(self.kc_u.as_ref())
     }
 }
 
 /// V^fx = (K^{-1} + W)^{-1} via E.2.1: W = L_W L_W^T per block (eigenvalues > eps kept),
 /// B = I + L_W^T K L_W, T = L_W B^{-1} L_W^T, V = K - K T K, log|K^{-1}V| = -log|B|.
+/// W's blocks come, and V's blocks go, in K^c's eigenbasis ([`Prior::basis`]).
+///
+/// Why that basis: a learned K^c (model M5) can be nearly singular (smallest eigenvalue lam_min
+/// down to 1e-11). Along its near-null direction V_i's variance is about lam_min Kx_ii and S_i,
+/// optimised against V_i, about its inverse. Held in the class basis, V_i and S_i carry errors
+/// of order eps |V_i| and eps |S_i|, so log|V_i| and tr(S_i V_i) in h were each off by about
+/// eps cond(V_i) ~ 1e-6 nats per datum: every V proposal then differed from the current state
+/// by ~1e-5 nats of noise, the small true gains near the optimum were rejected, and the sweeps
+/// crawled (2-20 s per fit, > 1000 s per M5 learning run on glass). In K^c's eigenbasis the
+/// near-null direction is a coordinate axis: K = Kx (x) diag(lam) scales its rows exactly, the
+/// blocks come out accurate entry by entry, and Cholesky, being invariant to diagonal scaling,
+/// keeps that accuracy.
 fn v_from_w(pr: &Prior, w: &[Mat<f64>]) -> Result<VState, FitError> {
     let (n, c) = (pr.n, pr.c);
     let nc = n * c;
-    // Block columns of L_W: (datum, C x r_i factor).
+    // Block columns of L_W: (datum, C x r_i factor F_i in K^c's eigenbasis).
     let mut cols: Vec<(usize, Mat<f64>)> = Vec::with_capacity(n);
     let mut r = 0;
     for (i, wi) in w.iter().enumerate() {
@@ -512,27 +582,40 @@ fn v_from_w(pr: &Prior, w: &[Mat<f64>]) -> Result<VState, FitError> {
         r += keep.len();
         cols.push((i, f));
     }
-    // G = K L_W (nC x r), B = I + L_W^T G, exploiting the block sparsity of L_W.
+    // G = (Kx (x) diag(lam)) L_W (nC x r): block (j, i) is Kx_ji diag(lam) F_i.
     let mut g = Mat::<f64>::zeros(nc, r);
     let mut off = 0;
     let mut offs = Vec::with_capacity(n);
     for (i, f) in &cols {
-        matmul(g.as_mut().subcols_mut(off, f.ncols()), Accum::Replace, pr.k.as_ref().subcols(i * c, c), f.as_ref(), 1.0, Par::Seq);
+        for j in 0..n {
+            let kx = pr.kx[(j, *i)];
+            for q in 0..f.ncols() {
+                for p in 0..c {
+                    g[(j * c + p, off + q)] = kx * (pr.kc_lam[p] * f[(p, q)]);
+                }
+            }
+        }
         offs.push(off);
         off += f.ncols();
     }
-    let mut lwt = Mat::<f64>::zeros(r, nc); // L_W^T
+    // L_W^T in the class basis (T is kept there) and B = I + L_W^T G.
+    let mut lwt = Mat::<f64>::zeros(r, nc);
     let mut bm = eye(r);
     for ((i, f), &o) in cols.iter().zip(&offs) {
-        lwt.as_mut().submatrix_mut(o, i * c, f.ncols(), c).copy_from(f.transpose());
+        let f_class = match &pr.kc_u {
+            Some(u) => u * f,
+            None => f.clone(),
+        };
+        lwt.as_mut().submatrix_mut(o, i * c, f.ncols(), c).copy_from(f_class.transpose());
         matmul(bm.as_mut().subrows_mut(o, f.ncols()), Accum::Add, f.transpose(), g.as_ref().subrows(i * c, c), 1.0, Par::Seq);
     }
     let lb = chol(&bm, "B = I + L_W^T K L_W")?;
-    let q = lb.solve_l(g.transpose()); // L_B^{-1} L_W^T K = Z K
+    let q = lb.solve_l(g.transpose()); // L_B^{-1} L_W^T K
     let blocks: Vec<Mat<f64>> = (0..n)
         .map(|i| {
             let qi = q.as_ref().subcols(i * c, c);
-            sym(&(pr.block(&pr.k, i) - qi.transpose() * qi))
+            let ki = Mat::from_fn(c, c, |p, qq| if p == qq { pr.kx[(i, i)] * pr.kc_lam[p] } else { 0.0 });
+            sym(&(ki - qi.transpose() * qi))
         })
         .collect();
     // tr(T K) = tr(B^{-1} L_W^T K L_W) = tr(B^{-1} (B - I)) = r - tr(B^{-1}).
@@ -541,7 +624,7 @@ fn v_from_w(pr: &Prior, w: &[Mat<f64>]) -> Result<VState, FitError> {
     Ok(VState { t: TRep::Fx { lb, lwt }, blocks, logdet_kinv_v, tr_tk })
 }
 
-/// The variational parameters besides V.
+/// The variational parameters besides V; S_i and W_i in [`Prior::basis`].
 #[derive(Clone)]
 struct State {
     b: Vec<f64>,
@@ -589,7 +672,7 @@ fn bound_at(pr: &Prior, v: &VState, s: &[Mat<f64>], b: &[f64], m: &[f64]) -> Res
     for i in 0..pr.n {
         let vi = &v.blocks[i];
         let ldv = chol(vi, "V_i")?.log_det();
-        let t = datum_terms(&m[i * c..(i + 1) * c], vi, ldv, &b[i * c..(i + 1) * c], &s[i])?;
+        let t = datum_terms(&m[i * c..(i + 1) * c], vi, ldv, &b[i * c..(i + 1) * c], &s[i], pr.basis())?;
         total += t.h_core + (0..c).map(|k| pr.y1[i * c + k] * m[i * c + k]).sum::<f64>();
         terms.push(t);
     }
@@ -602,10 +685,11 @@ fn neg_kl(pr: &Prior, st: &State, m: &[f64]) -> f64 {
 }
 
 /// E.3 initialisation: W_i = gamma_w (I/C - 11^T/C^2), V = (K^{-1} + W)^{-1}, alpha = T a,
-/// b = y - alpha, S_i = V_i^{-1} + W_i.
-fn init_state(pr: &Prior, w: &[Mat<f64>], gamma_a: f64) -> Result<State, FitError> {
+/// b = y - alpha, S_i = V_i^{-1} + W_i (W in the class basis).
+fn init_state(pr: &Prior, w_class: &[Mat<f64>], gamma_a: f64) -> Result<State, FitError> {
     let c = pr.c;
-    let v = v_from_w(pr, w)?;
+    let w: Vec<Mat<f64>> = w_class.iter().map(|wi| pr.basis().from_class(wi)).collect();
+    let v = v_from_w(pr, &w)?;
     let mut a = vec![0.0; pr.n * c];
     for i in 0..pr.n {
         for k in 0..c {
@@ -621,7 +705,7 @@ fn init_state(pr: &Prior, w: &[Mat<f64>], gamma_a: f64) -> Result<State, FitErro
             Ok(sym(&(vinv + &w[i])))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(State { b, s, v, w_prev: w.to_vec(), w_exact: true })
+    Ok(State { b, s, v, w_prev: w, w_exact: true })
 }
 
 fn default_w(n: usize, c: usize, gamma: f64) -> Vec<Mat<f64>> {
@@ -779,13 +863,14 @@ fn v_mix_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, w: Vec<Mat<f64>>,
     if st.w_exact && !(mix_slope_at_zero(pr, st, &vnew)? > 0.0) {
         return Ok((cur, 0.0));
     }
-    let lkc = match lk {
-        Some(l) => l,
-        None => {
-            *lk = Some(Chol::factor_with_jitter(pr.k.as_ref(), "K")?);
-            lk.as_ref().expect("just set")
-        }
-    };
+    // The mix works in K's whitened coordinates. Where K is too ill-conditioned for them (a
+    // nearly singular K^c), A = I - L_K^T T L_K may not factor: then the mix is not taken, which
+    // keeps the state (the bound stays monotone) and leaves the next sweep's steps to move V.
+    if lk.is_none() {
+        let Ok(l) = Chol::factor_with_jitter(pr.k.as_ref(), "K") else { return Ok((cur, 0.0)) };
+        *lk = Some(l);
+    }
+    let lkc = lk.as_ref().expect("just set");
     let (t_old, p_old) = st.v.t.with_sandwich(lkc.l());
     let (t_new, p_new) = vnew.t.with_sandwich(lkc.l());
     // K^{-1} V^cc = I - L_K^T T^cc L_K = A + eta D with A = I - P_old (the current state's, PD)
@@ -793,7 +878,7 @@ fn v_mix_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, w: Vec<Mat<f64>>,
     let nc = pr.n * pr.c;
     let a = Mat::from_fn(nc, nc, |i, j| (if i == j { 1.0 } else { 0.0 }) - p_old[(i, j)]);
     let d = &p_old - &p_new;
-    let pencil = SymPencil::new(a.as_ref(), d.as_ref(), "I - L_K^T T L_K")?;
+    let Ok(pencil) = SymPencil::new(a.as_ref(), d.as_ref(), "I - L_K^T T L_K") else { return Ok((cur, 0.0)) };
     let block = |i: usize, eta: f64| &st.v.blocks[i] * faer::Scale(1.0 - eta) + &vnew.blocks[i] * faer::Scale(eta);
     // d/deta = 1/2 tr((V^cc)^{-1} Delta) - 1/2 tr(K^{-1} Delta) + 1/2 sum_i tr((V_i^cc)^{-1} Delta_i) - 1/2 sum_i tr(S_i Delta_i)
     let tr_kinv_delta = st.v.tr_tk - vnew.tr_tk; // tr((T_old - T_new) K)
@@ -872,9 +957,10 @@ impl VarFit {
     pub fn t_dense(&self) -> Mat<f64> {
         self.st.v.t.dense()
     }
-    /// The W to warm-start from (V = (K^{-1} + W)^{-1}).
-    pub fn w(&self, _pr: &Prior) -> Result<Vec<Mat<f64>>, FitError> {
-        Ok(self.st.w_prev.clone())
+    /// The W to warm-start from (V = (K^{-1} + W)^{-1}), in the class basis: the next fit's
+    /// K^c, and so its basis, may differ.
+    pub fn w(&self, pr: &Prior) -> Vec<Mat<f64>> {
+        self.st.w_prev.iter().map(|w| pr.basis().to_class(w)).collect()
     }
 }
 
@@ -885,11 +971,11 @@ fn s_steps(pr: &Prior, st: &mut State, m: &[f64], stats: &mut FitStats) -> Resul
         let vi = st.v.blocks[i].clone();
         let lv = chol(&vi, "V_i")?;
         let (mi, bi) = (&m[i * c..(i + 1) * c], &st.b[i * c..(i + 1) * c]);
-        let mut t = datum_terms(mi, &vi, lv.log_det(), bi, &st.s[i])?;
+        let mut t = datum_terms(mi, &vi, lv.log_det(), bi, &st.s[i], pr.basis())?;
         // A depends on S through g-bar: a few fixed-point rounds per sweep (notes D§2.4.7).
         for _ in 0..5 {
             let before = t.h_core;
-            let (s_new, t_new, ls) = s_step(mi, &vi, &lv, bi, &st.s[i], t)?;
+            let (s_new, t_new, ls) = s_step(mi, &vi, &lv, bi, &st.s[i], t, pr.basis())?;
             stats.s_line_searches += ls as usize;
             st.s[i] = s_new;
             t = t_new;
@@ -901,8 +987,8 @@ fn s_steps(pr: &Prior, st: &mut State, m: &[f64], stats: &mut FitStats) -> Resul
     Ok(())
 }
 
-/// Block coordinate ascent to convergence (notes D§2.4.8). `warm`: (W blocks, b) of a previous
-/// optimum (other hyper-parameters) to start from.
+/// Block coordinate ascent to convergence (notes D§2.4.8). `warm`: (W blocks in the class basis,
+/// b) of a previous optimum (other hyper-parameters) to start from.
 pub(crate) fn fit_variational(
     pr: &Prior,
     params: &KlmnlParams,
@@ -911,12 +997,13 @@ pub(crate) fn fit_variational(
 ) -> Result<VarFit, FitError> {
     let c = pr.c;
     let mut st = match warm {
-        Some((w, b)) => {
-            let v = v_from_w(pr, w)?;
+        Some((w_class, b)) => {
+            let w: Vec<Mat<f64>> = w_class.iter().map(|wi| pr.basis().from_class(wi)).collect();
+            let v = v_from_w(pr, &w)?;
             let s = (0..pr.n)
                 .map(|i| -> Result<Mat<f64>, FitError> { Ok(sym(&(chol(&v.blocks[i], "V_i")?.solve(eye(c).as_ref()) + &w[i]))) })
                 .collect::<Result<Vec<_>, _>>()?;
-            State { b: b.to_vec(), s, v, w_prev: w.to_vec(), w_exact: true }
+            State { b: b.to_vec(), s, v, w_prev: w, w_exact: true }
         }
         None => init_state(pr, &default_w(pr.n, c, params.gamma_w), params.gamma_a)?,
     };
@@ -1144,7 +1231,7 @@ impl Klmnl {
                 let kx = kern.gram(problem.x);
                 let dkx = kern.gram_grads(problem.x, &kx);
                 let kcp = if learn_kc { kc_of(&model, &p[nk..], c) } else { kc_fixed.clone() };
-                let pr = Prior::new(kx, kcp, problem.y);
+                let pr = Prior::new(kx, kcp, problem.y)?;
                 let w_guard = warm.lock().expect("warm start lock").clone();
                 let fit = match &w_guard {
                     Some((w, b)) => fit_variational(&pr, &self.params, Some((w, b)), Some(ctx_ref))
@@ -1158,7 +1245,7 @@ impl Klmnl {
                 } else {
                     g.extend(vec![0.0; p.len() - nk]);
                 }
-                *warm.lock().expect("warm start lock") = Some((fit.w(&pr)?, fit.st.b.clone()));
+                *warm.lock().expect("warm start lock") = Some((fit.w(&pr), fit.st.b.clone()));
                 *evals.lock().expect("eval counter") += 1;
                 trace_vals.lock().expect("trace lock").push(fit.log_zh);
                 // Per datum: the same optimum, but gradients of order one keep the optimiser's
@@ -1185,7 +1272,7 @@ impl Klmnl {
             diagnostics.insert("hyper_iterations".into(), res.iterations.to_string());
         }
         let kx = kernel.gram(problem.x);
-        let pr = Prior::new(kx, kc, problem.y);
+        let pr = Prior::new(kx, kc, problem.y)?;
         // The optimum is unique (the bound is concave), so a warm start changes only the cost.
         let warm = final_warm.as_ref().map(|(w, b)| (w.as_slice(), b.as_slice()));
         let fit = match fit_variational(&pr, &self.params, warm, Some(ctx)) {
@@ -1555,7 +1642,7 @@ mod tests {
         // been flat for FLAT_SWEEPS_AT_FLOOR sweeps, at the optimum the normal b_tol finds.
         let (x, y) = toy(25, 3, 5);
         let kern = SqExp { log_variance: 2.5, log_lengthscales: vec![0.3], learn_variance: true };
-        let pr = Prior::new(kern.gram(&x), eye(3), &y);
+        let pr = Prior::new(kern.gram(&x), eye(3), &y).unwrap();
         let normal = fit_variational(&pr, &KlmnlParams::default(), None, None).unwrap();
         let params = KlmnlParams { b_tol: 1e-30, max_sweeps: 400, ..KlmnlParams::default() };
         let floor = fit_variational(&pr, &params, None, None).unwrap();
@@ -1571,7 +1658,7 @@ mod tests {
         // the V-step that re-optimises S at the proposed V does not.
         let (x, y) = toy(40, 3, 11);
         let kern = SqExp { log_variance: 0.5, log_lengthscales: vec![1.5], learn_variance: true };
-        let pr = Prior::new(kern.gram(&x), eye(3), &y);
+        let pr = Prior::new(kern.gram(&x), eye(3), &y).unwrap();
         let fit = fit_variational(&pr, &KlmnlParams::default(), None, None).unwrap();
         assert!(fit.stats.converged && fit.stats.max_b_minus_gbar < 1e-8, "{:?}", fit.stats);
         assert!(fit.stats.sweeps <= 25, "{} sweeps", fit.stats.sweeps);
@@ -1581,7 +1668,7 @@ mod tests {
     fn full_fit_is_monotone_stationary_and_matches_the_dense_bound() {
         let (x, y) = toy(8, 3, 5);
         let kern = SqExp { log_variance: 0.3, log_lengthscales: vec![0.0], learn_variance: true };
-        let pr = Prior::new(kern.gram(&x), eye(3), &y);
+        let pr = Prior::new(kern.gram(&x), eye(3), &y).unwrap();
         let fit = fit_variational(&pr, &KlmnlParams::default(), None, None).unwrap();
         assert!(fit.stats.converged, "{:?}", fit.stats);
         for w in fit.stats.bound_trace.windows(2) {
@@ -1620,11 +1707,67 @@ mod tests {
         }
     }
 
+    /// K^c = Q diag(lam) Q^T with a random rotation Q.
+    fn rotated_kc(lam: &[f64], seed: u64) -> Mat<f64> {
+        let (_, q) = jacobi_eigh(&random_spd(lam.len(), &mut rng(seed), 1.0)).unwrap();
+        Mat::from_fn(lam.len(), lam.len(), |i, j| (0..lam.len()).map(|k| q[(i, k)] * lam[k] * q[(j, k)]).sum())
+    }
+
+    #[test]
+    fn a_non_diagonal_kc_fit_matches_the_dense_bound_in_the_class_basis() {
+        // The state's S_i and V_i live in K^c's eigenbasis; rotated back, they must give the
+        // fit's bound in the dense class-basis oracle.
+        let (x, y) = toy(8, 3, 5);
+        let kern = SqExp { log_variance: 0.3, log_lengthscales: vec![0.0], learn_variance: true };
+        let pr = Prior::new(kern.gram(&x), rotated_kc(&[0.4, 1.0, 1.6], 2), &y).unwrap();
+        assert!(pr.kc_u.is_some());
+        let fit = fit_variational(&pr, &KlmnlParams::default(), None, None).unwrap();
+        assert!(fit.stats.converged && !fit.stats.stopped_at_floor, "{:?}", fit.stats);
+        for w in fit.stats.bound_trace.windows(2) {
+            assert!(w[1] >= w[0] - 1e-10 * w[0].abs(), "bound fell: {:?}", fit.stats.bound_trace);
+        }
+        let v = &pr.k - &pr.k * &fit.t_dense() * &pr.k;
+        let s_class: Vec<Mat<f64>> = fit.st.s.iter().map(|s| pr.basis().to_class(s)).collect();
+        let d = dense_bound(&pr.k, &fit.m, &v, &fit.st.b, &s_class, &pr.y1, 3);
+        assert!((d - fit.log_zh).abs() < 1e-7, "dense {d} vs {}", fit.log_zh);
+        for i in 0..8 {
+            let vi = Mat::from_fn(3, 3, |p, q| v[(i * 3 + p, i * 3 + q)]);
+            assert!((pr.basis().to_class(&fit.st.v.blocks[i]) - vi).norm_max() < 1e-10);
+        }
+    }
+
+    #[test]
+    fn a_nearly_singular_kc_converges_cleanly_and_its_bound_is_continuous_at_the_singular_limit() {
+        // With K^c's smallest eigenvalue at 1e-12 and sigma^2 = e^2.5, V_i and S_i are
+        // ill-conditioned by ~1e13. Held in the class basis, their rounding put ~1e-4 nats of
+        // noise on every per-datum h, so V proposals were rejected at random and the sweeps ran
+        // into the flat-bound floor (or failed to factor). As lam_min -> 0 the optimised bound
+        // has a limit: fits at 1e-10, 1e-13 and 0 (floored at KC_EIG_FLOOR) must agree to well
+        // below that noise.
+        let (x, y) = toy(30, 3, 7);
+        let kern = SqExp { log_variance: 2.5, log_lengthscales: vec![0.5], learn_variance: true };
+        let params = KlmnlParams::default();
+        let fit_at = |lam_min: f64| {
+            let pr = Prior::new(kern.gram(&x), rotated_kc(&[lam_min, 1.0, 2.0 - lam_min], 11), &y).unwrap();
+            fit_variational(&pr, &params, None, None).unwrap()
+        };
+        let (a, b, z) = (fit_at(1e-10), fit_at(1e-13), fit_at(0.0));
+        for f in [&a, &b, &z] {
+            assert!(f.stats.converged && !f.stats.stopped_at_floor, "{:?}", f.stats);
+            assert!(f.stats.max_b_minus_gbar < params.b_tol, "{:?}", f.stats);
+        }
+        assert!((a.log_zh - b.log_zh).abs() < 1e-7, "{} vs {}", a.log_zh, b.log_zh);
+        assert!((z.log_zh - b.log_zh).abs() < 1e-7, "{} vs {}", z.log_zh, b.log_zh);
+        let pr = Prior::new(kern.gram(&x), rotated_kc(&[0.0, 1.0, 2.0], 11), &y).unwrap();
+        let (lam, _) = jacobi_eigh(&pr.kc).unwrap();
+        assert!(pr.kc_lam[0] == KC_EIG_FLOOR * pr.kc_lam[2] && lam[0] > 0.5 * pr.kc_lam[0], "{:?} {lam:?}", pr.kc_lam);
+    }
+
     #[test]
     fn v_mix_step_stops_where_the_dense_bound_is_stationary_along_the_mix() {
         let (x, y) = toy(8, 3, 5);
         let kern = SqExp { log_variance: 1.0, log_lengthscales: vec![0.0], learn_variance: true };
-        let pr = Prior::new(kern.gram(&x), eye(3), &y);
+        let pr = Prior::new(kern.gram(&x), eye(3), &y).unwrap();
         let mut st = init_state(&pr, &default_w(8, 3, 1.0), 0.5).unwrap();
         let m = m_of(&pr, &st.b);
         let mut stats = FitStats::default();
@@ -1683,11 +1826,11 @@ mod tests {
             };
             let at = |p: &[f64]| -> f64 {
                 let k = kern.with_log_params(p);
-                fit_variational(&Prior::new(k.gram(&x), eye(3), &y), &params, None, None).unwrap().log_zh
+                fit_variational(&Prior::new(k.gram(&x), eye(3), &y).unwrap(), &params, None, None).unwrap().log_zh
             };
             let kx = kern.gram(&x);
             let dkx = kern.gram_grads(&x, &kx);
-            let pr = Prior::new(kx, eye(3), &y);
+            let pr = Prior::new(kx, eye(3), &y).unwrap();
             let fit = fit_variational(&pr, &params, None, None).unwrap();
             let g = hyper_gradient(&envelope(&pr, &fit, false), &dkx);
             let p0 = kern.log_params();
@@ -1778,8 +1921,8 @@ mod kc_tests {
             let kc = kc_of(model, &rho, c);
             let tr: f64 = (0..c).map(|i| kc[(i, i)]).sum();
             assert!((tr - c as f64).abs() < 1e-12, "{model}: tr {tr}");
-            let at = |rh: &[f64]| fit_variational(&Prior::new(kern.gram(&x), kc_of(model, rh, c), &y), &params, None, None).unwrap().log_zh;
-            let pr = Prior::new(kern.gram(&x), kc, &y);
+            let at = |rh: &[f64]| fit_variational(&Prior::new(kern.gram(&x), kc_of(model, rh, c), &y).unwrap(), &params, None, None).unwrap().log_zh;
+            let pr = Prior::new(kern.gram(&x), kc, &y).unwrap();
             let fit = fit_variational(&pr, &params, None, None).unwrap();
             let g = kc_gradient(&envelope(&pr, &fit, true), model, &rho);
             for k in 0..rho.len() {
