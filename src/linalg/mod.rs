@@ -7,7 +7,6 @@ pub mod kron;
 
 pub use kron::{kron, kron_matvec};
 
-use faer::linalg::triangular_inverse::invert_lower_triangular;
 use faer::linalg::triangular_solve::{solve_lower_triangular_in_place, solve_upper_triangular_in_place};
 use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch, LltError};
@@ -107,16 +106,6 @@ impl Chol {
     /// log |A| = 2 sum log L_ii.
     pub fn log_det(&self) -> f64 {
         2.0 * (0..self.dim()).map(|i| self.L[(i, i)].ln()).sum::<f64>()
-    }
-
-    /// tr(A^{-1}) = ||L^{-1}||_F^2, through the triangular inverse (a third of the flops of
-    /// solving against the identity).
-    pub fn trace_inverse(&self) -> f64 {
-        let n = self.dim();
-        let mut inv = Mat::<f64>::zeros(n, n);
-        invert_lower_triangular(inv.as_mut(), self.L.as_ref(), Par::Seq);
-        // Only the lower triangle of `inv` is written; the rest stays zero.
-        (0..n).map(|j| (j..n).map(|i| inv[(i, j)] * inv[(i, j)]).sum::<f64>()).sum()
     }
 
     /// L^{-1} B.
@@ -382,17 +371,6 @@ mod tests {
                 let err = work.refactor_lower("B", |_, col| col.fill(f64::NAN));
                 assert!(matches!(err, Err(LinalgError::NonFinite { .. })), "{err:?}");
             }
-        }
-    }
-
-    #[test]
-    fn trace_inverse_is_the_sum_of_reciprocal_eigenvalues() {
-        for n in [3, 40] {
-            let a = random_spd(n, 11);
-            let eig = a.self_adjoint_eigenvalues(Side::Lower).unwrap();
-            let want: f64 = eig.iter().map(|l| 1.0 / l).sum();
-            let got = Chol::factor(a.as_ref(), "A").unwrap().trace_inverse();
-            assert!((got - want).abs() < 1e-9 * want, "n = {n}: {got} vs {want}");
         }
     }
 

@@ -655,14 +655,16 @@ impl ImportanceModel {
             let full = s.batch.min(s.n_samples - done);
             let bsz = full.min(self.n_test - done);
             let (scales, u, _, _) = s.batch(&mut srng, &chi, full, false);
+            // Only the samples whose weight is visible (often a small fraction) need their test
+            // latents: gather their columns of u first.
+            let kept: Vec<usize> = (0..bsz).filter(|&b| self.log_w[done + b] >= max_lw - s.negligible).collect();
+            let u_kept = Mat::from_fn(n, kept.len() * c, |i, col| u[(i, kept[col / c] * c + col % c)]);
             // K_*^T K^{-1} (f - m) / s = (A_x^T (x) L_c) u  -> A_x^T U then L_c per sample.
-            let au = &axt * &u;
-            let au = s.right_lc(&au, bsz);
+            let au = s.right_lc(&(&axt * &u_kept), kept.len());
+            let mut next_kept = kept.iter().copied().enumerate().peekable();
             for b in 0..bsz {
                 let r = acc.add(self.log_w[done + b]);
-                if self.log_w[done + b] < max_lw - s.negligible {
-                    continue;
-                }
+                let Some((k, _)) = next_kept.next_if(|&(_, kb)| kb == b) else { continue };
                 let rng = &mut sample_rng(pseed, done + b);
                 for j in 0..mt {
                     for q in 0..c {
@@ -672,7 +674,7 @@ impl ImportanceModel {
                     let fj = &mut fstar[j * c..(j + 1) * c];
                     for q in 0..c {
                         let noise: f64 = (0..=q).map(|k| s.lc[(q, k)] * eps[k]).sum();
-                        fj[q] = means[j][q] + scales[b] * au[(j, b * c + q)] + sk * noise;
+                        fj[q] = means[j][q] + scales[b] * au[(j, k * c + q)] + sk * noise;
                     }
                     // The probit's u-draws follow this point's eps in the stream.
                     if s.lik.lik == Lik::Probit {
