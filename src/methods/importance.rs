@@ -119,10 +119,6 @@ impl LikEval {
             Lik::Logit => 0,
         }
     }
-    /// The u-draws of `n_data` data in turn.
-    fn draw_u(self, n_data: usize, rng: &mut Pcg64) -> Vec<f64> {
-        (0..n_data * self.draws_per_datum()).map(|_| rng.sample(StandardNormal)).collect()
-    }
     /// log p(y | f) given this datum's u-draws (`u_samples` of them; unused by the exact likelihoods).
     fn log_prob_with(self, f: &[f64], y: usize, us: impl Iterator<Item = f64>) -> f64 {
         match (self.lik, self.u_samples) {
@@ -353,12 +349,12 @@ impl Sampler {
     /// log w for sample b of a batch, or -inf as soon as it is certain to be below `floor`
     /// (the likelihood terms are <= 0, so each partial sum bounds the final value from above).
     #[allow(clippy::too_many_arguments)]
-    fn log_weight(&self, s: f64, u: &Mat<f64>, fz: &Mat<f64>, znorm2: f64, b: usize, floor: f64, urng: &mut Pcg64) -> f64 {
+    /// The probit's u-draws of datum i come from stream `sample * n + i` of `useed`: a sample's
+    /// draws for the data it is skipped before are never made, and the visiting order changes
+    /// no draw.
+    fn log_weight(&self, s: f64, u: &Mat<f64>, fz: &Mat<f64>, znorm2: f64, b: usize, floor: f64, useed: u64, sample: usize) -> f64 {
         let (n, c) = (self.n, self.c);
         let mut lw = self.log_prior_over_proposal(s, u, znorm2, b);
-        // All u-draws first, in datum order: the same numbers whatever order the data are
-        // evaluated in below.
-        let us = self.lik.draw_u(n, urng);
         let r = self.lik.draws_per_datum();
         let mut f = vec![0.0; c];
         let mut terms = vec![0.0; n];
@@ -390,7 +386,11 @@ impl Sampler {
                 for q in 0..c {
                     f[q] = self.m[i * c + q] + s * fz[(i, b * c + q)];
                 }
-                terms[i] = self.lik.log_prob_with(&f, self.y[i], us[i * r..(i + 1) * r].iter().copied());
+                terms[i] = if r > 0 {
+                    self.lik.log_prob(&f, self.y[i], &mut sample_rng(useed, sample * n + i))
+                } else {
+                    self.lik.log_prob_with(&f, self.y[i], std::iter::empty())
+                };
                 partial += terms[i];
                 // Stop only when clearly below: the datum-order total differs from this partial sum
                 // by rounding and by the terms not yet added (<= 0, or a rounding hair above 0 for
@@ -508,8 +508,8 @@ impl Importance {
         // Pass 1: the weights (evidence and diagnostics); log-weights kept (n_s scalars) for prediction.
         let chi = ChiSquared::new(nu).map_err(|e| FitError::Numerical(format!("chi-squared: {e:?}")))?;
         let mut rng = Pcg64::seed_from_u64(seed);
-        // u-draws of the probit estimate come from their own streams (one per sample), so the
-        // f-draws can be regenerated identically at prediction time.
+        // u-draws of the probit estimate come from their own streams (one per sample and datum),
+        // so the f-draws can be regenerated identically at prediction time.
         let useed = seed ^ 0x9e37_79b9_7f4a_7c15;
         let mut acc = WeightAcc::new(0);
         let mut log_w = Vec::with_capacity(self.params.n_samples);
@@ -522,7 +522,7 @@ impl Importance {
             let (scales, u, fz, zn) = sampler.batch(&mut rng, &chi, bsz, true);
             for b in 0..bsz {
                 let floor = acc.max - sampler.negligible;
-                let lw = sampler.log_weight(scales[b], &u, &fz, zn[b], b, floor, &mut sample_rng(useed, done + b));
+                let lw = sampler.log_weight(scales[b], &u, &fz, zn[b], b, floor, useed, done + b);
                 acc.add(lw);
                 log_w.push(lw);
             }
@@ -800,10 +800,10 @@ mod tests {
                 let f: Vec<f64> = (0..4).map(|q| s.m[i * 4 + q] + scales[b] * fz[(i, b * 4 + q)]).collect();
                 want += f[y[i]] - log_sum_exp(&f);
             }
-            let got = s.log_weight(scales[b], &u, &fz, zn[b], b, f64::NEG_INFINITY, &mut sample_rng(1, b));
+            let got = s.log_weight(scales[b], &u, &fz, zn[b], b, f64::NEG_INFINITY, 1, b);
             assert!((got - want).abs() < 1e-12 * want.abs(), "sample {b}: {got} vs {want}");
-            assert_eq!(s.log_weight(scales[b], &u, &fz, zn[b], b, want + 1e-3, &mut sample_rng(1, b)), f64::NEG_INFINITY);
-            assert_eq!(s.log_weight(scales[b], &u, &fz, zn[b], b, want - 1e-3, &mut sample_rng(1, b)), got);
+            assert_eq!(s.log_weight(scales[b], &u, &fz, zn[b], b, want + 1e-3, 1, b), f64::NEG_INFINITY);
+            assert_eq!(s.log_weight(scales[b], &u, &fz, zn[b], b, want - 1e-3, 1, b), got);
         }
     }
 
@@ -841,7 +841,7 @@ mod tests {
             assert_ne!(sorted.order, datum.order, "{lik:?}: the test needs a non-trivial order");
             let chi = ChiSquared::new(sorted.df).unwrap();
             let (scales, u, fz, zn) = sorted.batch(&mut Pcg64::seed_from_u64(8), &chi, 300, true);
-            let weight = |s: &Sampler, b: usize, floor: f64| s.log_weight(scales[b], &u, &fz, zn[b], b, floor, &mut sample_rng(77, b));
+            let weight = |s: &Sampler, b: usize, floor: f64| s.log_weight(scales[b], &u, &fz, zn[b], b, floor, 77, b);
             let full: Vec<f64> = (0..300).map(|b| weight(&datum, b, f64::NEG_INFINITY)).collect();
             let top = full.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             // Floors that put a good share of the samples below them, and one just at a sample's weight.
