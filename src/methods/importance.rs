@@ -348,10 +348,10 @@ impl Sampler {
 
     /// log w for sample b of a batch, or -inf as soon as it is certain to be below `floor`
     /// (the likelihood terms are <= 0, so each partial sum bounds the final value from above).
-    #[allow(clippy::too_many_arguments)]
     /// The probit's u-draws of datum i come from stream `sample * n + i` of `useed`: a sample's
     /// draws for the data it is skipped before are never made, and the visiting order changes
     /// no draw.
+    #[allow(clippy::too_many_arguments)]
     fn log_weight(&self, s: f64, u: &Mat<f64>, fz: &Mat<f64>, znorm2: f64, b: usize, floor: f64, useed: u64, sample: usize) -> f64 {
         let (n, c) = (self.n, self.c);
         let mut lw = self.log_prior_over_proposal(s, u, znorm2, b);
