@@ -304,10 +304,10 @@ impl Basis<'_> {
         }
     }
 
-    /// U^T X U: from the class basis to this one.
-    fn from_class(self, x: &Mat<f64>) -> Mat<f64> {
+    /// U^T X U: from the class basis to this one (by value: in the class basis, a move).
+    fn from_class(self, x: Mat<f64>) -> Mat<f64> {
         match self.0 {
-            None => x.clone(),
+            None => x,
             Some(u) => sym(&(u.transpose() * x * u)),
         }
     }
@@ -339,7 +339,7 @@ pub(crate) fn datum_terms(m: &[f64], v: &Mat<f64>, logdet_v: f64, b: &[f64], s: 
     let gbar = lg;
     let a = Mat::from_fn(c, c, |i, j| b[i] * b[j] - b[i] * gbar[j] - gbar[i] * b[j] + if i == j { gbar[i] } else { 0.0 });
     let h_core = 0.5 * c as f64 + 0.5 * (ls.log_det() + logdet_v) - 0.5 * trace_prod(s.as_ref(), v.as_ref()) - lse;
-    Ok(DatumTerms { h_core, gbar, s_inv, a_in_basis: basis.from_class(&a), s_inv_in_basis })
+    Ok(DatumTerms { h_core, gbar, s_inv, a_in_basis: basis.from_class(a), s_inv_in_basis })
 }
 
 /// The S fixed point (61): S = L^{-T} P (sqrt(Lambda + I/4) + I/2) P^T L^{-1} with
@@ -731,7 +731,7 @@ fn neg_kl(pr: &Prior, st: &State, m: &[f64]) -> f64 {
 /// b = y - alpha, S_i = V_i^{-1} + W_i (W in the class basis).
 fn init_state(pr: &Prior, w_class: &[Mat<f64>], gamma_a: f64) -> Result<State, FitError> {
     let c = pr.c;
-    let w: Vec<Mat<f64>> = w_class.iter().map(|wi| pr.basis().from_class(wi)).collect();
+    let w: Vec<Mat<f64>> = w_class.iter().map(|wi| pr.basis().from_class(wi.clone())).collect();
     let v = v_from_w(pr, &w)?;
     let mut a = vec![0.0; pr.n * c];
     for i in 0..pr.n {
@@ -1041,7 +1041,7 @@ pub(crate) fn fit_variational(
     let c = pr.c;
     let mut st = match warm {
         Some((w_class, b)) => {
-            let w: Vec<Mat<f64>> = w_class.iter().map(|wi| pr.basis().from_class(wi)).collect();
+            let w: Vec<Mat<f64>> = w_class.iter().map(|wi| pr.basis().from_class(wi.clone())).collect();
             let v = v_from_w(pr, &w)?;
             let s = (0..pr.n)
                 .map(|i| -> Result<Mat<f64>, FitError> { Ok(sym(&(chol(&v.blocks[i], "V_i")?.solve(eye(c).as_ref()) + &w[i]))) })
