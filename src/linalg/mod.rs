@@ -66,6 +66,18 @@ impl Chol {
         Err(LinalgError::NotPositiveDefinite { what: what.to_string(), pivot: last.0, last_jitter: last.1 })
     }
 
+    /// Factor `a` (its lower triangle) without jitter, in its own storage: no copy of a large
+    /// matrix built only to be factored.
+    pub fn factor_owned(mut a: Mat<f64>, what: &str) -> Result<Chol, LinalgError> {
+        assert_eq!(a.nrows(), a.ncols(), "Cholesky of a non-square matrix");
+        let n = a.nrows();
+        if (0..n).any(|j| (j..n).any(|i| !a[(i, j)].is_finite())) {
+            return Err(LinalgError::NonFinite { what: what.to_string() });
+        }
+        llt_lower_in_place(a.as_mut()).map_err(|pivot| LinalgError::NotPositiveDefinite { what: what.to_string(), pivot, last_jitter: 0.0 })?;
+        Ok(Chol { L: a, jitter: 0.0 })
+    }
+
     /// Storage for `refactor_lower`: the factor of the n x n identity.
     pub fn workspace(n: usize) -> Chol {
         Chol { L: Mat::identity(n, n), jitter: 0.0 }

@@ -22,6 +22,7 @@ use rand::{RngExt, SeedableRng};
 use rand_distr::{ChiSquared, StandardNormal};
 use rand_pcg::Pcg64;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -56,9 +57,9 @@ pub struct ImportanceParams {
     /// A sample whose log-weight is certain to end more than this many nats below the running
     /// maximum stops early and counts as weight 0 (each log p(y_i|f_i) <= 0, so a partial sum
     /// bounds the final log-weight). Each such weight is < e^-40 ~ 4e-18 of the largest, below
-    /// half an ulp of the sum, so log Z moves by at most n_s e^-40 (4e-13 at n_s = 1e5); most
-    /// samples are such on Chai's data sets (99-99.9% on thyroid, wine and glass: the t proposal
-    /// is wide), which makes MC-MNP 3-5x faster.
+    /// half an ulp of the sum, so log Z moves by at most n_s e^-40 (4e-13 at n_s = 1e5). On
+    /// Table 3 that is 38-54% of the samples on iris, thyroid and wine and 70-89% on glass (the
+    /// t proposal is wide).
     /// `.inf` evaluates every sample in full.
     #[serde(default = "d_negligible")]
     pub negligible_log_weight: f64,
@@ -109,8 +110,15 @@ struct LikEval {
 }
 
 impl LikEval {
+    /// log p(y | f); the u-sample probit draws its u's from `rng`.
     fn log_prob(self, f: &[f64], y: usize, rng: &mut Pcg64) -> f64 {
-        self.log_prob_with(f, y, (0..self.u_samples).map(|_| rng.sample(StandardNormal)))
+        if self.lik == Lik::Probit && self.u_samples > 0 {
+            let mut out = [0.0];
+            self.probit_log_probs(f, &[y], std::slice::from_mut(rng), &mut out);
+            out[0]
+        } else {
+            self.exact_log_prob(f, y)
+        }
     }
     /// u-draws per datum: none for the logit.
     fn draws_per_datum(self) -> usize {
@@ -119,37 +127,48 @@ impl LikEval {
             Lik::Logit => 0,
         }
     }
-    /// log p(y | f) given this datum's u-draws (`u_samples` of them; unused by the exact likelihoods).
-    fn log_prob_with(self, f: &[f64], y: usize, us: impl Iterator<Item = f64>) -> f64 {
-        match (self.lik, self.u_samples) {
-            (Lik::Logit, _) => f[y] - log_sum_exp(f),
-            (Lik::Probit, 0) => log_probit_class_prob(f, y),
-            (Lik::Probit, r) => {
-                // All r (C - 1) arguments u + f_y - f_j at once, for the vectorised Phi.
-                let others = f.len() - 1;
-                if others == 0 {
-                    return 0.0;
-                }
-                let acc = PROBIT_SCRATCH.with_borrow_mut(|buf| {
-                    buf.resize(2 * r * others, 0.0);
-                    let (args, phi) = buf.split_at_mut(r * others);
-                    let mut k = 0;
-                    for u in us {
-                        for (j, fj) in f.iter().enumerate() {
-                            if j != y {
-                                args[k] = u + f[y] - fj;
-                                k += 1;
-                            }
-                        }
-                    }
-                    assert_eq!(k, r * others, "expected {r} u-draws");
-                    crate::special::normal_cdf_slice(args, phi);
-                    phi.chunks_exact(others).map(|p| p.iter().product::<f64>()).sum::<f64>()
-                });
-                (acc / r as f64).ln()
-            }
+    /// log p(y | f) without u-draws: the softmax, or the probit by 1-D quadrature.
+    fn exact_log_prob(self, f: &[f64], y: usize) -> f64 {
+        match self.lik {
+            Lik::Logit => f[y] - log_sum_exp(f),
+            Lik::Probit => log_probit_class_prob(f, y),
         }
     }
+    /// The u-sample probit's log p(y_k | f_k) for several data at once (f_k = `f[k C..]`; the
+    /// k-th datum's u-draws from `rngs[k]`, or all from `rngs[0]` in turn if there is one): one
+    /// vectorised Phi call for all of them.
+    fn probit_log_probs(self, f: &[f64], ys: &[usize], rngs: &mut [Pcg64], out: &mut [f64]) {
+        let c = f.len() / ys.len();
+        let (r, others) = (self.u_samples, c - 1);
+        if others == 0 {
+            out.fill(0.0);
+            return;
+        }
+        let per = r * others;
+        PROBIT_SCRATCH.with_borrow_mut(|buf| {
+            buf.resize(2 * per * ys.len(), 0.0);
+            let (args, phi) = buf.split_at_mut(per * ys.len());
+            let mut k = 0;
+            for (d, &y) in ys.iter().enumerate() {
+                let fd = &f[d * c..(d + 1) * c];
+                let rng = &mut rngs[if rngs.len() == 1 { 0 } else { d }];
+                for _ in 0..r {
+                    let u: f64 = rng.sample(StandardNormal);
+                    for (j, fj) in fd.iter().enumerate() {
+                        if j != y {
+                            args[k] = u + fd[y] - fj;
+                            k += 1;
+                        }
+                    }
+                }
+            }
+            crate::special::normal_cdf_slice(args, phi);
+            for (o, pd) in out.iter_mut().zip(phi.chunks_exact(per)) {
+                *o = (pd.chunks_exact(others).map(|p| p.iter().product::<f64>()).sum::<f64>() / r as f64).ln();
+            }
+        });
+    }
+
     fn probs(self, f: &[f64], rng: &mut Pcg64) -> Vec<f64> {
         match (self.lik, self.u_samples) {
             (Lik::Logit, _) => {
@@ -158,7 +177,15 @@ impl LikEval {
                 p
             }
             (Lik::Probit, 0) => probit_class_probs(f),
-            (Lik::Probit, _) => (0..f.len()).map(|c| self.log_prob(f, c, rng).exp()).collect(),
+            (Lik::Probit, _) => {
+                // Every class at once, its u-draws in turn from `rng`.
+                let c = f.len();
+                let fs: Vec<f64> = f.iter().copied().cycle().take(c * c).collect();
+                let ys: Vec<usize> = (0..c).collect();
+                let mut out = vec![0.0; c];
+                self.probit_log_probs(&fs, &ys, std::slice::from_mut(rng), &mut out);
+                out.iter().map(|v| v.exp()).collect()
+            }
         }
     }
 }
@@ -273,44 +300,99 @@ struct Sampler {
     lc: Mat<f64>,
     /// Posterior scale only: L_V and R = L_K^{-1} L_V (dense, p x p).
     post: Option<(Mat<f64>, Mat<f64>)>,
-    /// The order in which `log_weight` visits the data: worst fitted at the proposal centre
-    /// first. Every log-likelihood term is <= 0, so the partial sums fall fastest this way and
-    /// a negligible sample is recognised after fewer terms; which samples are negligible, and
-    /// every kept weight, are the same in any order (tested to the bit).
+    /// Rows of L_K's factor in visiting order: of L_x (n x n) for the prior scale, of L_V
+    /// (nC x nC, datum-major) for the posterior one.
+    l_visit: Mat<f64>,
+    /// The order in which the data are visited: worst fitted at the proposal centre first.
+    /// Every log-likelihood term is <= 0, so the partial sums fall fastest this way and a
+    /// negligible sample is recognised after fewer terms; which samples are negligible, and
+    /// every kept weight, are the same in any order up to the rounding of L z (tested).
     order: Vec<usize>,
     /// constant part of log w.
     log_const: f64,
     df: f64,
-    seed: u64,
     n_samples: usize,
     batch: usize,
     negligible: f64,
 }
 
 impl Sampler {
-    /// One batch: for every sample, (s, u = L_K^{-1}(f - m)/s, f) with f datum-major.
-    /// `u` and `f` are returned as n x (B C) matrices in the Y layout (column b*C + c); `f` is
-    /// left empty (0 x 0) unless `with_f` (the predictive pass regenerates the draws for u only).
-    fn batch(&self, rng: &mut Pcg64, chi: &ChiSquared<f64>, bsz: usize, with_f: bool) -> (Vec<f64>, Mat<f64>, Mat<f64>, Vec<f64>) {
+    /// One batch of proposal draws f = m + s L z: the scales s (all drawn first), z as an
+    /// n x (B C) matrix in the Y layout (column b*C + c, sample b's C columns drawn in turn),
+    /// |z_b|^2, and the generator's state before each sample's z, from which [`Self::redraw`]
+    /// regenerates a sample alone.
+    fn draw_batch(&self, rng: &mut Pcg64, chi: &ChiSquared<f64>, bsz: usize) -> Draws {
         let (n, c) = (self.n, self.c);
-        let p = n * c;
         let scales: Vec<f64> = (0..bsz).map(|_| (self.df / rng.sample(chi)).sqrt()).collect();
-        let z = Mat::from_fn(n, bsz * c, |_, _| rng.sample::<f64, _>(StandardNormal));
-        let znorm2: Vec<f64> = (0..bsz).map(|b| (0..n).map(|i| (0..c).map(|q| z[(i, b * c + q)].powi(2)).sum::<f64>()).sum()).collect();
-        match &self.post {
-            None if !with_f => (scales, z, Mat::new(), znorm2),
-            None => {
-                // L_K z = L_x Z L_c^T per sample.
-                let x = self.lx.l() * &z;
-                let fz = self.right_lc(&x, bsz);
-                (scales, z, fz, znorm2)
+        let mut z = Mat::<f64>::zeros(n, bsz * c);
+        let mut starts = Vec::with_capacity(bsz);
+        for b in 0..bsz {
+            starts.push(rng.clone());
+            self.fill_z(rng, &mut z, b);
+        }
+        let znorm2 = (0..bsz).map(|b| (0..n).map(|i| (0..c).map(|q| z[(i, b * c + q)].powi(2)).sum::<f64>()).sum()).collect();
+        Draws { scales, z, znorm2, starts }
+    }
+
+    /// Sample b's C columns of z, column by column.
+    fn fill_z(&self, rng: &mut Pcg64, z: &mut Mat<f64>, b: usize) {
+        for q in 0..self.c {
+            for i in 0..self.n {
+                z[(i, b * self.c + q)] = rng.sample(StandardNormal);
             }
-            Some((lv, r)) => {
-                let zd = Mat::from_fn(p, bsz, |k, b| z[(k / c, b * c + k % c)]);
-                let ud = r * &zd;
-                let back = |m: &Mat<f64>| Mat::from_fn(n, bsz * c, |i, col| m[(i * c + col % c, col / c)]);
-                let fz = if with_f { back(&(lv * &zd)) } else { Mat::new() };
-                (scales, back(&ud), fz, znorm2)
+        }
+    }
+
+    /// The z of the given samples (generator states from [`Self::draw_batch`]), bit for bit, in
+    /// the Y layout.
+    fn redraw(&self, starts: &[&Pcg64]) -> Mat<f64> {
+        let mut z = Mat::<f64>::zeros(self.n, starts.len() * self.c);
+        for (k, st) in starts.iter().enumerate() {
+            self.fill_z(&mut (*st).clone(), &mut z, k);
+        }
+        z
+    }
+
+    /// u = L_K^{-1} (f - m) / s for draws z (Y layout, k samples): z itself for the prior
+    /// scale, R z for the posterior one.
+    fn whiten<'z>(&self, z: &'z Mat<f64>) -> Cow<'z, Mat<f64>> {
+        match &self.post {
+            None => Cow::Borrowed(z),
+            Some((_, r)) => {
+                let (n, c) = (self.n, self.c);
+                let k = z.ncols() / c;
+                let ud = r * &self.datum_major(z);
+                Cow::Owned(Mat::from_fn(n, k * c, |i, col| ud[(i * c + col % c, col / c)]))
+            }
+        }
+    }
+
+    /// Set the visiting order of the data, and with it the rows of L_K's factor in that order.
+    fn set_order(&mut self, order: Vec<usize>) {
+        let c = self.c;
+        self.l_visit = match &self.post {
+            None => Mat::from_fn(self.n, self.n, |g, j| self.lx.l()[(order[g], j)]),
+            Some((lv, _)) => Mat::from_fn(self.n * c, self.n * c, |g, j| lv[(order[g / c] * c + g % c, j)]),
+        };
+        self.order = order;
+    }
+
+    /// z (Y layout) as the nC x k matrix of the samples' datum-major vectors.
+    fn datum_major(&self, z: &Mat<f64>) -> Mat<f64> {
+        let c = self.c;
+        Mat::from_fn(self.n * c, z.ncols() / c, |k, b| z[(k / c, b * c + k % c)])
+    }
+
+    /// Rows of (f - m) / s = L z for the data `order[start..start + len]`, for draws z (Y
+    /// layout, k samples): len x (k C).
+    fn f_rows(&self, start: usize, len: usize, z: &Mat<f64>) -> Mat<f64> {
+        let c = self.c;
+        let k = z.ncols() / c;
+        match &self.post {
+            None => self.right_lc(&(self.l_visit.as_ref().subrows(start, len) * z), k),
+            Some(_) => {
+                let fd = self.l_visit.as_ref().subrows(start * c, len * c) * &self.datum_major(z);
+                Mat::from_fn(len, k * c, |g, col| fd[(g * c + col % c, col / c)])
             }
         }
     }
@@ -346,70 +428,143 @@ impl Sampler {
         -0.5 * quad + 0.5 * (self.df + p) * (delta / self.df).ln_1p() + self.log_const
     }
 
-    /// log w for sample b of a batch, or -inf as soon as it is certain to be below `floor`
-    /// (the likelihood terms are <= 0, so each partial sum bounds the final value from above).
-    /// The probit's u-draws of datum i come from stream `sample * n + i` of `useed`: a sample's
-    /// draws for the data it is skipped before are never made, and the visiting order changes
-    /// no draw.
-    #[allow(clippy::too_many_arguments)]
-    fn log_weight(&self, s: f64, u: &Mat<f64>, fz: &Mat<f64>, znorm2: f64, b: usize, floor: f64, useed: u64, sample: usize) -> f64 {
+    /// Every sample's log w split into log N(f; 0, K) - log t(f; m, Sigma_P) and the n terms
+    /// log p(y_i | f_i) (datum order), or None for a sample certainly below `floor` (each
+    /// term is <= 0, so a partial sum bounds the final value from above). f is formed lazily:
+    /// data are visited in `order`, a group at a time, and only the samples still above the
+    /// floor get the group's rows of L z (on Table 3's glass cells, about half the product of
+    /// the full L z is saved). The probit's u-draws of
+    /// datum i come from stream `sample * n + i` of `useed` (`first` is the batch's first sample
+    /// index): a sample's draws for the data it is skipped before are never made, and the
+    /// visiting order changes no draw.
+    fn batch_terms(&self, d: &Draws, first: usize, useed: u64, floor: f64) -> Vec<Option<SampleTerms>> {
         let (n, c) = (self.n, self.c);
-        let mut lw = self.log_prior_over_proposal(s, u, znorm2, b);
+        let bsz = d.scales.len();
+        let u = self.whiten(&d.z);
+        let mut out: Vec<Option<SampleTerms>> = (0..bsz)
+            .map(|b| Some(SampleTerms { prior: self.log_prior_over_proposal(d.scales[b], &u, d.znorm2[b], b), lik: vec![0.0; n] }))
+            .collect();
+        let mut partial: Vec<f64> = out.iter().map(|t| t.as_ref().map_or(0.0, |t| t.prior)).collect();
         let r = self.lik.draws_per_datum();
-        let mut f = vec![0.0; c];
-        let mut terms = vec![0.0; n];
-        let mut partial = lw;
-        if self.lik.lik == Lik::Logit {
-            // The softmax terms a group of data at a time, for one vectorised exp per group;
-            // the skip check after each datum is the same as below.
-            let mut rows = vec![0.0; LOGIT_GROUP * c];
-            let mut f_y = [0.0; LOGIT_GROUP];
-            for group in self.order.chunks(LOGIT_GROUP) {
-                let e = &mut rows[..group.len() * c];
-                for (g, &i) in group.iter().enumerate() {
-                    for q in 0..c {
-                        e[g * c + q] = self.m[i * c + q] + s * fz[(i, b * c + q)];
+        // The samples still above the floor, and their column blocks in z_alive (which keeps
+        // some dropped samples' columns until a quarter of its columns are such).
+        let mut alive: Vec<usize> = (0..bsz).collect();
+        let mut cols: Vec<usize> = (0..bsz).collect();
+        let mut z_alive = Cow::Borrowed(&d.z);
+        let mut rows = vec![0.0; LOGIT_GROUP * c];
+        for (gi, group) in self.order.chunks(LOGIT_GROUP).enumerate() {
+            if alive.is_empty() {
+                break;
+            }
+            let fz = self.f_rows(gi * LOGIT_GROUP, group.len(), &z_alive);
+            let mut dropped = false;
+            for (&k, &b) in cols.iter().zip(&alive) {
+                let s = d.scales[b];
+                let terms = &mut out[b].as_mut().expect("alive samples have terms").lik;
+                let mut below = false;
+                if self.lik.lik == Lik::Logit {
+                    // One vectorised exp for the group's softmax terms.
+                    let e = &mut rows[..group.len() * c];
+                    for g in 0..group.len() {
+                        for q in 0..c {
+                            e[g * c + q] = self.m[group[g] * c + q] + s * fz[(g, k * c + q)];
+                        }
                     }
-                    f_y[g] = e[g * c + self.y[i]];
+                    let f_max = exp_shifted_rows(e, c);
+                    for (g, &i) in group.iter().enumerate() {
+                        let f_y = self.m[i * c + self.y[i]] + s * fz[(g, k * c + self.y[i])];
+                        terms[i] = f_y - (f_max[g] + e[g * c..(g + 1) * c].iter().sum::<f64>().ln());
+                        partial[b] += terms[i];
+                        if partial[b] < floor - SKIP_MARGIN {
+                            below = true;
+                            break;
+                        }
+                    }
+                } else {
+                    // The u-sample probit a few data at a time (one vectorised Phi call for all
+                    // their r (C - 1) arguments); the checks after each datum as above.
+                    let sub_len = if r > 0 { PROBIT_SUBGROUP } else { 1 };
+                    'sub: for (sg, sub) in group.chunks(sub_len).enumerate() {
+                        let f_sub = &mut rows[..sub.len() * c];
+                        for (d, g) in (sg * sub_len..).take(sub.len()).enumerate() {
+                            for q in 0..c {
+                                f_sub[d * c + q] = self.m[group[g] * c + q] + s * fz[(g, k * c + q)];
+                            }
+                        }
+                        let ys: Vec<usize> = sub.iter().map(|&i| self.y[i]).collect();
+                        let mut vals = [0.0; PROBIT_SUBGROUP];
+                        if r > 0 {
+                            let mut rngs: Vec<Pcg64> = sub.iter().map(|&i| sample_rng(useed, (first + b) * n + i)).collect();
+                            self.lik.probit_log_probs(f_sub, &ys, &mut rngs, &mut vals[..sub.len()]);
+                        } else {
+                            vals[0] = self.lik.exact_log_prob(f_sub, ys[0]);
+                        }
+                        for (d, &i) in sub.iter().enumerate() {
+                            terms[i] = vals[d];
+                            partial[b] += terms[i];
+                            if partial[b] < floor - SKIP_MARGIN {
+                                below = true;
+                                break 'sub;
+                            }
+                        }
+                    }
                 }
-                let f_max = exp_shifted_rows(e, c);
-                for (g, &i) in group.iter().enumerate() {
-                    terms[i] = f_y[g] - (f_max[g] + e[g * c..(g + 1) * c].iter().sum::<f64>().ln());
-                    partial += terms[i];
-                    if partial < floor - SKIP_MARGIN {
-                        return f64::NEG_INFINITY;
-                    }
+                if below {
+                    out[b] = None;
+                    dropped = true;
                 }
             }
-        } else {
-            for &i in &self.order {
-                for q in 0..c {
-                    f[q] = self.m[i * c + q] + s * fz[(i, b * c + q)];
-                }
-                terms[i] = if r > 0 {
-                    self.lik.log_prob(&f, self.y[i], &mut sample_rng(useed, sample * n + i))
-                } else {
-                    self.lik.log_prob_with(&f, self.y[i], std::iter::empty())
-                };
-                partial += terms[i];
-                // Stop only when clearly below: the datum-order total differs from this partial sum
-                // by rounding and by the terms not yet added (<= 0, or a rounding hair above 0 for
-                // the quadrature probit), both far below the margin.
-                if partial < floor - SKIP_MARGIN {
-                    return f64::NEG_INFINITY;
+            if dropped {
+                let keep: Vec<usize> = (0..alive.len()).filter(|&k| out[alive[k]].is_some()).collect();
+                alive = keep.iter().map(|&k| alive[k]).collect();
+                cols = keep.iter().map(|&k| cols[k]).collect();
+                if 4 * alive.len() < 3 * (z_alive.ncols() / c) {
+                    z_alive = Cow::Owned(Mat::from_fn(n, alive.len() * c, |i, col| z_alive[(i, cols[col / c] * c + col % c)]));
+                    cols = (0..alive.len()).collect();
                 }
             }
         }
-        // Summed and checked in datum order, so whether a sample is kept, and its weight, do not
-        // depend on `order`.
-        for t in terms {
-            lw += t;
+        out
+    }
+
+    /// log w from a sample's terms, or -inf if it is certainly below `floor`: the partial sums
+    /// are checked in `order`, as [`Self::batch_terms`] does (which can only stop sooner at a
+    /// higher floor), then summed and checked in datum order, so whether a sample is kept, and
+    /// its weight, do not depend on `order`.
+    fn log_weight(&self, t: &SampleTerms, floor: f64) -> f64 {
+        // Stop only when clearly below: the datum-order total differs from a partial sum by
+        // rounding and by the terms not yet added (<= 0, or a rounding hair above 0 for the
+        // quadrature probit), both far below the margin.
+        let mut partial = t.prior;
+        for &i in &self.order {
+            partial += t.lik[i];
+            if partial < floor - SKIP_MARGIN {
+                return f64::NEG_INFINITY;
+            }
+        }
+        let mut lw = t.prior;
+        for &term in &t.lik {
+            lw += term;
             if lw < floor {
                 return f64::NEG_INFINITY;
             }
         }
         lw
     }
+}
+
+/// One batch of proposal draws ([`Sampler::draw_batch`]).
+struct Draws {
+    scales: Vec<f64>,
+    z: Mat<f64>,
+    znorm2: Vec<f64>,
+    starts: Vec<Pcg64>,
+}
+
+/// A sample's log-weight in parts ([`Sampler::batch_terms`]).
+struct SampleTerms {
+    prior: f64,
+    lik: Vec<f64>,
 }
 
 /// Softmax of every row of a row-major matrix with `c` columns, in place, with one vectorised
@@ -424,8 +579,12 @@ fn softmax_rows(x: &mut [f64], c: usize) {
     }
 }
 
-/// Data per vectorised exp in the logit's log-weights.
+/// Data per vectorised exp in the logit's log-weights (and per product L z of the lazy pass).
 const LOGIT_GROUP: usize = 16;
+
+/// Data per vectorised Phi call of the u-sample probit's log-weights: more amortise the call
+/// and fill the vector blocks; fewer waste less on a sample that stops within them.
+const PROBIT_SUBGROUP: usize = 4;
 
 /// Nats by which a partial sum in `Sampler::order` must be below the floor to stop early.
 const SKIP_MARGIN: f64 = 1e-6;
@@ -481,15 +640,16 @@ impl Importance {
         let lik = LikEval { lik: self.lik, u_samples: self.params.probit_u_samples };
         let centre_fit: Vec<f64> = (0..n)
             .map(|i| match self.lik {
-                Lik::Logit => lik.log_prob_with(&m[i * c..(i + 1) * c], problem.y[i], std::iter::empty()),
+                Lik::Logit => lik.exact_log_prob(&m[i * c..(i + 1) * c], problem.y[i]),
                 Lik::Probit => log_probit_class_prob(&m[i * c..(i + 1) * c], problem.y[i]),
             })
             .collect();
         let mut order: Vec<usize> = (0..n).collect();
         order.sort_by(|&i, &j| centre_fit[i].total_cmp(&centre_fit[j]).then(i.cmp(&j)));
-        let sampler = Sampler {
+        let mut sampler = Sampler {
             lik,
-            order,
+            order: Vec::new(),
+            l_visit: Mat::new(),
             n,
             c,
             y: problem.y.to_vec(),
@@ -500,11 +660,11 @@ impl Importance {
             post,
             log_const,
             df: nu,
-            seed,
             n_samples: self.params.n_samples,
             batch: self.params.batch,
             negligible: self.params.negligible_log_weight,
         };
+        sampler.set_order(order);
         // Pass 1: the weights (evidence and diagnostics); log-weights kept (n_s scalars) for prediction.
         let chi = ChiSquared::new(nu).map_err(|e| FitError::Numerical(format!("chi-squared: {e:?}")))?;
         let mut rng = Pcg64::seed_from_u64(seed);
@@ -513,18 +673,27 @@ impl Importance {
         let useed = seed ^ 0x9e37_79b9_7f4a_7c15;
         let mut acc = WeightAcc::new(0);
         let mut log_w = Vec::with_capacity(self.params.n_samples);
+        // The samples the predictive may use: the first n_test.
+        let n_test = if self.params.n_test_samples == 0 { self.params.n_samples } else { self.params.n_test_samples.min(self.params.n_samples) };
+        // (index, scale, generator state) of every kept sample among them, to redraw its z.
+        let mut replay = Vec::new();
         let mut half = None;
         let mut done = 0;
         let mut it = 0;
         while done < sampler.n_samples {
             ctx.check_deadline()?;
             let bsz = sampler.batch.min(sampler.n_samples - done);
-            let (scales, u, fz, zn) = sampler.batch(&mut rng, &chi, bsz, true);
-            for b in 0..bsz {
-                let floor = acc.max - sampler.negligible;
-                let lw = sampler.log_weight(scales[b], &u, &fz, zn[b], b, floor, useed, done + b);
+            let draws = sampler.draw_batch(&mut rng, &chi, bsz);
+            // The floor only rises within the batch, so its value at the start is a safe one for
+            // the lazy pass; each sample is then checked against the floor at its turn.
+            let terms = sampler.batch_terms(&draws, done, useed, acc.max - sampler.negligible);
+            for (b, t) in terms.iter().enumerate() {
+                let lw = t.as_ref().map_or(f64::NEG_INFINITY, |t| sampler.log_weight(t, acc.max - sampler.negligible));
                 acc.add(lw);
                 log_w.push(lw);
+                if lw > f64::NEG_INFINITY && done + b < n_test {
+                    replay.push((done + b, draws.scales[b], draws.starts[b].clone()));
+                }
             }
             done += bsz;
             if half.is_none() && done * 2 >= sampler.n_samples {
@@ -561,8 +730,7 @@ impl Importance {
             extra.insert("gap_zb_minus_zh".into(), lzb - km.log_zh());
         }
         diagnostics.insert("is_ess".into(), format!("{ess:.1}"));
-        let n_test = if self.params.n_test_samples == 0 { self.params.n_samples } else { self.params.n_test_samples.min(self.params.n_samples) };
-        Ok(ImportanceModel { km, sampler, log_w, n_test, log_ub, diagnostics, extra, cache: Mutex::new(None) })
+        Ok(ImportanceModel { km, sampler, log_w, replay, n_test, log_ub, diagnostics, extra, cache: Mutex::new(None) })
     }
 }
 
@@ -615,6 +783,9 @@ pub struct ImportanceModel {
     km: KlmnlModel,
     sampler: Sampler,
     log_w: Vec<f64>,
+    /// (index, scale s, generator state before its z) of the samples with a finite log-weight
+    /// among the first `n_test`, in index order.
+    replay: Vec<(usize, f64, Pcg64)>,
     n_test: usize,
     log_ub: f64,
     diagnostics: BTreeMap<String, String>,
@@ -640,32 +811,28 @@ impl ImportanceModel {
         let axt = ax.transpose().to_owned();
         // K_*^T alpha: mean of the test latents at the proposal centre.
         let (means, _) = self.km.latent_predictive(x);
-        let chi = ChiSquared::new(s.df).map_err(|e| FitError::Numerical(format!("chi-squared: {e:?}")))?;
-        let mut srng = Pcg64::seed_from_u64(s.seed);
         let pseed: u64 = rng.random();
         // Samples with weight below e^-negligible of the largest add nothing visible: skip them.
         let max_lw = self.log_w[..self.n_test].iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let visible: Vec<&(usize, f64, Pcg64)> = self.replay.iter().filter(|(k, _, _)| self.log_w[*k] >= max_lw - s.negligible).collect();
         let mut acc = WeightAcc::new(mt * c);
-        let mut done = 0;
         let mut fstar = vec![0.0; mt * c];
         let mut eps = vec![0.0; c];
-        while done < self.n_test {
-            // Regenerate the same draws as the weight pass (same seed, same batch sizes), and use
-            // the first `bsz` of the batch.
-            let full = s.batch.min(s.n_samples - done);
-            let bsz = full.min(self.n_test - done);
-            let (scales, u, _, _) = s.batch(&mut srng, &chi, full, false);
-            // Only the samples whose weight is visible (often a small fraction) need their test
-            // latents: gather their columns of u first.
-            let kept: Vec<usize> = (0..bsz).filter(|&b| self.log_w[done + b] >= max_lw - s.negligible).collect();
-            let u_kept = Mat::from_fn(n, kept.len() * c, |i, col| u[(i, kept[col / c] * c + col % c)]);
-            // K_*^T K^{-1} (f - m) / s = (A_x^T (x) L_c) u  -> A_x^T U then L_c per sample.
-            let au = s.right_lc(&(&axt * &u_kept), kept.len());
-            let mut next_kept = kept.iter().copied().enumerate().peekable();
-            for b in 0..bsz {
-                let r = acc.add(self.log_w[done + b]);
-                let Some((k, _)) = next_kept.next_if(|&(_, kb)| kb == b) else { continue };
-                let rng = &mut sample_rng(pseed, done + b);
+        let mut next = 0;
+        for chunk in visible.chunks(s.batch) {
+            // Their draws again (bit for bit), and K_*^T K^{-1} (f - m) / s = (A_x^T (x) L_c) u
+            // for all of them at once: A_x^T U, then L_c per sample.
+            let z = s.redraw(&chunk.iter().map(|(_, _, st)| st).collect::<Vec<_>>());
+            let au = s.right_lc(&(&axt * &*s.whiten(&z)), chunk.len());
+            for (k, &&(sample, scale, _)) in chunk.iter().enumerate() {
+                // Every weight before this sample enters the normaliser, in sample order.
+                while next < sample {
+                    acc.add(self.log_w[next]);
+                    next += 1;
+                }
+                let r = acc.add(self.log_w[sample]);
+                next += 1;
+                let rng = &mut sample_rng(pseed, sample);
                 for j in 0..mt {
                     for q in 0..c {
                         eps[q] = rng.sample::<f64, _>(StandardNormal);
@@ -674,7 +841,7 @@ impl ImportanceModel {
                     let fj = &mut fstar[j * c..(j + 1) * c];
                     for q in 0..c {
                         let noise: f64 = (0..=q).map(|k| s.lc[(q, k)] * eps[k]).sum();
-                        fj[q] = means[j][q] + scales[b] * au[(j, k * c + q)] + sk * noise;
+                        fj[q] = means[j][q] + scale * au[(j, k * c + q)] + sk * noise;
                     }
                     // The probit's u-draws follow this point's eps in the stream.
                     if s.lik.lik == Lik::Probit {
@@ -689,7 +856,10 @@ impl ImportanceModel {
                     *a += r * p;
                 }
             }
-            done += bsz;
+        }
+        while next < self.n_test {
+            acc.add(self.log_w[next]);
+            next += 1;
         }
         Ok((0..mt).map(|j| (0..c).map(|q| acc.pred[j * c + q] / acc.sum).collect()).collect())
     }
@@ -778,9 +948,11 @@ mod tests {
     use super::*;
     use crate::methods::FromSettings;
 
-    /// The logit's grouped log-weights (one vectorised exp per 16 data, skip checks inside a
-    /// group) against the plain sum of f_y - log sum exp(f) per datum, with 40 data (two full
-    /// groups and a partial one), and the skip decision at floors just above and below.
+    /// The logit's grouped log-weights (f formed lazily a group of 16 data at a time, one
+    /// vectorised exp per group, skip checks inside a group) against the plain sum of
+    /// f_y - log sum exp(f) per datum from the full product L z, with 40 data (two full groups
+    /// and a partial one); the skip decision at floors just above and below each weight; and
+    /// the lazy pass at a floor that drops about half the samples keeps exactly those above it.
     #[test]
     fn grouped_logit_log_weights_match_the_per_datum_softmax() {
         let n = 40;
@@ -793,17 +965,92 @@ mod tests {
         let model = method.fit_model(&problem, &kernel, HyperPolicy::Fixed, &mut FitContext::new(&mut rng, None)).unwrap();
         let s = &model.sampler;
         let chi = ChiSquared::new(s.df).unwrap();
-        let (scales, u, fz, zn) = s.batch(&mut Pcg64::seed_from_u64(4), &chi, 50, true);
+        let d = s.draw_batch(&mut Pcg64::seed_from_u64(4), &chi, 50);
+        let fz = s.lx.l() * &d.z;
+        let all = s.batch_terms(&d, 0, 1, f64::NEG_INFINITY);
+        let mut want = vec![0.0; 50];
         for b in 0..50 {
-            let mut want = s.log_prior_over_proposal(scales[b], &u, zn[b], b);
+            want[b] = s.log_prior_over_proposal(d.scales[b], &d.z, d.znorm2[b], b);
             for i in 0..n {
-                let f: Vec<f64> = (0..4).map(|q| s.m[i * 4 + q] + scales[b] * fz[(i, b * 4 + q)]).collect();
-                want += f[y[i]] - log_sum_exp(&f);
+                let f: Vec<f64> = (0..4).map(|q| s.m[i * 4 + q] + d.scales[b] * fz[(i, b * 4 + q)]).collect();
+                want[b] += f[y[i]] - log_sum_exp(&f);
             }
-            let got = s.log_weight(scales[b], &u, &fz, zn[b], b, f64::NEG_INFINITY, 1, b);
-            assert!((got - want).abs() < 1e-12 * want.abs(), "sample {b}: {got} vs {want}");
-            assert_eq!(s.log_weight(scales[b], &u, &fz, zn[b], b, want + 1e-3, 1, b), f64::NEG_INFINITY);
-            assert_eq!(s.log_weight(scales[b], &u, &fz, zn[b], b, want - 1e-3, 1, b), got);
+            let t = all[b].as_ref().expect("no floor, no skip");
+            let got = s.log_weight(t, f64::NEG_INFINITY);
+            assert!((got - want[b]).abs() < 1e-12 * want[b].abs(), "sample {b}: {got} vs {}", want[b]);
+            assert_eq!(s.log_weight(t, want[b] + 1e-3), f64::NEG_INFINITY);
+            assert_eq!(s.log_weight(t, want[b] - 1e-3), got);
+        }
+        let mut sorted = want.clone();
+        sorted.sort_by(f64::total_cmp);
+        let floor = sorted[25];
+        let lazy = s.batch_terms(&d, 0, 1, floor);
+        for b in 0..50 {
+            if (want[b] - floor).abs() > 1e-6 {
+                assert_eq!(lazy[b].is_some(), want[b] > floor, "sample {b}: {} vs floor {floor}", want[b]);
+            }
+            if let Some(t) = &lazy[b] {
+                assert!((s.log_weight(t, f64::NEG_INFINITY) - want[b]).abs() < 1e-12 * want[b].abs());
+            }
+        }
+    }
+
+    #[test]
+    fn a_sample_redrawn_from_its_generator_state_has_the_same_z_bit_for_bit() {
+        let x = Array2::from_shape_fn((7, 1), |(i, _)| i as f64);
+        let y = vec![0, 1, 2, 0, 1, 2, 0];
+        let problem = Problem { x: &x, y: &y, n_classes: 3 };
+        let kernel = SqExp { log_variance: 0.0, log_lengthscales: vec![0.0], learn_variance: false };
+        let method = ImportanceParams::from_settings(&serde_json::json!({ "n_samples": 100 })).unwrap().check(Lik::Logit).unwrap();
+        let mut rng = Pcg64::seed_from_u64(3);
+        let model = method.fit_model(&problem, &kernel, HyperPolicy::Fixed, &mut FitContext::new(&mut rng, None)).unwrap();
+        let s = &model.sampler;
+        let d = s.draw_batch(&mut Pcg64::seed_from_u64(9), &ChiSquared::new(s.df).unwrap(), 20);
+        let picks = [3usize, 4, 17];
+        let z = s.redraw(&picks.iter().map(|&b| &d.starts[b]).collect::<Vec<_>>());
+        for (k, &b) in picks.iter().enumerate() {
+            for q in 0..3 {
+                for i in 0..7 {
+                    assert_eq!(z[(i, k * 3 + q)].to_bits(), d.z[(i, b * 3 + q)].to_bits(), "sample {b}");
+                }
+            }
+        }
+        // The model's replay list covers exactly the finite weights among the test samples.
+        let finite: Vec<usize> = (0..model.n_test).filter(|&k| model.log_w[k].is_finite()).collect();
+        assert_eq!(model.replay.iter().map(|r| r.0).collect::<Vec<_>>(), finite);
+    }
+
+    #[test]
+    fn the_batched_probit_is_the_u_sample_average_of_products_of_phi() {
+        // (1/R) sum_r prod_{j != y} Phi(u_r + f_y - f_j) with the same u-draws and the scalar
+        // Phi, for several data at once (a generator each) and for all classes from one
+        // generator in turn (the predictive's class probabilities).
+        let lik = LikEval { lik: Lik::Probit, u_samples: 20 };
+        let c = 4;
+        let f: Vec<f64> = (0..3 * c).map(|k| ((k * 37) % 11) as f64 * 0.7 - 3.0).collect();
+        let want = |fd: &[f64], y: usize, rng: &mut Pcg64| -> f64 {
+            let mean = (0..20)
+                .map(|_| {
+                    let u: f64 = rng.sample(StandardNormal);
+                    (0..c).filter(|&j| j != y).map(|j| crate::special::normal_cdf(u + fd[y] - fd[j])).product::<f64>()
+                })
+                .sum::<f64>()
+                / 20.0;
+            mean.ln()
+        };
+        let ys = [2, 0, 3];
+        let mut out = [0.0; 3];
+        let mut rngs: Vec<Pcg64> = (0..3).map(|d| Pcg64::seed_from_u64(10 + d)).collect();
+        lik.probit_log_probs(&f, &ys, &mut rngs, &mut out);
+        for d in 0..3 {
+            let w = want(&f[d * c..(d + 1) * c], ys[d], &mut Pcg64::seed_from_u64(10 + d as u64));
+            assert!((out[d] - w).abs() < 1e-13 * w.abs().max(1.0), "datum {d}: {} vs {w}", out[d]);
+        }
+        let got = lik.probs(&f[..c], &mut Pcg64::seed_from_u64(5));
+        let mut rng = Pcg64::seed_from_u64(5);
+        for (k, g) in got.iter().enumerate() {
+            let w = want(&f[..c], k, &mut rng).exp();
+            assert!((g - w).abs() < 1e-13 * w, "class {k}: {g} vs {w}");
         }
     }
 
@@ -819,8 +1066,9 @@ mod tests {
     }
 
     /// Visiting the data worst-fitted first only decides sooner: every weight, and which samples
-    /// are skipped, are the same to the bit as in datum order, for both likelihoods, the probit
-    /// by u-samples and by quadrature, and both proposal scales.
+    /// are skipped, are the same as in datum order (to rounding: f is formed in groups of data
+    /// in visiting order), for both likelihoods, the probit by u-samples and by quadrature, and
+    /// both proposal scales.
     #[test]
     fn the_visiting_order_changes_no_weight_and_no_skip_decision() {
         let n = 12;
@@ -837,23 +1085,32 @@ mod tests {
             let model = method.fit_model(&problem, &kernel, HyperPolicy::Fixed, &mut ctx).unwrap();
             let sorted = model.sampler.clone();
             let mut datum = model.sampler.clone();
-            datum.order = (0..n).collect();
+            datum.set_order((0..n).collect());
             assert_ne!(sorted.order, datum.order, "{lik:?}: the test needs a non-trivial order");
             let chi = ChiSquared::new(sorted.df).unwrap();
-            let (scales, u, fz, zn) = sorted.batch(&mut Pcg64::seed_from_u64(8), &chi, 300, true);
-            let weight = |s: &Sampler, b: usize, floor: f64| s.log_weight(scales[b], &u, &fz, zn[b], b, floor, 77, b);
-            let full: Vec<f64> = (0..300).map(|b| weight(&datum, b, f64::NEG_INFINITY)).collect();
+            let d = sorted.draw_batch(&mut Pcg64::seed_from_u64(8), &chi, 300);
+            // The lazy pass at `floor`, then each sample's check at the same floor.
+            let weights = |s: &Sampler, floor: f64| -> Vec<f64> {
+                s.batch_terms(&d, 0, 77, floor).iter().map(|t| t.as_ref().map_or(f64::NEG_INFINITY, |t| s.log_weight(t, floor))).collect()
+            };
+            let full = weights(&datum, f64::NEG_INFINITY);
             let top = full.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            // Floors that put a good share of the samples below them, and one just at a sample's weight.
-            for floor in [f64::NEG_INFINITY, top - 30.0, top - 5.0, full[17]] {
+            // Floors that put a good share of the samples below them, and one just above a sample's weight.
+            for floor in [f64::NEG_INFINITY, top - 30.0, top - 5.0, full[17] + 1e-9] {
+                let (a, s) = (weights(&datum, floor), weights(&sorted, floor));
                 let mut skipped = 0;
                 for b in 0..300 {
-                    let (a, s) = (weight(&datum, b, floor), weight(&sorted, b, floor));
-                    assert_eq!(a.to_bits(), s.to_bits(), "{lik:?} u={u_samples} {scale}: sample {b}, floor {floor}");
-                    skipped += (a == f64::NEG_INFINITY) as usize;
+                    assert_eq!(a[b] == f64::NEG_INFINITY, s[b] == f64::NEG_INFINITY, "{lik:?} u={u_samples} {scale}: sample {b}, floor {floor}");
+                    assert!(a[b] == s[b] || (a[b] - s[b]).abs() < 1e-12 * a[b].abs(), "{lik:?} u={u_samples} {scale}: sample {b}: {} vs {}", a[b], s[b]);
+                    // A kept weight is the full one.
+                    assert!(a[b] == f64::NEG_INFINITY || (a[b] - full[b]).abs() < 1e-12 * full[b].abs());
+                    skipped += (a[b] == f64::NEG_INFINITY) as usize;
                 }
                 if floor == top - 5.0 {
                     assert!(skipped > 30, "{lik:?} u={u_samples} {scale}: only {skipped} of 300 below the floor");
+                }
+                if floor == full[17] + 1e-9 {
+                    assert_eq!(a[17], f64::NEG_INFINITY);
                 }
             }
         }

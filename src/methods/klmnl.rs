@@ -177,51 +177,60 @@ fn eigh(a: &Mat<f64>) -> Result<(Vec<f64>, Mat<f64>), FitError> {
 }
 
 fn jacobi_eigh(a0: &Mat<f64>) -> Result<(Vec<f64>, Mat<f64>), FitError> {
+    // Row-major copies on the stack (n <= 12); called thousands of times per fit.
+    const MAX: usize = 12;
     let n = a0.nrows();
-    let mut a = sym(a0);
-    let mut v = eye(n);
-    if (0..n).any(|i| (0..n).any(|j| !a[(i, j)].is_finite())) {
+    assert!(n <= MAX, "jacobi_eigh is for small matrices");
+    let mut a = [0.0; MAX * MAX];
+    let mut v = [0.0; MAX * MAX];
+    for i in 0..n {
+        for j in 0..n {
+            a[i * n + j] = 0.5 * (a0[(i, j)] + a0[(j, i)]);
+        }
+        v[i * n + i] = 1.0;
+    }
+    if a[..n * n].iter().any(|x| !x.is_finite()) {
         return Err(FitError::Numerical("eigendecomposition of a non-finite matrix".into()));
     }
     for _sweep in 0..60 {
-        let off: f64 = (0..n).map(|i| (0..n).filter(|&j| j != i).map(|j| a[(i, j)] * a[(i, j)]).sum::<f64>()).sum();
-        let scale: f64 = (0..n).map(|i| a[(i, i)] * a[(i, i)]).sum::<f64>();
+        let off: f64 = (0..n).map(|i| (0..n).filter(|&j| j != i).map(|j| a[i * n + j] * a[i * n + j]).sum::<f64>()).sum();
+        let scale: f64 = (0..n).map(|i| a[i * n + i] * a[i * n + i]).sum::<f64>();
         if off <= 1e-30 * scale.max(1e-300) || off == 0.0 {
             break;
         }
         for p in 0..n {
             for q in p + 1..n {
-                let apq = a[(p, q)];
+                let apq = a[p * n + q];
                 if apq == 0.0 {
                     continue;
                 }
-                let theta = (a[(q, q)] - a[(p, p)]) / (2.0 * apq);
+                let theta = (a[q * n + q] - a[p * n + p]) / (2.0 * apq);
                 let t = theta.signum() / (theta.abs() + (theta * theta + 1.0).sqrt());
                 let t = if theta == 0.0 { 1.0 } else { t };
                 let c = 1.0 / (t * t + 1.0).sqrt();
                 let s = t * c;
                 for k in 0..n {
-                    let (akp, akq) = (a[(k, p)], a[(k, q)]);
-                    a[(k, p)] = c * akp - s * akq;
-                    a[(k, q)] = s * akp + c * akq;
+                    let (akp, akq) = (a[k * n + p], a[k * n + q]);
+                    a[k * n + p] = c * akp - s * akq;
+                    a[k * n + q] = s * akp + c * akq;
                 }
                 for k in 0..n {
-                    let (apk, aqk) = (a[(p, k)], a[(q, k)]);
-                    a[(p, k)] = c * apk - s * aqk;
-                    a[(q, k)] = s * apk + c * aqk;
+                    let (apk, aqk) = (a[p * n + k], a[q * n + k]);
+                    a[p * n + k] = c * apk - s * aqk;
+                    a[q * n + k] = s * apk + c * aqk;
                 }
                 for k in 0..n {
-                    let (vkp, vkq) = (v[(k, p)], v[(k, q)]);
-                    v[(k, p)] = c * vkp - s * vkq;
-                    v[(k, q)] = s * vkp + c * vkq;
+                    let (vkp, vkq) = (v[k * n + p], v[k * n + q]);
+                    v[k * n + p] = c * vkp - s * vkq;
+                    v[k * n + q] = s * vkp + c * vkq;
                 }
             }
         }
     }
     let mut idx: Vec<usize> = (0..n).collect();
-    idx.sort_by(|&i, &j| a[(i, i)].total_cmp(&a[(j, j)]));
-    let lam = idx.iter().map(|&i| a[(i, i)]).collect();
-    let u = Mat::from_fn(n, n, |r, k| v[(r, idx[k])]);
+    idx.sort_by(|&i, &j| a[i * n + i].total_cmp(&a[j * n + j]));
+    let lam = idx.iter().map(|&i| a[i * n + i]).collect();
+    let u = Mat::from_fn(n, n, |r, k| v[r * n + idx[k]]);
     Ok((lam, u))
 }
 
@@ -229,11 +238,13 @@ fn chol(a: &Mat<f64>, what: &str) -> Result<Chol, FitError> {
     Ok(Chol::factor(sym(a).as_ref(), what)?)
 }
 
-/// Square root of a PSD matrix (negative eigenvalues clamped to 0).
-fn psd_sqrt(a: &Mat<f64>) -> Result<Mat<f64>, FitError> {
-    let (l, u) = eigh(a)?;
-    let d: Vec<f64> = l.iter().map(|v| v.max(0.0).sqrt()).collect();
-    Ok(Mat::from_fn(a.nrows(), a.ncols(), |i, j| (0..l.len()).map(|k| u[(i, k)] * d[k] * u[(j, k)]).sum()))
+/// F with F F^T = A for a PSD C x C matrix A: the columns U_k sqrt(lam_k) of its eigenvalues
+/// above 1e-12 of the largest (below that they are rounding noise or negligible).
+fn psd_factor(a: &Mat<f64>) -> Result<Mat<f64>, FitError> {
+    let (lam, u) = eigh(a)?;
+    let lmax = lam.iter().copied().fold(0.0, f64::max);
+    let keep: Vec<usize> = (0..lam.len()).filter(|&k| lam[k] > 1e-12 * lmax.max(1e-300) && lam[k] > 0.0).collect();
+    Ok(Mat::from_fn(a.nrows(), keep.len(), |p, q| u[(p, keep[q])] * lam[keep[q]].sqrt()))
 }
 
 /// False position with Illinois end-point down-weighting for a decreasing derivative phi on
@@ -573,45 +584,26 @@ fn v_from_w(pr: &Prior, w: &[Mat<f64>]) -> Result<VState, FitError> {
     let (n, c) = (pr.n, pr.c);
     let nc = n * c;
     // Block columns of L_W: (datum, C x r_i factor F_i in K^c's eigenbasis).
-    let mut cols: Vec<(usize, Mat<f64>)> = Vec::with_capacity(n);
-    let mut r = 0;
-    for (i, wi) in w.iter().enumerate() {
-        let (lam, u) = eigh(wi)?;
-        let lmax = lam.iter().copied().fold(0.0, f64::max);
-        let keep: Vec<usize> = (0..c).filter(|&k| lam[k] > 1e-12 * lmax.max(1e-300) && lam[k] > 0.0).collect();
-        let f = Mat::from_fn(c, keep.len(), |p, q| u[(p, keep[q])] * lam[keep[q]].sqrt());
-        r += keep.len();
-        cols.push((i, f));
-    }
-    // G = (Kx (x) diag(lam)) L_W (nC x r): block (j, i) is Kx_ji diag(lam) F_i.
-    let mut g = Mat::<f64>::zeros(nc, r);
-    let mut off = 0;
-    let mut offs = Vec::with_capacity(n);
-    for (i, f) in &cols {
-        for j in 0..n {
-            let kx = pr.kx[(j, *i)];
-            for q in 0..f.ncols() {
-                for p in 0..c {
-                    g[(j * c + p, off + q)] = kx * (pr.kc_lam[p] * f[(p, q)]);
-                }
-            }
-        }
-        offs.push(off);
-        off += f.ncols();
-    }
-    // L_W^T in the class basis (T is kept there) and B = I + L_W^T G.
+    let fs: Vec<Mat<f64>> = w.iter().map(psd_factor).collect::<Result<_, _>>()?;
+    // B = I + L_W^T (Kx (x) diag(lam)) L_W, and L_W^T in the class basis (T is kept there).
+    let lam = Mat::from_fn(c, c, |p, q| if p == q { pr.kc_lam[p] } else { 0.0 });
+    let (mut bm, offs) = kron_sandwich_lower(&pr.kx, lam.as_ref(), &fs);
+    let r = offs[n];
     let mut lwt = Mat::<f64>::zeros(r, nc);
-    let mut bm = eye(r);
-    for ((i, f), &o) in cols.iter().zip(&offs) {
+    for (i, f) in fs.iter().enumerate() {
         let f_class = match &pr.kc_u {
             Some(u) => u * f,
             None => f.clone(),
         };
-        lwt.as_mut().submatrix_mut(o, i * c, f.ncols(), c).copy_from(f_class.transpose());
-        matmul(bm.as_mut().subrows_mut(o, f.ncols()), Accum::Add, f.transpose(), g.as_ref().subrows(i * c, c), 1.0, Par::Seq);
+        lwt.as_mut().submatrix_mut(offs[i], i * c, f.ncols(), c).copy_from(f_class.transpose());
+        for k in offs[i]..offs[i + 1] {
+            bm[(k, k)] += 1.0;
+        }
     }
-    let lb = chol(&bm, "B = I + L_W^T K L_W")?;
-    let q = whitened_gram(pr, &lb, &cols, &offs);
+    let cols: Vec<(usize, Mat<f64>)> = fs.into_iter().enumerate().collect();
+    let lb = Chol::factor_owned(bm, "B = I + L_W^T K L_W")?;
+    let q_store = whitened_gram(pr, &lb, &cols, &offs);
+    let q = faer::MatRef::from_column_major_slice(&q_store, r, nc);
     let blocks: Vec<Mat<f64>> = (0..n)
         .map(|i| {
             let qi = q.as_ref().subcols(i * c, c);
@@ -636,14 +628,43 @@ fn v_from_w(pr: &Prior, w: &[Mat<f64>]) -> Result<VState, FitError> {
     Ok(VState { t: TRep::Fx { lb, lwt }, blocks, logdet_kinv_v, tr_tk })
 }
 
-/// q = L_B^{-1} L_W^T K (r x nC, in K^c's eigenbasis), the factor of K T K = q^T q, by two
+/// The lower triangle of E^T (Kx (x) Kc) E for E = blockdiag(E_1, ..., E_n) (E_i: C x r_i): block
+/// (i, j) is Kx_ij E_i^T Kc E_j, from one r x C x r product. Also the column offsets of the
+/// blocks (n + 1 of them, the last r = sum r_i).
+fn kron_sandwich_lower(kx: &Mat<f64>, kc: MatRef<'_, f64>, es: &[Mat<f64>]) -> (Mat<f64>, Vec<usize>) {
+    let c = kc.nrows();
+    let mut offs = Vec::with_capacity(es.len() + 1);
+    let mut datum_of = Vec::new();
+    offs.push(0);
+    for (i, e) in es.iter().enumerate() {
+        datum_of.extend(std::iter::repeat_n(i, e.ncols()));
+        offs.push(offs[i] + e.ncols());
+    }
+    let r = offs[es.len()];
+    let mut e_all = Mat::<f64>::zeros(c, r);
+    for (i, e) in es.iter().enumerate() {
+        e_all.as_mut().subcols_mut(offs[i], e.ncols()).copy_from(e);
+    }
+    let kc_e = kc * &e_all;
+    let mut out = Mat::<f64>::zeros(r, r);
+    matmul(out.as_mut(), Accum::Replace, e_all.transpose(), kc_e.as_ref(), 1.0, Par::Seq);
+    for col in 0..r {
+        let j = datum_of[col];
+        for row in col..r {
+            out[(row, col)] *= kx[(datum_of[row], j)];
+        }
+    }
+    (out, offs)
+}
+
+/// q = L_B^{-1} L_W^T K (r x nC, in K^c's eigenbasis, column-major), the factor of K T K = q^T q, by two
 /// structured steps instead of one dense triangular solve (r^2 nC flops):
 /// 1. Z = L_B^{-1} L_W^T. Datum i's columns of L_W^T are zero above its row offset o_i, and so
 ///    are Z's (forward substitution), so they need only the trailing triangle L_B[o_i.., o_i..]
 ///    (solved for a group of data at a time): about r^3 / 3 flops.
 /// 2. q = Z (Kx (x) diag(lam)). Z stored column-major as r x nC is, read with rows (c, row), the
 ///    rC x n matrix whose product with Kx gives q in the same layout: 2 r C n^2 flops.
-fn whitened_gram(pr: &Prior, lb: &Chol, cols: &[(usize, Mat<f64>)], offs: &[usize]) -> Mat<f64> {
+fn whitened_gram(pr: &Prior, lb: &Chol, cols: &[(usize, Mat<f64>)], offs: &[usize]) -> Vec<f64> {
     const GROUP: usize = 16;
     let (n, c) = (pr.n, pr.c);
     let r = lb.dim();
@@ -664,7 +685,11 @@ fn whitened_gram(pr: &Prior, lb: &Chol, cols: &[(usize, Mat<f64>)], offs: &[usiz
     let mut q = vec![0.0; r * n * c];
     let mut qp = faer::MatMut::from_column_major_slice_mut(&mut q, r * c, n);
     matmul(qp.as_mut(), Accum::Replace, zp, pr.kx.as_ref(), 1.0, Par::Seq);
-    Mat::from_fn(r, n * c, |row, col| pr.kc_lam[col % c] * q[col * r + row])
+    for (col, qc) in q.chunks_exact_mut(r).enumerate() {
+        let lam = pr.kc_lam[col % c];
+        qc.iter_mut().for_each(|v| *v *= lam);
+    }
+    q
 }
 
 /// The variational parameters besides V; S_i and W_i in [`Prior::basis`].
@@ -691,6 +716,9 @@ pub struct FitStats {
     pub converged: bool,
     /// Converged on the bound with b - g-bar stuck above b_tol at its floating-point floor.
     pub stopped_at_floor: bool,
+    /// The last step length accepted on the W path of [`v_step`] (here or in the fit this one
+    /// was warm-started from).
+    pub w_path_eta: Option<f64>,
     pub bound_trace: Vec<f64>,
 }
 
@@ -770,48 +798,82 @@ fn current_w(pr: &Prior, st: &State) -> Result<Vec<Mat<f64>>, FitError> {
         .collect()
 }
 
-/// The joint Newton step on b with m = K (y - b) (eq. 65), solved through the SPD system
-/// X^{-1} r = r - D^{1/2} (I + D^{1/2} P D^{1/2})^{-1} D^{1/2} P r, P = K + S^{-1}, D = G - G~.
-fn joint_b_step(pr: &Prior, st: &mut State, m: &mut Vec<f64>, cur: f64, terms: &[DatumTerms], stats: &mut FitStats) -> Result<f64, FitError> {
+/// The joint Newton step on b with m = K (y - b) (eq. 65): d = -(I + D P)^{-1} (b - g-bar) with
+/// P = K + S^{-1} and D = blockdiag(diag(g-bar_i) - g-bar_i g-bar_i^T). D_i = E_i E_i^T with E_i of
+/// C - 1 columns ([`softmax_hessian_factor`]), and by Woodbury
+/// (I + D P)^{-1} r = r - E (I + E^T P E)^{-1} E^T P r: an SPD system of size n (C - 1) whose
+/// matrix comes block by block, (E^T K E)_ij = Kx_ij E_i^T Kc E_j, without forming P.
+fn newton_direction(pr: &Prior, b: &[f64], terms: &[DatumTerms]) -> Result<Vec<f64>, FitError> {
     let (n, c) = (pr.n, pr.c);
     let nc = n * c;
-    let mut p = pr.k.clone();
-    for (i, t) in terms.iter().enumerate() {
-        for a in 0..c {
-            for bb in 0..c {
-                p[(i * c + a, i * c + bb)] += t.s_inv[(a, bb)];
+    let es: Vec<Mat<f64>> = terms.iter().map(|t| softmax_hessian_factor(&t.gbar)).collect();
+    // M = I + E^T K E + blockdiag(E_i^T S_i^{-1} E_i).
+    let (mut mm, offs) = kron_sandwich_lower(&pr.kx, pr.kc.as_ref(), &es);
+    let r = offs[n];
+    for (i, (e, t)) in es.iter().zip(terms).enumerate() {
+        let ese = e.transpose() * &t.s_inv * e;
+        for a in 0..e.ncols() {
+            for bb in 0..=a {
+                mm[(offs[i] + a, offs[i] + bb)] += ese[(a, bb)] + if a == bb { 1.0 } else { 0.0 };
             }
         }
     }
-    let dh: Vec<Mat<f64>> = terms
-        .iter()
-        .map(|t| psd_sqrt(&Mat::from_fn(c, c, |a, bb| (if a == bb { t.gbar[a] } else { 0.0 }) - t.gbar[a] * t.gbar[bb])))
-        .collect::<Result<_, _>>()?;
-    // M = I + Dh P Dh (block-diagonal Dh on both sides), block by block into place.
-    let mut pd = Mat::<f64>::zeros(nc, nc);
-    for (j, d) in dh.iter().enumerate() {
-        matmul(pd.as_mut().subcols_mut(j * c, c), Accum::Replace, p.as_ref().subcols(j * c, c), d.as_ref(), 1.0, Par::Seq);
-    }
-    let mut mm = Mat::<f64>::identity(nc, nc);
-    for (i, d) in dh.iter().enumerate() {
-        matmul(mm.as_mut().subrows_mut(i * c, c), Accum::Add, d.as_ref(), pd.as_ref().subrows(i * c, c), 1.0, Par::Seq);
-    }
-    let lm = chol(&mm, "I + D^1/2 (K + S^-1) D^1/2")?;
-    let rvec: Vec<f64> = (0..nc).map(|k| st.b[k] - terms[k / c].gbar[k % c]).collect();
-    let pr_ = matvec(p.as_ref(), &rvec);
-    let mut u = vec![0.0; nc];
-    for i in 0..n {
-        let ui = matvec(dh[i].as_ref(), &pr_[i * c..(i + 1) * c]);
-        u[i * c..(i + 1) * c].copy_from_slice(&ui);
+    let lm = Chol::factor_owned(mm, "I + E^T (K + S^-1) E")?;
+    let rvec: Vec<f64> = (0..nc).map(|k| b[k] - terms[k / c].gbar[k % c]).collect();
+    let prv = p_times(pr, terms, &rvec);
+    let mut u = vec![0.0; r];
+    for (i, e) in es.iter().enumerate() {
+        let ui = matvec(e.transpose(), &prv[i * c..(i + 1) * c]);
+        u[offs[i]..offs[i + 1]].copy_from_slice(&ui);
     }
     let vsol = lm.solve_vec(&u);
     let mut d = vec![0.0; nc];
-    for i in 0..n {
-        let dv = matvec(dh[i].as_ref(), &vsol[i * c..(i + 1) * c]);
+    for (i, e) in es.iter().enumerate() {
+        let ev = matvec(e.as_ref(), &vsol[offs[i]..offs[i + 1]]);
         for q in 0..c {
-            d[i * c + q] = -(rvec[i * c + q] - dv[q]);
+            d[i * c + q] = -(rvec[i * c + q] - ev[q]);
         }
     }
+    Ok(d)
+}
+
+/// F (C x C-1) with F F^T = diag(g) - g g^T for a probability vector g, in closed form:
+/// E = (I - g 1^T) diag(sqrt g) is one factor (expand, using sum g = 1), and E s = 0 for the unit
+/// vector s = sqrt g, so with the Householder reflector H that maps s to +-e_C the last column of
+/// E H vanishes and F is the rest.
+fn softmax_hessian_factor(g: &[f64]) -> Mat<f64> {
+    let c = g.len();
+    let sq: Vec<f64> = g.iter().map(|v| v.max(0.0).sqrt()).collect();
+    let e = Mat::from_fn(c, c, |i, k| (if i == k { 1.0 } else { 0.0 } - g[i]) * sq[k]);
+    // H = I - 2 w w^T / (w^T w) with w = s + |s| e_C (s_C >= 0, so no cancellation).
+    let mut w = sq.clone();
+    w[c - 1] += sq.iter().map(|v| v * v).sum::<f64>().sqrt();
+    let ww: f64 = w.iter().map(|v| v * v).sum();
+    Mat::from_fn(c, c - 1, |i, j| {
+        let ew: f64 = (0..c).map(|k| e[(i, k)] * w[k]).sum();
+        e[(i, j)] - 2.0 * ew * w[j] / ww
+    })
+}
+
+/// P v with P = K + blockdiag(S_i^{-1}).
+fn p_times(pr: &Prior, terms: &[DatumTerms], v: &[f64]) -> Vec<f64> {
+    let c = pr.c;
+    let mut out = matvec(pr.k.as_ref(), v);
+    for (i, t) in terms.iter().enumerate() {
+        let sv = matvec(t.s_inv.as_ref(), &v[i * c..(i + 1) * c]);
+        for q in 0..c {
+            out[i * c + q] += sv[q];
+        }
+    }
+    out
+}
+
+/// The joint Newton step on b and m = K (y - b) along [`newton_direction`], with false position
+/// on the step length when the full step lowers the bound (App. C.2).
+fn joint_b_step(pr: &Prior, st: &mut State, m: &mut Vec<f64>, cur: f64, terms: &[DatumTerms], stats: &mut FitStats) -> Result<f64, FitError> {
+    let (n, c) = (pr.n, pr.c);
+    let nc = n * c;
+    let d = newton_direction(pr, &st.b, terms)?;
     let kd = matvec(pr.k.as_ref(), &d);
     // Only b and m move: the candidates share S and V with the current state.
     let eval = |eta: f64| -> Result<(f64, Vec<f64>, Vec<f64>, Vec<DatumTerms>), FitError> {
@@ -833,7 +895,7 @@ fn joint_b_step(pr: &Prior, st: &mut State, m: &mut Vec<f64>, cur: f64, terms: &
         match eval(eta) {
             Ok((_, b2, _, t)) => {
                 let r2: Vec<f64> = (0..nc).map(|k| b2[k] - t[k / c].gbar[k % c]).collect();
-                let g = matvec(p.as_ref(), &r2);
+                let g = p_times(pr, terms, &r2);
                 -(0..nc).map(|k| g[k] * d[k]).sum::<f64>()
             }
             Err(_) => -1.0,
@@ -880,14 +942,25 @@ fn v_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, lk: &mut Option<Chol>
     // not lower the bound; else the paper's V-space convex mix by false position. The W path
     // starts at the current V only if V = (K^{-1} + W_prev)^{-1}; after a V-space mix it starts
     // at the V before the mix, below the current bound, so it is skipped.
-    let etas: &[f64] = if st.w_exact { &[0.5, 0.25, 0.125, 1.0 / 16.0, 1.0 / 64.0, 1.0 / 256.0] } else { &[] };
-    for &eta in etas {
+    // A warm-started fit (hyper-parameter learning) starts the path at twice the eta its
+    // predecessor last accepted: on glass it settles at 1/8 or 1/16 in most evaluations, which
+    // from 1/2 would cost two or three rejected O(p^3) proposals.
+    let etas: Vec<f64> = match (st.w_exact, stats.w_path_eta) {
+        (false, _) => Vec::new(),
+        (true, None) => vec![0.5, 0.25, 0.125, 1.0 / 16.0, 1.0 / 64.0, 1.0 / 256.0],
+        (true, Some(last)) => {
+            let start = (2.0 * last).min(0.5);
+            (0..6).map(|k| start / 2f64.powi(k)).filter(|&e| e >= 1.0 / 256.0).collect()
+        }
+    };
+    for eta in etas {
         let we: Vec<Mat<f64>> = st.w_prev.iter().zip(&w).map(|(a, b)| a * faer::Scale(1.0 - eta) + b * faer::Scale(eta)).collect();
         let Ok(ve) = v_from_w(pr, &we) else { continue };
         if let Ok((v, _)) = bound_at(pr, &ve, &st.s, &st.b, m) {
             if accept(v, cur) {
                 st.v = ve;
                 st.w_prev = we;
+                stats.w_path_eta = Some(eta);
                 return Ok(v);
             }
         }
@@ -1030,17 +1103,37 @@ fn s_steps(pr: &Prior, st: &mut State, m: &[f64], stats: &mut FitStats) -> Resul
     Ok(())
 }
 
-/// Block coordinate ascent to convergence (notes D§2.4.8). `warm`: (W blocks in the class basis,
-/// b) of a previous optimum (other hyper-parameters) to start from.
-pub(crate) fn fit_variational(
-    pr: &Prior,
-    params: &KlmnlParams,
-    warm: Option<(&[Mat<f64>], &[f64])>,
-    ctx: Option<&FitContext>,
-) -> Result<VarFit, FitError> {
+/// A previous optimum (other hyper-parameters) to start a fit from.
+#[derive(Clone)]
+pub(crate) struct WarmStart {
+    /// W blocks in the class basis (the next fit's K^c, and so its basis, may differ).
+    w: Vec<Mat<f64>>,
+    b: Vec<f64>,
+    w_path_eta: Option<f64>,
+}
+
+impl WarmStart {
+    fn from_fit(pr: &Prior, fit: &VarFit) -> WarmStart {
+        WarmStart { w: fit.w(pr), b: fit.st.b.clone(), w_path_eta: fit.stats.w_path_eta }
+    }
+
+    /// The state a source cell handed over (vectors `warm_w`, its W blocks row-major, and
+    /// `warm_b`), if it has the shape of an n-datum, C-class fit.
+    fn from_handoff(h: Option<&Handoff>, n: usize, c: usize) -> Option<WarmStart> {
+        let (w, b) = (h?.vectors.get("warm_w")?, h?.vectors.get("warm_b")?);
+        (w.len() == n * c * c && b.len() == n * c).then(|| WarmStart {
+            w: w.chunks_exact(c * c).map(|wi| Mat::from_fn(c, c, |p, q| wi[p * c + q])).collect(),
+            b: b.clone(),
+            w_path_eta: None,
+        })
+    }
+}
+
+/// Block coordinate ascent to convergence (notes D§2.4.8), from the E.3 initialisation or `warm`.
+pub(crate) fn fit_variational(pr: &Prior, params: &KlmnlParams, warm: Option<&WarmStart>, ctx: Option<&FitContext>) -> Result<VarFit, FitError> {
     let c = pr.c;
     let mut st = match warm {
-        Some((w_class, b)) => {
+        Some(WarmStart { w: w_class, b, .. }) => {
             let w: Vec<Mat<f64>> = w_class.iter().map(|wi| pr.basis().from_class(wi.clone())).collect();
             let v = v_from_w(pr, &w)?;
             let s = (0..pr.n)
@@ -1052,7 +1145,7 @@ pub(crate) fn fit_variational(
     };
     let mut m = m_of(pr, &st.b);
     let (mut cur, _) = bound(pr, &st, &m)?;
-    let mut stats = FitStats { bound_trace: vec![cur], ..Default::default() };
+    let mut stats = FitStats { bound_trace: vec![cur], w_path_eta: warm.and_then(|w| w.w_path_eta), ..Default::default() };
     let mut lk: Option<Chol> = None;
     let mut flat_sweeps = 0;
     for sweep in 0..params.max_sweeps {
@@ -1234,6 +1327,22 @@ impl Method for Klmnl {
     }
 }
 
+/// The variational fit's tolerances for the next evaluation of hyper-parameter learning, given
+/// the optimised bounds so far: while the outer steps still move the bound by much, the inner
+/// fit need not resolve it to 1e-10 (the envelope gradient's error shrinks with the root of the
+/// bound's), so tol follows a thousandth of the last change, between `params.tol` and 1e-6,
+/// and b_tol scales with its root. The last evaluations, whose changes are tiny, are as tight
+/// as a plain fit.
+fn inner_params(params: &KlmnlParams, bounds: &[f64]) -> KlmnlParams {
+    let mut p = params.clone();
+    if let [.., a, b] = bounds {
+        let rel = 1e-3 * (b - a).abs() / b.abs().max(1.0);
+        p.tol = rel.clamp(params.tol, 1e-6f64.max(params.tol));
+        p.b_tol = params.b_tol * (p.tol / params.tol).sqrt();
+    }
+    p
+}
+
 impl Klmnl {
     pub fn fit_model(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<KlmnlModel, FitError> {
         let c = problem.n_classes + self.params.extra_classes;
@@ -1256,14 +1365,14 @@ impl Klmnl {
         }
         let mut diagnostics = BTreeMap::new();
         let mut hyper_evals = 0usize;
-        let mut final_warm: Option<(Vec<Mat<f64>>, Vec<f64>)> = None;
+        let mut final_warm: Option<WarmStart> = None;
         let learn_kernel = hyper == HyperPolicy::Learn;
         let learn_kc = self.params.learn_kc && !rho.is_empty() && !self.params.kc_from_source;
         if learn_kernel || learn_kc {
             // Maximise log Z_h* over [free kernel log-parameters, K^c parameters], warm-starting
             // every variational fit from the last optimum (App. E.3); gradients by the envelope theorem.
             let nk = kernel.n_params();
-            let warm: Mutex<Option<(Vec<Mat<f64>>, Vec<f64>)>> = Mutex::new(None);
+            let warm: Mutex<Option<WarmStart>> = Mutex::new(None);
             let evals = Mutex::new(0usize);
             let trace_vals: Mutex<Vec<f64>> = Mutex::new(Vec::new());
             let ctx_ref: &FitContext = &*ctx;
@@ -1276,10 +1385,11 @@ impl Klmnl {
                 let kcp = if learn_kc { kc_of(&model, &p[nk..], c) } else { kc_fixed.clone() };
                 let pr = Prior::new(kx, kcp, problem.y)?;
                 let w_guard = warm.lock().expect("warm start lock").clone();
+                let params = inner_params(&self.params, &trace_vals.lock().expect("trace lock"));
                 let fit = match &w_guard {
-                    Some((w, b)) => fit_variational(&pr, &self.params, Some((w, b)), Some(ctx_ref))
-                        .or_else(|_| fit_variational(&pr, &self.params, None, Some(ctx_ref)))?,
-                    None => fit_variational(&pr, &self.params, None, Some(ctx_ref))?,
+                    Some(w) => fit_variational(&pr, &params, Some(w), Some(ctx_ref))
+                        .or_else(|_| fit_variational(&pr, &params, None, Some(ctx_ref)))?,
+                    None => fit_variational(&pr, &params, None, Some(ctx_ref))?,
                 };
                 let env = envelope(&pr, &fit, learn_kc);
                 let mut g = hyper_gradient(&env, &dkx);
@@ -1288,7 +1398,7 @@ impl Klmnl {
                 } else {
                     g.extend(vec![0.0; p.len() - nk]);
                 }
-                *warm.lock().expect("warm start lock") = Some((fit.w(&pr), fit.st.b.clone()));
+                *warm.lock().expect("warm start lock") = Some(WarmStart::from_fit(&pr, &fit));
                 *evals.lock().expect("eval counter") += 1;
                 trace_vals.lock().expect("trace lock").push(fit.log_zh);
                 // Per datum: the same optimum, but gradients of order one keep the optimiser's
@@ -1316,8 +1426,11 @@ impl Klmnl {
         }
         let kx = kernel.gram(problem.x);
         let pr = Prior::new(kx, kc, problem.y)?;
-        // The optimum is unique (the bound is concave), so a warm start changes only the cost.
-        let warm = final_warm.as_ref().map(|(w, b)| (w.as_slice(), b.as_slice()));
+        // The optimum is unique (the bound is concave), so a warm start changes only the cost:
+        // from the learning's last optimum, else from a source cell's fit (e.g. the KL-MNL fit
+        // at the same hyper-parameters that an importance-sampling cell centres on).
+        let source_warm = if final_warm.is_none() { WarmStart::from_handoff(ctx.source, pr.n, c) } else { None };
+        let warm = final_warm.as_ref().or(source_warm.as_ref());
         let fit = match fit_variational(&pr, &self.params, warm, Some(ctx)) {
             Ok(fit) => fit,
             Err(_) if warm.is_some() => fit_variational(&pr, &self.params, None, Some(ctx))?,
@@ -1528,6 +1641,10 @@ impl Fitted for KlmnlModel {
         vectors.insert("mean".into(), mean);
         vectors.insert("log_zh".into(), vec![self.fit.log_zh]);
         vectors.insert("kc".into(), (0..c * c).map(|k| self.pr.kc[(k / c, k % c)]).collect());
+        // The variational state, for dependent cells to warm-start from.
+        let warm = WarmStart::from_fit(&self.pr, &self.fit);
+        vectors.insert("warm_w".into(), warm.w.iter().flat_map(|wi| (0..c * c).map(move |k| wi[(k / c, k % c)])).collect());
+        vectors.insert("warm_b".into(), warm.b);
         Handoff { log_hyperparameters: self.kernel.log_params(), vectors }
     }
 }
@@ -1785,6 +1902,56 @@ mod tests {
     }
 
     #[test]
+    fn the_softmax_hessian_factor_reproduces_diag_g_minus_g_g_t() {
+        for g in [vec![0.7, 0.3], vec![0.2, 0.5, 0.3], vec![1e-12, 0.25, 0.5, 0.25 - 1e-12], vec![0.0, 0.1, 0.0, 0.6, 0.3], vec![0.999999, 1e-6, 0.0]] {
+            let c = g.len();
+            let f = softmax_hessian_factor(&g);
+            assert_eq!((f.nrows(), f.ncols()), (c, c - 1));
+            let d = Mat::from_fn(c, c, |i, j| if i == j { g[i] } else { 0.0 } - g[i] * g[j]);
+            assert!((&f * f.transpose() - &d).norm_max() < 1e-15, "g = {g:?}");
+        }
+    }
+
+    #[test]
+    fn the_newton_direction_solves_the_dense_system() {
+        // d = -(I + D P)^{-1} (b - g-bar), P = K + blockdiag(S_i^{-1}), D_i = diag(g) - g g^T,
+        // by a dense LU solve; the reduced Woodbury form must agree, for an identity and a
+        // rotated K^c, at the E.3 start and after one S sweep.
+        let (x, y) = toy(9, 3, 4);
+        let kern = SqExp { log_variance: 0.7, log_lengthscales: vec![0.2], learn_variance: true };
+        for kc in [eye(3), rotated_kc(&[0.3, 1.0, 1.7], 5)] {
+            let pr = Prior::new(kern.gram(&x), kc, &y).unwrap();
+            let mut st = init_state(&pr, &default_w(pr.n, 3, 1.0), 1.0).unwrap();
+            let m = m_of(&pr, &st.b);
+            for sweep in 0..2 {
+                if sweep == 1 {
+                    s_steps(&pr, &mut st, &m, &mut FitStats::default()).unwrap();
+                }
+                let (_, terms) = bound(&pr, &st, &m).unwrap();
+                let d = newton_direction(&pr, &st.b, &terms).unwrap();
+                let nc = pr.n * 3;
+                let mut p = pr.k.clone();
+                let mut dm = Mat::<f64>::zeros(nc, nc);
+                for (i, t) in terms.iter().enumerate() {
+                    for a in 0..3 {
+                        for bb in 0..3 {
+                            p[(i * 3 + a, i * 3 + bb)] += t.s_inv[(a, bb)];
+                            dm[(i * 3 + a, i * 3 + bb)] = if a == bb { t.gbar[a] } else { 0.0 } - t.gbar[a] * t.gbar[bb];
+                        }
+                    }
+                }
+                let x_mat = Mat::<f64>::identity(nc, nc) + &dm * &p;
+                let r = Mat::from_fn(nc, 1, |k, _| -(st.b[k] - terms[k / 3].gbar[k % 3]));
+                let dense = x_mat.partial_piv_lu().solve(&r);
+                let scale = (0..nc).map(|k| dense[(k, 0)].abs()).fold(0.0, f64::max);
+                for k in 0..nc {
+                    assert!((d[k] - dense[(k, 0)]).abs() < 1e-10 * scale.max(1.0), "entry {k}: {} vs {}", d[k], dense[(k, 0)]);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn a_nearly_singular_kc_converges_cleanly_and_its_bound_is_continuous_at_the_singular_limit() {
         // With K^c's smallest eigenvalue at 1e-12 and sigma^2 = e^2.5, V_i and S_i are
         // ill-conditioned by ~1e13. Held in the class basis, their rounding put ~1e-4 nats of
@@ -1919,6 +2086,54 @@ mod tests {
         for m in means {
             assert!(m.iter().sum::<f64>().abs() < 1e-8);
         }
+    }
+
+    #[test]
+    fn learning_reaches_the_best_bound_of_a_fine_grid() {
+        // Inner fits run loose while the outer steps are large (inner_params); the optimum must
+        // still be the true one: no point of a grid around it may beat it.
+        let (x, y) = toy(14, 3, 8);
+        let kern = SqExp { log_variance: 0.5, log_lengthscales: vec![0.0], learn_variance: false };
+        let problem = Problem { x: &x, y: &y, n_classes: 3 };
+        let method = KlmnlParams::default().check().unwrap();
+        let mut r = rng(2);
+        let learned = method.fit_model(&problem, &kern, HyperPolicy::Learn, &mut FitContext::new(&mut r, None)).unwrap();
+        let l0 = learned.kernel().log_lengthscales[0];
+        let at = |l: f64| {
+            let k = SqExp { log_lengthscales: vec![l], ..kern.clone() };
+            fit_variational(&Prior::new(k.gram(&x), eye(3), &y).unwrap(), &KlmnlParams::default(), None, None).unwrap().log_zh
+        };
+        let best_grid = (-20..=20).map(|k| at(l0 + 0.01 * k as f64)).fold(f64::NEG_INFINITY, f64::max);
+        assert!(learned.log_zh() >= best_grid - 1e-8, "learned {} vs grid {best_grid}", learned.log_zh());
+        // and the schedule itself: tight without history or once the steps are small
+        let p = KlmnlParams::default();
+        assert_eq!(inner_params(&p, &[]).tol, p.tol);
+        assert_eq!(inner_params(&p, &[-100.0, -100.0 + 1e-9]).tol, p.tol);
+        let loose = inner_params(&p, &[-150.0, -140.0]);
+        assert_eq!(loose.tol, 1e-6);
+        assert!((loose.b_tol - p.b_tol * 100.0).abs() < 1e-18);
+    }
+
+    #[test]
+    fn a_fit_warm_started_from_a_source_handoff_reaches_the_same_optimum_sooner() {
+        let (x, y) = toy(15, 3, 12);
+        let kern = SqExp { log_variance: 1.0, log_lengthscales: vec![0.3, -0.2], learn_variance: false };
+        let problem = Problem { x: &x, y: &y, n_classes: 3 };
+        let method = KlmnlParams::default().check().unwrap();
+        let mut r = rng(4);
+        let cold = method.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut FitContext::new(&mut r, None)).unwrap();
+        let handoff = Fitted::handoff(&cold);
+        let mut ctx = FitContext::new(&mut r, None);
+        ctx.source = Some(&handoff);
+        let warm = method.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut ctx).unwrap();
+        assert!((warm.log_zh() - cold.log_zh()).abs() < 1e-8 * cold.log_zh().abs(), "{} vs {}", warm.log_zh(), cold.log_zh());
+        assert!(warm.fit.stats.sweeps < cold.fit.stats.sweeps / 2, "{} vs {} sweeps", warm.fit.stats.sweeps, cold.fit.stats.sweeps);
+        // A handoff of another shape (here: other data) is ignored, not an error.
+        let (x2, y2) = toy(9, 3, 13);
+        let mut ctx = FitContext::new(&mut r, None);
+        ctx.source = Some(&handoff);
+        let other = method.fit_model(&Problem { x: &x2, y: &y2, n_classes: 3 }, &kern, HyperPolicy::Fixed, &mut ctx).unwrap();
+        assert!(other.fit.stats.converged);
     }
 
     #[test]

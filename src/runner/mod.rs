@@ -17,7 +17,6 @@ use crate::spec::{expand, Cell, Spec};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -165,7 +164,7 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     };
     let every = std::time::Duration::from_secs_f64(every);
     let log = (!opts.progress).then(|| Mutex::new(ProgressLog { started: Instant::now(), last: Instant::now(), every, total: pending.len(), failed: 0 }));
-    let scheduler = Scheduler { spec, prepared: &prepared, store: &store, bar: &bar, log, done: Mutex::new(done), dependants, failure: Mutex::new(None), stored: AtomicUsize::new(0), abort_after };
+    let scheduler = Scheduler { spec, prepared: &prepared, store: &store, bar: &bar, log, done: Mutex::new(done), dependants, failure: Mutex::new(None), stored: Mutex::new(0), abort_after };
     pool.scope_fifo(|scope| {
         for cell in roots {
             let scheduler = &scheduler;
@@ -208,7 +207,8 @@ struct Scheduler<'a> {
     dependants: BTreeMap<&'a str, Vec<&'a Cell>>,
     /// The first error that stops the run (a result that could not be stored).
     failure: Mutex<Option<anyhow::Error>>,
-    stored: AtomicUsize,
+    /// Cells stored by this run; its lock also serialises the writes (see `abort_after`).
+    stored: Mutex<usize>,
     /// Test hook: abort the process after this many stored cells, as a kill would.
     abort_after: Option<usize>,
 }
@@ -223,17 +223,24 @@ impl<'a> Scheduler<'a> {
         }
         let source = cell.depends_on.as_ref().and_then(|d| self.done.lock().expect("no panic holds the lock").get(d).cloned());
         let record = run_cell(self.spec, cell, self.prepared, source.as_ref());
-        if let Err(e) = self.store.write_cell(&record) {
-            self.failure.lock().expect("no panic holds the lock").get_or_insert(e.into());
-            return;
-        }
+        // Storing and counting are one step under the lock, so the abort hook stops the
+        // process with exactly `abort_after` cells on disk (no other thread can store one
+        // between this write and the abort).
+        let n = {
+            let mut stored = self.stored.lock().expect("no panic holds the lock");
+            if let Err(e) = self.store.write_cell(&record) {
+                self.failure.lock().expect("no panic holds the lock").get_or_insert(e.into());
+                return;
+            }
+            *stored += 1;
+            if self.abort_after == Some(*stored) {
+                std::process::abort();
+            }
+            *stored
+        };
         self.bar.inc(1);
         if record.status == Status::Failed {
             self.bar.println(format!("failed: {} {} split {}: {}", cell.dataset, cell.entry.name, cell.split, record.error.as_deref().unwrap_or("")));
-        }
-        let n = self.stored.fetch_add(1, Ordering::SeqCst) + 1;
-        if self.abort_after == Some(n) {
-            std::process::abort();
         }
         if let Some(log) = &self.log {
             log.lock().expect("no panic holds the lock").cell_done(n, record.status == Status::Failed);
