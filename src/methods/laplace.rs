@@ -420,7 +420,7 @@ fn learn_kernel(
         }
         Ok((-v, g.iter().map(|x| -x).collect()))
     };
-    let min = minimize_lbfgs(&cost, &kernel.log_params(), &kernel.free_mask(), max_iters)?;
+    let min = minimize_lbfgs(&cost, &kernel.log_params(), &kernel.free_mask(), max_iters, 1e-10)?;
     for (k, t, v) in trace.into_inner().expect("trace lock") {
         ctx.trace.push(crate::results::TracePoint { iter: k, time: t, name: "log_evidence".into(), value: v });
     }
@@ -638,7 +638,7 @@ mod tests {
             }
             Ok((v, g))
         };
-        let opt = minimize_lbfgs(&neg_psi, &vec![0.0; n * C], &vec![true; n * C], 2000).unwrap();
+        let opt = minimize_lbfgs(&neg_psi, &vec![0.0; n * C], &vec![true; n * C], 2000, 1e-10).unwrap();
         for k in 0..n * C {
             assert!((opt.x[k] - mode.f[k]).abs() < 1e-4, "mode entry {k}: {} vs {}", opt.x[k], mode.f[k]);
         }

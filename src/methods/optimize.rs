@@ -114,7 +114,9 @@ const MAX_RESTARTS: u32 = 3;
 /// as a near-singular covariance) or the line search gets no descent direction, L-BFGS restarts
 /// from the best point seen, with fresh memory and a first step 4^k times shorter on restart k,
 /// up to `MAX_RESTARTS` times within the `max_iters` budget; then it ends at the best point.
-pub fn minimize_lbfgs(f: &CostAndGrad<'_>, x0: &[f64], free: &[bool], max_iters: u64) -> Result<Minimum, FitError> {
+/// It converges when the gradient norm falls below 1e-6 or an iteration changes the cost by
+/// less than `tol_cost`.
+pub fn minimize_lbfgs(f: &CostAndGrad<'_>, x0: &[f64], free: &[bool], max_iters: u64, tol_cost: f64) -> Result<Minimum, FitError> {
     assert_eq!(x0.len(), free.len());
     let free_idx: Vec<usize> = (0..x0.len()).filter(|&i| free[i]).collect();
     let cache = Mutex::new(Cache::default());
@@ -135,7 +137,7 @@ pub fn minimize_lbfgs(f: &CostAndGrad<'_>, x0: &[f64], free: &[bool], max_iters:
     let stop_reason = loop {
         let solver = LBFGS::new(MoreThuenteLineSearch::new(), 10)
             .with_tolerance_grad(1e-6)
-            .and_then(|s| s.with_tolerance_cost(1e-10))
+            .and_then(|s| s.with_tolerance_cost(tol_cost))
             .map_err(|e| FitError::Numerical(e.to_string()))?;
         let budget = max_iters - iterations;
         let outcome = Executor::new(problem(offset.clone(), scale), solver).configure(|s| s.param(start).max_iters(budget)).run();
@@ -190,7 +192,7 @@ mod tests {
             let g = vec![-2.0 * (1.0 - a) - 400.0 * a * (b - a * a), 200.0 * (b - a * a), 2.0 * (c - 3.0)];
             Ok((v, g))
         };
-        let m = minimize_lbfgs(&f, &[-1.2, 1.0, 5.0], &[true, true, false], 500).unwrap();
+        let m = minimize_lbfgs(&f, &[-1.2, 1.0, 5.0], &[true, true, false], 500, 1e-10).unwrap();
         assert!((m.x[0] - 1.0).abs() < 1e-4 && (m.x[1] - 1.0).abs() < 1e-4, "{:?}", m);
         assert_eq!(m.x[2], 5.0);
         assert!((m.value - 4.0).abs() < 1e-6);
@@ -207,18 +209,18 @@ mod tests {
             }
             Ok(((x[0] - 10.0).powi(2), vec![2.0 * (x[0] - 10.0)]))
         };
-        let m = minimize_lbfgs(&f, &[0.0], &[true], 100).unwrap();
+        let m = minimize_lbfgs(&f, &[0.0], &[true], 100, 1e-10).unwrap();
         assert!(m.x[0] > 3.5 && m.x[0] <= 5.0, "{m:?}");
         assert!(m.stop_reason.contains("restart"), "{}", m.stop_reason);
         // A smooth problem never restarts, so its path is the plain L-BFGS one.
         let g = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> { Ok(((x[0] - 1.0).powi(2), vec![2.0 * (x[0] - 1.0)])) };
-        let m = minimize_lbfgs(&g, &[0.0], &[true], 100).unwrap();
+        let m = minimize_lbfgs(&g, &[0.0], &[true], 100, 1e-10).unwrap();
         assert!(!m.stop_reason.contains("restart") && (m.x[0] - 1.0).abs() < 1e-6, "{m:?}");
     }
 
     #[test]
     fn a_timeout_is_an_error_not_a_result() {
         let f = |_: &[f64]| -> Result<(f64, Vec<f64>), FitError> { Err(FitError::Timeout { seconds: 1.0 }) };
-        assert!(matches!(minimize_lbfgs(&f, &[0.0], &[true], 10), Err(FitError::Timeout { .. })));
+        assert!(matches!(minimize_lbfgs(&f, &[0.0], &[true], 10, 1e-10), Err(FitError::Timeout { .. })));
     }
 }
