@@ -2160,6 +2160,8 @@ mod tests {
     fn settings_are_checked_by_name() {
         let e = KlmnlParams { predictive: "eq26".into(), ..Default::default() }.check().unwrap_err();
         assert!(e.contains("settings.predictive"));
+        let e = KlmnlParams { hyper_tol: -1e-4, ..Default::default() }.check().unwrap_err();
+        assert!(e.contains("settings.hyper_tol"), "{e}");
         assert!(KlmnlParams::from_settings(&serde_json::json!({"max_sweep": 3})).is_err());
     }
 }
