@@ -215,7 +215,10 @@ fn a_killed_run_resumes_without_recomputing_and_gives_the_same_results() {
     assert!(std::fs::read_to_string(report.join("index.html")).unwrap().contains("tab-main"));
 
     // Editing only the spec's text (a note) and re-rendering records the new spec but keeps the
-    // run's own timing.
+    // run's own timing and the code that computed the cells (here a run made at another commit).
+    let mut run_manifest = manifest(&results);
+    run_manifest["git_commit"] = "feedc0de".into();
+    std::fs::write(results.join("manifest.json"), serde_json::to_vec_pretty(&run_manifest).unwrap()).unwrap();
     let before = manifest(&results);
     std::fs::write(&spec, SMALL.replace("seed: 7", "description: a note added after the run\nseed: 7")).unwrap();
     let out = mcgp()
@@ -231,7 +234,7 @@ fn a_killed_run_resumes_without_recomputing_and_gives_the_same_results() {
     let after = manifest(&results);
     assert_ne!(after["spec_hash"], before["spec_hash"]);
     assert!(after["spec_text"].as_str().unwrap().contains("a note added after the run"));
-    for key in ["started", "finished", "wall_seconds", "threads", "cells_computed"] {
+    for key in ["started", "finished", "wall_seconds", "threads", "cells_computed", "git_commit", "git_dirty", "rustc"] {
         assert_eq!(after[key], before[key], "{key} must be the run's");
     }
 }

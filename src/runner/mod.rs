@@ -88,6 +88,9 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     }
     faer::set_global_parallelism(faer::Par::Seq);
     let started = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    // The code that computes the cells is the checkout as the run starts: commits made while a
+    // long run goes on must not be credited with its results.
+    let code = CodeVersion::of(&opts.project_root);
     let wall = Instant::now();
     let store = Store::new(&opts.results_root, spec.name());
     let prepared = prepare(spec, registry, opts, &store)?;
@@ -185,7 +188,7 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     store.write_tables(&cells)?;
     let missing = prepared.cells.len() - cells.len();
     let counts = CellCounts { total: prepared.cells.len(), computed: cells.len() - cached, cached, reused: reused_count(&cells), missing };
-    let manifest = manifest(spec, opts, &cells, started, wall.elapsed().as_secs_f64(), threads, counts);
+    let manifest = manifest(spec, code, &cells, started, wall.elapsed().as_secs_f64(), threads, counts);
     store.write_manifest(&manifest)?;
     if opts.render_report {
         report(spec, &manifest, &cells, opts)?;
@@ -309,10 +312,15 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyho
         old => {
             let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
             let counts = CellCounts { total: prepared.cells.len(), computed: 0, cached: cells.len(), reused: reused_count(&cells), missing };
-            let mut fresh = manifest(spec, opts, &cells, now, 0.0, 0, counts);
-            // Every cell is stored but the spec text changed (say, a note): the spec and code
-            // provenance are new, the run's own timing is the earlier run's.
+            let mut fresh = manifest(spec, CodeVersion::of(&opts.project_root), &cells, now, 0.0, 0, counts);
+            // Every cell is stored but the spec text changed (say, a note): the spec provenance
+            // is new; the code that computed the cells and the run's timing are the earlier run's.
             if let Some(m) = old.filter(|_| missing == 0) {
+                fresh.git_commit = m.git_commit;
+                fresh.git_dirty = m.git_dirty;
+                fresh.crate_version = m.crate_version;
+                fresh.rustc = m.rustc;
+                fresh.host = m.host;
                 fresh.started = m.started;
                 fresh.finished = m.finished;
                 fresh.wall_seconds = m.wall_seconds;
@@ -344,8 +352,20 @@ struct CellCounts {
     missing: usize,
 }
 
-/// Provenance of the stored `cells` of `spec`.
-fn manifest(spec: &Spec, opts: &RunOptions, cells: &[CellRecord], started: String, wall_seconds: f64, threads: usize, counts: CellCounts) -> Manifest {
+/// The git commit of a checkout and whether it has uncommitted changes.
+struct CodeVersion {
+    commit: String,
+    dirty: bool,
+}
+
+impl CodeVersion {
+    fn of(root: &std::path::Path) -> CodeVersion {
+        CodeVersion { commit: provenance::git_commit(root), dirty: provenance::git_dirty(root) }
+    }
+}
+
+/// Provenance of the stored `cells` of `spec`, computed by `code`.
+fn manifest(spec: &Spec, code: CodeVersion, cells: &[CellRecord], started: String, wall_seconds: f64, threads: usize, counts: CellCounts) -> Manifest {
     Manifest {
         experiment: spec.name().to_string(),
         title: spec.raw.title.clone().unwrap_or_else(|| spec.name().to_string()),
@@ -353,8 +373,8 @@ fn manifest(spec: &Spec, opts: &RunOptions, cells: &[CellRecord], started: Strin
         spec_path: spec.file.clone(),
         spec_hash: spec.hash.clone(),
         spec_text: spec.text.clone(),
-        git_commit: provenance::git_commit(&opts.project_root),
-        git_dirty: provenance::git_dirty(&opts.project_root),
+        git_commit: code.commit,
+        git_dirty: code.dirty,
         crate_version: crate::VERSION.to_string(),
         rustc: provenance::RUSTC.to_string(),
         host: gethostname::gethostname().to_string_lossy().into_owned(),
