@@ -282,6 +282,13 @@ fn report_shows_tables_figures_failures_and_score() {
     assert!(html.contains("5m"), "wall time shown");
     // The failed cell.
     assert!(html.contains(FAILURE));
+    // Timing: time_train 0.5 + 0.1 split, so over splits 0-4 mean 700 ms and max 900 ms; the
+    // failed cell (gamma/laplace split 4) is left out: mean 650 ms over 4, max 800 ms.
+    let timing = &html[html.find("id=\"timing\"").expect("a timing section")..];
+    let gamma = &timing[timing.find(">gamma<").unwrap()..];
+    assert!(timing.find("fit 700 ms (max 900 ms)").unwrap() < timing.find(">beta<").unwrap(), "alpha's row");
+    assert!(gamma.contains("fit 650 ms (max 800 ms)</div><div class=\"n\">4 cells"), "gamma/laplace without the failed cell");
+    assert!(!timing.contains("predict"), "no time_predict metric, no predict line");
 
     for f in &figures {
         assert!(html.contains(&format!("id=\"fig-{}\"", f.id)), "figure {}", f.id);

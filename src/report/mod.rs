@@ -6,6 +6,7 @@
 mod figures;
 mod format;
 mod tables;
+mod timing;
 mod tolerance;
 
 pub use tolerance::within_tolerance;
@@ -120,6 +121,8 @@ pub fn render_experiment(input: &ReportInput, out_dir: &Path) -> Result<Score, R
         spec_text: m.spec_text.clone(),
         tables,
         figures: figure_views,
+        timing: timing::build(input),
+        threads: m.threads,
         failed,
     };
     let html = render_template("experiment.html", EXPERIMENT_TEMPLATE, &view)?;
@@ -182,6 +185,9 @@ struct ExperimentView {
     spec_text: String,
     tables: Vec<tables::TableView>,
     figures: Vec<FigureView>,
+    timing: timing::TimingView,
+    /// Threads of the run (cells that ran at the same time shared the machine).
+    threads: usize,
     failed: Vec<FailedView>,
 }
 

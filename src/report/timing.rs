@@ -1,0 +1,69 @@
+//! The timing table: how long each method entry took per cell (one dataset split), to fit
+//! and to predict, so that speed is read off the report beside the results.
+use super::format::duration;
+use super::ReportInput;
+use crate::results::Status;
+use serde::Serialize;
+
+#[derive(Serialize)]
+pub struct TimingView {
+    /// Method entries in spec order.
+    pub columns: Vec<String>,
+    pub rows: Vec<TimingRow>,
+}
+
+#[derive(Serialize)]
+pub struct TimingRow {
+    pub dataset: String,
+    /// One per column: mean fit time (its maximum) and mean predict time, or empty.
+    pub cells: Vec<TimingCell>,
+}
+
+#[derive(Serialize, Default)]
+pub struct TimingCell {
+    pub fit: String,
+    pub predict: String,
+    pub n: usize,
+}
+
+/// Mean and maximum over the finished cells of each dataset and method entry (all grid
+/// settings together) of the `time_train` and `time_predict` metrics.
+pub fn build(input: &ReportInput) -> TimingView {
+    let rows = input
+        .datasets
+        .iter()
+        .map(|dataset| {
+            let cells = input
+                .methods
+                .iter()
+                .map(|method| {
+                    let ok: Vec<_> =
+                        input.cells.iter().filter(|c| c.status == Status::Ok && &c.dataset == dataset && &c.method == method).collect();
+                    let times = |metric: &str| -> Vec<f64> { ok.iter().filter_map(|c| c.metrics.get(metric).copied()).collect() };
+                    let (fit, predict) = (times("time_train"), times("time_predict"));
+                    TimingCell {
+                        fit: summary(&fit, true),
+                        predict: summary(&predict, false),
+                        n: ok.len(),
+                    }
+                })
+                .collect();
+            TimingRow { dataset: dataset.clone(), cells }
+        })
+        .collect();
+    TimingView { columns: input.methods.to_vec(), rows }
+}
+
+/// "mean" or "mean (max max)"; empty without values.
+fn summary(values: &[f64], with_max: bool) -> String {
+    if values.is_empty() {
+        return String::new();
+    }
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if with_max {
+        format!("{} (max {})", duration(mean), duration(max))
+    } else {
+        duration(mean)
+    }
+}
