@@ -15,11 +15,12 @@ pub struct TimingView {
 #[derive(Serialize)]
 pub struct TimingRow {
     pub dataset: String,
-    /// One per column: mean fit time (its maximum) and mean predict time, or empty.
+    /// One per column: mean fit time (and the largest) and mean predict time; empty texts
+    /// where no cell finished.
     pub cells: Vec<TimingCell>,
 }
 
-#[derive(Serialize, Default)]
+#[derive(Serialize)]
 pub struct TimingCell {
     pub fit: String,
     pub predict: String,
