@@ -1,5 +1,5 @@
-//! The timing table: how long each method entry took per cell (one dataset split), to fit
-//! and to predict, so that speed is read off the report beside the results.
+//! The timing table: how long each method entry took per cell (one split, at one grid setting
+//! where the entry has a grid), to fit and to predict, so that speed is read off the report beside the results.
 use super::format::duration;
 use super::ReportInput;
 use crate::results::Status;
