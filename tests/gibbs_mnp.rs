@@ -118,9 +118,10 @@ fn two_class_case(variance: f64) {
             ev.log_evidence,
             ev.std_err
         );
-        let (value, kind) = fitted.evidence().expect("evidence");
-        assert_eq!(kind, mcgp::results::EvidenceKind::Estimate);
-        assert_eq!(value, ev.log_evidence);
+        let e = fitted.evidence().expect("evidence");
+        assert_eq!(e.kind, mcgp::results::EvidenceKind::Estimate);
+        assert_eq!(e.value, ev.log_evidence);
+        assert_eq!(e.std_err, Some(ev.std_err));
     }
 }
 

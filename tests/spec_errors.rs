@@ -97,11 +97,30 @@ fn errorbar_figures_take_metric_or_metrics_and_a_known_interval() {
 
 #[test]
 fn hyper_keep_names_only_kernel_parameters() {
+    // Kernel parameter names depend on the data (ARD: one length-scale per feature), so keep is
+    // checked with the data, by `mcgp check` and before a run.
     let text = format!("{GOOD}  - name: sweep\n    method: laplace\n    hyper: {{ from: lap, keep: [varience] }}\n");
-    let e = error_of(&text);
-    assert!(e.contains("unknown kernel parameter \"varience\"") && e.contains("variance or lengthscale"), "{e}");
-    let ok = format!("{GOOD}  - name: sweep\n    method: laplace\n    hyper: {{ from: lap, keep: [variance] }}\n");
-    parse(&ok, "ok.yaml", &registry()).expect("keep: [variance] is valid");
+    let e = data_error_of(&text);
+    assert!(e.contains("bad.yaml:7:") && e.contains("methods[1]") && e.contains("\"varience\" is not a parameter of this kernel (it has: variance, lengthscale)"), "{e}");
+    let ok = format!("{GOOD}  - name: sweep\n    method: laplace\n    kernel: {{ ard: true }}\n    hyper: {{ from: lap, keep: [lengthscale] }}\n");
+    let spec = parse(&ok, "ok.yaml", &registry()).expect("keep: [lengthscale] is valid");
+    mcgp::runner::check_with_data(&spec, &registry()).expect("lengthscale covers lengthscale_1..4");
+}
+
+/// The error `mcgp check` gives for a spec that parses but does not fit its data.
+fn data_error_of(text: &str) -> String {
+    let spec = parse(text, "bad.yaml", &registry()).expect("the text alone is valid");
+    format!("{:#}", mcgp::runner::check_with_data(&spec, &registry()).expect_err("spec must be rejected with the data"))
+}
+
+#[test]
+fn an_unsupported_dataset_and_method_pair_is_a_spec_error_naming_both() {
+    // The binary-probit Laplace on iris (3 classes), and a per-class kernel for Laplace.
+    let text = format!("{GOOD}  - name: probit\n    method: laplace\n    settings: {{ likelihood: probit }}\n  - name: per-class\n    method: laplace\n    kernel: {{ per_class: true }}\n");
+    let e = data_error_of(&text);
+    assert!(e.contains("bad.yaml:7:") && e.contains("method entry \"probit\" (laplace) on dataset \"iris\" (3 classes, 4 features): not supported") && e.contains("exactly 2 classes"), "{e}");
+    assert!(e.contains("method entry \"per-class\" (laplace) on dataset \"iris\"") && e.contains("per_class kernels are not supported"), "{e}");
+    assert_eq!(e.lines().count(), 2, "{e}");
 }
 
 #[test]

@@ -1,4 +1,5 @@
 //! All integration tests, built into one binary.
+mod conformance;
 mod gibbs_mnp;
 mod klmnl;
 mod loaders;

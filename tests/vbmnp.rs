@@ -1,5 +1,5 @@
 //! VB multinomial probit (Girolami & Rogers 2006) against the exact Gibbs sampler.
-use mcgp::kernels::SqExp;
+use mcgp::kernels::{KernelSet, SqExp};
 use mcgp::methods::{build, FitContext, Fitted, HyperPolicy, Problem};
 use ndarray::Array2;
 use rand::SeedableRng;
@@ -9,7 +9,7 @@ fn fit(name: &str, settings: serde_json::Value, x: &Array2<f64>, y: &[usize], ke
     let method = build(name, &settings).unwrap();
     let mut rng = Pcg64::seed_from_u64(seed);
     let mut ctx = FitContext::new(&mut rng, None);
-    method.fit(&Problem { x, y, n_classes: 3 }, kernel, HyperPolicy::Fixed, &mut ctx).unwrap()
+    method.fit(&Problem { x, y, n_classes: 3 }, &KernelSet::shared_se(kernel), HyperPolicy::Fixed, &mut ctx).unwrap()
 }
 
 /// The paper's claim (§6.2, Figures 3–4, Table 1) on a tiny problem: at the same fixed kernel

@@ -131,6 +131,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Check { spec, paths } => {
             let registry = registry(&paths)?;
             let spec = load_spec(Some(&spec), &registry)?;
+            runner::check_with_data(&spec, &registry)?;
             println!("{}: ok ({} datasets, {} method entries, {} tables, {} figures)", spec.file, spec.raw.datasets.len(), spec.raw.methods.len(), spec.raw.tables.len(), spec.raw.figures.len());
             Ok(ExitCode::SUCCESS)
         }

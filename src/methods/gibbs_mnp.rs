@@ -29,8 +29,8 @@
 //! O(N^3) step is the eigendecomposition. Prediction: K 1-D integrals per test point and
 //! predictive draw (`predict_thin` thins the draws used).
 #![allow(non_snake_case)]
-use super::{parse_settings, FitContext, FitError, Fitted, HyperPolicy, Method, Problem};
-use crate::kernels::SqExp;
+use super::{parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape};
+use crate::kernels::{KernelSet, SqExp};
 use crate::linalg::log_sum_exp;
 use crate::results::{EvidenceKind, Handoff};
 use crate::special::{d_log_normal_cdf, log_normal_cdf, normal_cdf};
@@ -133,7 +133,18 @@ impl Method for GibbsMnp {
         "gibbs_mnp"
     }
 
-    fn fit(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+    fn supports(&self, shape: &ProblemShape, kernels: &KernelSet, hyper: HyperPolicy) -> Result<(), String> {
+        if hyper == HyperPolicy::Learn {
+            return Err("gibbs_mnp samples with fixed hyper-parameters only (use hyper: fixed or hyper: {from: <entry>})".into());
+        }
+        if shape.n_classes < 2 {
+            return Err(format!("gibbs_mnp needs at least 2 classes, got {}", shape.n_classes));
+        }
+        super::shared_sqexp(kernels, "gibbs_mnp").map(|_| ())
+    }
+
+    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        let kernel = super::shared_sqexp(kernels, "gibbs_mnp").map_err(FitError::Unsupported)?;
         Ok(Box::new(self.fit_model(problem, kernel, hyper, ctx)?))
     }
 }
@@ -610,7 +621,7 @@ impl GibbsMnpModel {
 }
 
 impl Fitted for GibbsMnpModel {
-    fn predict_proba(&self, x: &Array2<f64>, _rng: &mut Pcg64) -> Result<Array2<f64>, FitError> {
+    fn predict(&self, x: &Array2<f64>, _rng: &mut Pcg64) -> Result<Prediction, FitError> {
         let draws = self.predict_per_draw(x);
         let mut mean = Array2::<f64>::zeros((x.nrows(), self.n_classes));
         for d in &draws {
@@ -620,25 +631,24 @@ impl Fitted for GibbsMnpModel {
         if mean.iter().any(|v| !v.is_finite()) {
             return Err(FitError::Numerical("gibbs_mnp: non-finite predictive probability".into()));
         }
-        Ok(mean)
+        Ok(Prediction::new(mean))
     }
 
-    fn evidence(&self) -> Option<(f64, EvidenceKind)> {
-        self.evidence.as_ref().map(|e| (e.log_evidence, EvidenceKind::Estimate))
+    fn evidence(&self) -> Option<Evidence> {
+        self.evidence.as_ref().map(|e| Evidence { value: e.log_evidence, kind: EvidenceKind::Estimate, std_err: Some(e.std_err) })
     }
 
-    fn kernel(&self) -> &SqExp {
-        &self.kernel
+    fn kernels(&self) -> KernelSet {
+        KernelSet::shared(Box::new(self.kernel.clone()))
     }
 
-    fn diagnostics(&self) -> BTreeMap<String, String> {
-        self.diagnostics.clone()
+    fn diagnostics(&self) -> Diagnostics {
+        Diagnostics::from_texts(&self.diagnostics)
     }
 
     fn extra_metrics(&self) -> BTreeMap<String, f64> {
         let mut out = BTreeMap::new();
         if let Some(e) = &self.evidence {
-            out.insert("log_evidence_se".into(), e.std_err);
             out.insert("evidence_ess".into(), e.ess);
         }
         out
@@ -647,7 +657,7 @@ impl Fitted for GibbsMnpModel {
     fn handoff(&self) -> Handoff {
         let mut vectors = BTreeMap::new();
         vectors.insert("latent_mean".into(), self.latent_mean());
-        Handoff { log_hyperparameters: self.kernel.log_params(), vectors }
+        Handoff { vectors, ..Handoff::of_kernels(&self.kernels()) }
     }
 }
 

@@ -10,9 +10,9 @@
 //!
 //! With K = Kx (x) Kc and the prior scale, L_K = L_x (x) L_c: one batch of draws is an
 //! n x (B C) matrix Y and L_K z is L_x Y (then L_c per sample), a matrix-matrix product.
-use super::klmnl::{KlmnlModel, KlmnlParams};
-use super::{FitContext, FitError, Fitted, HyperPolicy, Method, Problem};
-use crate::kernels::SqExp;
+use super::klmnl::{present_columns, KlmnlModel, KlmnlParams};
+use super::{Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape};
+use crate::kernels::{KernelSet, SqExp};
 use crate::likelihoods::probit::{log_probit_class_prob, probit_class_probs};
 use crate::linalg::{exp_shifted_rows, log_sum_exp, softmax_in_place, Chol};
 use crate::results::{EvidenceKind, Handoff};
@@ -24,7 +24,6 @@ use rand_pcg::Pcg64;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 
 /// One-sided 99.9% normal quantile used by the paper's upper bound.
 const Z999: f64 = 3.09;
@@ -234,7 +233,12 @@ impl Method for Importance {
         }
     }
 
-    fn fit(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+    fn supports(&self, shape: &ProblemShape, kernels: &KernelSet, hyper: HyperPolicy) -> Result<(), String> {
+        self.klmnl.supports(shape, kernels, hyper)
+    }
+
+    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        let kernel = super::shared_sqexp(kernels, self.name()).map_err(FitError::Unsupported)?;
         Ok(Box::new(self.fit_model(problem, kernel, hyper, ctx)?))
     }
 }
@@ -619,7 +623,7 @@ impl Importance {
         let mut log_const = -lgamma((nu + pf) / 2.0) + lgamma(nu / 2.0) + 0.5 * pf * (std::f64::consts::PI * nu).ln()
             - 0.5 * pf * (2.0 * std::f64::consts::PI).ln();
         let mut diagnostics = km.diagnostics();
-        diagnostics.insert("jitter_kx".into(), format!("{:.3e}", lx.jitter()));
+        diagnostics.number("jitter_kx", lx.jitter());
         let post = if self.params.scale == "posterior" {
             // V = K - K T K = L_K S L_K^T with S = I - L_K^T T L_K = (I + L_K^T W L_K)^{-1}, whose
             // eigenvalues lie in (0, 1]. Factor S, not V: the cancellation in K - K T K (and the
@@ -628,7 +632,7 @@ impl Importance {
             let lk = crate::linalg::kron(lx.l(), lc.as_ref());
             let s = Mat::<f64>::identity(p, p) - lk.transpose() * &km.t * &lk;
             let ls = Chol::factor_with_jitter(sym(&s).as_ref(), "I - L_K^T T L_K (proposal scale)")?;
-            diagnostics.insert("jitter_v".into(), format!("{:.3e}", ls.jitter()));
+            diagnostics.number("jitter_v", ls.jitter());
             // + 1/2 log|V| - 1/2 log|K| = + 1/2 log|S|
             log_const += 0.5 * ls.log_det();
             let r = ls.l().to_owned(); // L_K^{-1} L_V
@@ -729,8 +733,8 @@ impl Importance {
             extra.insert("gap_z_minus_zb".into(), log_ub - lzb);
             extra.insert("gap_zb_minus_zh".into(), lzb - km.log_zh());
         }
-        diagnostics.insert("is_ess".into(), format!("{ess:.1}"));
-        Ok(ImportanceModel { km, sampler, log_w, replay, n_test, log_ub, diagnostics, extra, cache: Mutex::new(None) })
+        diagnostics.number("is_ess", ess);
+        Ok(ImportanceModel { km, sampler, log_w, replay, n_test, log_ub, diagnostics, extra })
     }
 }
 
@@ -772,13 +776,6 @@ fn z_b_estimate(km: &KlmnlModel, lik: LikEval, ns: usize, batch: usize, rng: &mu
     Ok((km.neg_kl() + mean + Z999 * sd / (ns as f64).sqrt(), km.neg_kl() + mean))
 }
 
-#[derive(Clone, Debug)]
-pub struct IsPredCache {
-    pub log_p_is: Vec<Vec<f64>>,
-    pub log_p24: Vec<Vec<f64>>,
-    pub log_p25: Vec<Vec<f64>>,
-}
-
 pub struct ImportanceModel {
     km: KlmnlModel,
     sampler: Sampler,
@@ -788,9 +785,8 @@ pub struct ImportanceModel {
     replay: Vec<(usize, f64, Pcg64)>,
     n_test: usize,
     log_ub: f64,
-    diagnostics: BTreeMap<String, String>,
+    diagnostics: Diagnostics,
     extra: BTreeMap<String, f64>,
-    cache: Mutex<Option<IsPredCache>>,
 }
 
 impl ImportanceModel {
@@ -864,42 +860,12 @@ impl ImportanceModel {
         Ok((0..mt).map(|j| (0..c).map(|q| acc.pred[j * c + q] / acc.sum).collect()).collect())
     }
 
-    /// Test-set numbers needing the true classes: IS, (24) and (25) log p(y*) sums, the bracket
-    /// (24) <= IS <= (25) per point and for the sums (Chai §9.1 claim (c)).
-    pub fn test_metrics(&self, y: &[usize]) -> BTreeMap<String, f64> {
-        let mut out = BTreeMap::new();
-        let Some(cache) = self.cache.lock().ok().and_then(|c| c.clone()) else { return out };
-        if cache.log_p_is.len() != y.len() {
-            return out;
-        }
-        let (mut s_is, mut s24, mut s25, mut inside) = (0.0, 0.0, 0.0, 0usize);
-        for (j, &t) in y.iter().enumerate() {
-            let (a, b, c) = (cache.log_p_is[j][t], cache.log_p24[j][t], cache.log_p25[j][t]);
-            s_is += a;
-            s24 += b;
-            s25 += c;
-            if b <= a && a <= c {
-                inside += 1;
-            }
-        }
-        out.insert("log_pred_is_sum".into(), s_is);
-        out.insert("log_pred24_sum".into(), s24);
-        out.insert("log_pred25_sum".into(), s25);
-        out.insert("is_minus_eq24".into(), s_is - s24);
-        out.insert("eq25_minus_is".into(), s25 - s_is);
-        out.insert("bracket_sum_ok".into(), if s24 <= s_is && s_is <= s25 { 1.0 } else { 0.0 });
-        out.insert("bracket_point_frac".into(), inside as f64 / y.len().max(1) as f64);
-        // Theorem 12: log p(y*|y) >= sum_j max h(e^{c_j}; q_*j) + log Z_h - log p(y), with log p(y)
-        // from this sampler's estimate (a proper lower bound on the joint test likelihood).
-        if let (Some(zh), Some(lz)) = (self.extra.get("klmnl_log_zh"), self.extra.get("log_z_hat")) {
-            out.insert("thm12_lower".into(), s24 + zh - lz);
-        }
-        out
-    }
 }
 
 impl Fitted for ImportanceModel {
-    fn predict_proba(&self, x: &Array2<f64>, rng: &mut Pcg64) -> Result<Array2<f64>, FitError> {
+    /// IS probabilities renormalised over the present classes; the log-values of IS (over the
+    /// model's classes), (24) and (25) go along as `log_pred_is`, `log_pred24`, `log_pred25`.
+    fn predict(&self, x: &Array2<f64>, rng: &mut Pcg64) -> Result<Prediction, FitError> {
         let probs = self.is_predictive(x, rng)?;
         let kl = self.km.predictive_logs(x)?;
         let cp = self.km.n_present();
@@ -910,28 +876,43 @@ impl Fitted for ImportanceModel {
                 out[(j, q)] = pj[q] / tot;
             }
         }
-        let log_p_is = probs.iter().map(|p| p.iter().map(|v| v.max(f64::MIN_POSITIVE).ln()).collect()).collect();
-        if let Ok(mut g) = self.cache.lock() {
-            *g = Some(IsPredCache { log_p_is, log_p24: kl.log_p24, log_p25: kl.log_p25 });
-        }
-        Ok(out)
+        let log_p_is = Array2::from_shape_fn((x.nrows(), cp), |(j, q)| probs[j][q].max(f64::MIN_POSITIVE).ln());
+        Ok(Prediction::new(out)
+            .with_values("log_pred_is", log_p_is)
+            .with_values("log_pred24", present_columns(&kl.log_p24, cp))
+            .with_values("log_pred25", present_columns(&kl.log_p25, cp)))
     }
 
-    fn evidence(&self) -> Option<(f64, EvidenceKind)> {
-        Some((self.log_ub, EvidenceKind::Estimate))
+    fn evidence(&self) -> Option<Evidence> {
+        Some(Evidence::new(self.log_ub, EvidenceKind::Estimate))
     }
 
-    fn kernel(&self) -> &SqExp {
-        self.km.kernel()
+    fn kernels(&self) -> KernelSet {
+        self.km.kernels()
     }
 
-    fn diagnostics(&self) -> BTreeMap<String, String> {
+    fn diagnostics(&self) -> Diagnostics {
         self.diagnostics.clone()
     }
 
-    fn test_metrics(&self, y_test: &[usize]) -> BTreeMap<String, f64> {
-        // The inherent method: it scores the predictions cached by the last predict_proba.
-        ImportanceModel::test_metrics(self, y_test)
+    /// IS, (24) and (25) log p(y*) sums, the bracket (24) <= IS <= (25) per point and for the
+    /// sums (Chai §9.1 claim (c)), and Theorem 12's lower bound.
+    fn test_metrics(&self, prediction: &Prediction, y: &[usize]) -> BTreeMap<String, f64> {
+        let mut out = prediction.class_value_sums(y);
+        let v = &prediction.log_class_values;
+        let (is, e24, e25) = (&v["log_pred_is"], &v["log_pred24"], &v["log_pred25"]);
+        let inside = y.iter().enumerate().filter(|&(j, &t)| e24[(j, t)] <= is[(j, t)] && is[(j, t)] <= e25[(j, t)]).count();
+        let (s_is, s24, s25) = (out["log_pred_is_sum"], out["log_pred24_sum"], out["log_pred25_sum"]);
+        out.insert("is_minus_eq24".into(), s_is - s24);
+        out.insert("eq25_minus_is".into(), s25 - s_is);
+        out.insert("bracket_sum_ok".into(), if s24 <= s_is && s_is <= s25 { 1.0 } else { 0.0 });
+        out.insert("bracket_point_frac".into(), inside as f64 / y.len().max(1) as f64);
+        // Theorem 12: log p(y*|y) >= sum_j max h(e^{c_j}; q_*j) + log Z_h - log p(y), with log p(y)
+        // from this sampler's estimate (a proper lower bound on the joint test likelihood).
+        if let (Some(zh), Some(lz)) = (self.extra.get("klmnl_log_zh"), self.extra.get("log_z_hat")) {
+            out.insert("thm12_lower".into(), s24 + zh - lz);
+        }
+        out
     }
 
     fn extra_metrics(&self) -> BTreeMap<String, f64> {

@@ -12,8 +12,8 @@
 //! prior covariance is K = Kx (x) Kc (paper §2.3.2) and every per-datum C x C block is
 //! contiguous. The hand-off vector "mean" is class-major, as the rest of the harness expects.
 use super::optimize::minimize_lbfgs;
-use super::{parse_settings, FitContext, FitError, Fitted, HyperPolicy, Method, Problem};
-use crate::kernels::SqExp;
+use super::{parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape, StopReason};
+use crate::kernels::{KernelSet, SqExp};
 use crate::linalg::{kron, log_sum_exp, matvec, softmax_in_place, Chol, SymPencil};
 use crate::results::{EvidenceKind, Handoff};
 use faer::linalg::solvers::Solve;
@@ -1334,7 +1334,12 @@ impl Method for Klmnl {
         "klmnl"
     }
 
-    fn fit(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+    fn supports(&self, _shape: &ProblemShape, kernels: &KernelSet, _hyper: HyperPolicy) -> Result<(), String> {
+        super::shared_sqexp(kernels, "klmnl").map(|_| ())
+    }
+
+    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        let kernel = super::shared_sqexp(kernels, "klmnl").map_err(FitError::Unsupported)?;
         Ok(Box::new(self.fit_model(problem, kernel, hyper, ctx)?))
     }
 }
@@ -1377,6 +1382,7 @@ impl Klmnl {
         }
         let mut diagnostics = BTreeMap::new();
         let mut hyper_evals = 0usize;
+        let mut stopped_by = None;
         let mut final_warm: Option<WarmStart> = None;
         let learn_kernel = hyper == HyperPolicy::Learn;
         let learn_kc = self.params.learn_kc && !rho.is_empty() && !self.params.kc_from_source;
@@ -1391,6 +1397,9 @@ impl Klmnl {
             let kc_fixed = kc.clone();
             let f = |p: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
                 ctx_ref.check_deadline()?;
+                if let Some(stop) = ctx_ref.budget_stop(*evals.lock().expect("eval counter") as u64) {
+                    return Err(FitError::Stop(stop));
+                }
                 let kern = kernel.with_log_params(&p[..nk]);
                 let kx = kern.gram(problem.x);
                 let dkx = kern.gram_grads(problem.x, &kx);
@@ -1437,6 +1446,7 @@ impl Klmnl {
             }
             diagnostics.insert("hyper_stop".into(), res.stop_reason.clone());
             diagnostics.insert("hyper_iterations".into(), res.iterations.to_string());
+            stopped_by = res.stopped_by;
         }
         let kx = kernel.gram(problem.x);
         let pr = Prior::new(kx, kc, problem.y)?;
@@ -1491,13 +1501,14 @@ impl Klmnl {
             pr,
             fit,
             diagnostics,
+            stopped_by,
+            hyper_evals,
             extra,
-            cache: Mutex::new(None),
         })
     }
 }
 
-/// Predictions of one call to predict_proba: per test point, m_* and the (24)/(25) log-values.
+/// Per test point and class, the log of (24) and (25).
 #[derive(Clone, Debug)]
 pub struct PredCache {
     pub log_p24: Vec<Vec<f64>>,
@@ -1515,8 +1526,9 @@ pub struct KlmnlModel {
     pub(crate) t: Mat<f64>,
     pub(crate) alpha: Vec<f64>,
     diagnostics: BTreeMap<String, String>,
+    stopped_by: Option<StopReason>,
+    hyper_evals: usize,
     extra: BTreeMap<String, f64>,
-    cache: Mutex<Option<PredCache>>,
 }
 
 impl KlmnlModel {
@@ -1536,6 +1548,9 @@ impl KlmnlModel {
     }
     pub fn x_train(&self) -> &Array2<f64> {
         &self.x_train
+    }
+    pub fn kernel(&self) -> &SqExp {
+        &self.kernel
     }
     /// Cross covariance kx(X_train, x), [n, m].
     pub fn kx_cross(&self, x: &Array2<f64>) -> Mat<f64> {
@@ -1583,64 +1598,55 @@ impl KlmnlModel {
         Ok(PredCache { log_p24, log_p25 })
     }
 
-    /// Test-set numbers that need the true classes (for the runner's test-metrics hook):
-    /// log p(y*) by (24) and (25) summed over test points (model classes, not renormalised).
-    pub fn test_metrics(&self, y: &[usize]) -> BTreeMap<String, f64> {
-        let mut out = BTreeMap::new();
-        if let Some(cache) = self.cache.lock().ok().and_then(|c| c.clone()) {
-            if cache.log_p24.len() == y.len() {
-                out.insert("log_pred24_sum".into(), y.iter().enumerate().map(|(j, &c)| cache.log_p24[j][c]).sum());
-                out.insert("log_pred25_sum".into(), y.iter().enumerate().map(|(j, &c)| cache.log_p25[j][c]).sum());
-            }
-        }
-        out
-    }
-
     pub fn extra_metrics(&self) -> BTreeMap<String, f64> {
         self.extra.clone()
     }
 }
 
+/// [m, C] from per-row vectors, over the first C classes (the present ones).
+pub(crate) fn present_columns(rows: &[Vec<f64>], c: usize) -> Array2<f64> {
+    Array2::from_shape_fn((rows.len(), c), |(j, q)| rows[j][q])
+}
+
 impl Fitted for KlmnlModel {
-    fn predict_proba(&self, x: &Array2<f64>, _rng: &mut Pcg64) -> Result<Array2<f64>, FitError> {
-        let cache = self.predictive_logs(x)?;
+    /// Probabilities by (25) over the present classes (the extra, empty classes are dropped);
+    /// the log-values of (24) and (25) go along as `log_pred24` and `log_pred25`. With
+    /// `predictive: eq24` the log predictive score is (24), a lower bound on p(y* | y) that does
+    /// not sum to one over the classes (normalised, it equals (25)).
+    fn predict(&self, x: &Array2<f64>, _rng: &mut Pcg64) -> Result<Prediction, FitError> {
+        let logs = self.predictive_logs(x)?;
         let cp = self.n_present;
         let mut out = Array2::zeros((x.nrows(), cp));
         for j in 0..x.nrows() {
-            if self.predictive == "eq24" {
-                for c in 0..cp {
-                    out[(j, c)] = cache.log_p24[j][c].exp();
-                }
-            } else {
-                // (25) over the present classes (the extra, empty classes are dropped).
-                let mut l: Vec<f64> = cache.log_p25[j][..cp].to_vec();
-                softmax_in_place(&mut l);
-                for c in 0..cp {
-                    out[(j, c)] = l[c];
-                }
+            let mut l: Vec<f64> = logs.log_p25[j][..cp].to_vec();
+            softmax_in_place(&mut l);
+            for c in 0..cp {
+                out[(j, c)] = l[c];
             }
         }
-        if let Ok(mut g) = self.cache.lock() {
-            *g = Some(cache);
+        let log_p24 = present_columns(&logs.log_p24, cp);
+        let mut prediction = Prediction::new(out).with_values("log_pred24", log_p24.clone()).with_values("log_pred25", present_columns(&logs.log_p25, cp));
+        if self.predictive == "eq24" {
+            prediction.log_score = Some(log_p24);
         }
-        Ok(out)
+        Ok(prediction)
     }
 
-    fn evidence(&self) -> Option<(f64, EvidenceKind)> {
-        Some((self.fit.log_zh, EvidenceKind::LowerBound))
+    fn evidence(&self) -> Option<Evidence> {
+        Some(Evidence::new(self.fit.log_zh, EvidenceKind::LowerBound))
     }
 
-    fn kernel(&self) -> &SqExp {
-        &self.kernel
+    fn kernels(&self) -> KernelSet {
+        KernelSet::shared(Box::new(self.kernel.clone()))
     }
 
-    fn diagnostics(&self) -> BTreeMap<String, String> {
-        self.diagnostics.clone()
-    }
-
-    fn test_metrics(&self, y_test: &[usize]) -> BTreeMap<String, f64> {
-        // The inherent method: it scores the predictions cached by the last predict_proba.
-        KlmnlModel::test_metrics(self, y_test)
+    fn diagnostics(&self) -> Diagnostics {
+        let mut d = Diagnostics::from_texts(&self.diagnostics);
+        if self.hyper_evals > 0 {
+            d.iterations = Some(self.hyper_evals as u64);
+            d.stop_reason = self.stopped_by.or(Some(StopReason::Converged));
+        }
+        d
     }
 
     fn extra_metrics(&self) -> BTreeMap<String, f64> {
@@ -1659,7 +1665,7 @@ impl Fitted for KlmnlModel {
         let warm = WarmStart::from_fit(&self.pr, &self.fit);
         vectors.insert("warm_w".into(), warm.w.iter().flat_map(|wi| (0..c * c).map(move |k| wi[(k / c, k % c)])).collect());
         vectors.insert("warm_b".into(), warm.b);
-        Handoff { log_hyperparameters: self.kernel.log_params(), vectors }
+        Handoff { vectors, ..Handoff::of_kernels(&self.kernels()) }
     }
 }
 

@@ -9,8 +9,8 @@
 //! the prior covariance is I_C (x) K. Nothing inverts K: every solve goes through
 //! B_c = I + D_c^{1/2} K D_c^{1/2} (eigenvalues >= 1) and M M^T = sum_c E_c.
 use super::optimize::minimize_lbfgs;
-use super::{parse_settings, FitContext, FitError, Fitted, HyperPolicy, Method, Problem};
-use crate::kernels::SqExp;
+use super::{parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape, StopReason};
+use crate::kernels::{Kernel, KernelSet};
 use crate::likelihoods::{Likelihood, Softmax};
 use crate::linalg::{log_sum_exp, matvec, softmax_in_place, Chol};
 use crate::results::EvidenceKind;
@@ -98,6 +98,7 @@ pub struct Laplace {
 }
 
 /// The posterior mode for one kernel matrix and everything derived from the curvature there.
+#[derive(Clone)]
 struct Mode {
     n: usize,
     n_classes: usize,
@@ -368,7 +369,7 @@ fn log_evidence_grad(mode: &Mode, K: &Mat<f64>, dKs: &[Mat<f64>]) -> Vec<f64> {
 }
 
 /// log q(y | X, theta) and its gradient w.r.t. the kernel's log-parameters.
-fn evidence_and_grad(kernel: &SqExp, problem: &Problem, params: &LaplaceParams, warm: Option<&[f64]>) -> Result<(f64, Vec<f64>, Mode), FitError> {
+fn evidence_and_grad(kernel: &dyn Kernel, problem: &Problem, params: &LaplaceParams, warm: Option<&[f64]>) -> Result<(f64, Vec<f64>, Mode), FitError> {
     let K = kernel.gram(problem.x);
     let mode = find_mode(&K, problem.y, problem.n_classes, params, warm)?;
     let dKs = kernel.gram_grads(problem.x, &K);
@@ -381,7 +382,19 @@ impl Method for Laplace {
         "laplace"
     }
 
-    fn fit(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+    fn supports(&self, shape: &ProblemShape, kernels: &KernelSet, _hyper: HyperPolicy) -> Result<(), String> {
+        if !kernels.is_shared() {
+            return Err("laplace: one kernel shared by all classes (prior I_C (x) K); per_class kernels are not supported".into());
+        }
+        if self.params.likelihood == LaplaceLikelihood::Probit && shape.n_classes != 2 {
+            return Err(format!("laplace with likelihood: probit is the binary model: exactly 2 classes, the data have {}", shape.n_classes));
+        }
+        Ok(())
+    }
+
+    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
+        let kernel = kernels.class(0);
         match self.params.likelihood {
             LaplaceLikelihood::Logit => Ok(Box::new(self.fit_model(problem, kernel, hyper, ctx)?)),
             LaplaceLikelihood::Probit => Ok(Box::new(self.fit_probit(problem, kernel, hyper, ctx)?)),
@@ -391,76 +404,90 @@ impl Method for Laplace {
 
 /// Maximise an approximate log evidence over the kernel's free log-parameters by L-BFGS
 /// (shared by both likelihoods). `evidence(kernel, warm)` returns the value, its gradient and
-/// the mode's a, which warm-starts the next evaluation's Newton iteration. Traces the best
-/// value so far as `log_evidence` and records the optimiser's diagnostics.
-fn learn_kernel(
-    kernel: &SqExp,
+/// the mode, whose `warm_start` seeds the next evaluation's Newton iteration. Evaluations are
+/// the outer iterations: each traces the best value so far as `log_evidence`, a budget ends the
+/// search at the best point, and at scheduled checkpoints `model(kernel, mode)` of the best
+/// point so far is scored. Records the optimiser's diagnostics.
+fn learn_kernel<Mo: Clone + Send + Sync>(
+    kernel: &dyn Kernel,
     max_iters: u64,
-    ctx: &mut FitContext,
-    diagnostics: &mut BTreeMap<String, String>,
-    evidence: impl Fn(&SqExp, Option<&[f64]>) -> Result<(f64, Vec<f64>, Vec<f64>), FitError> + Sync,
-) -> Result<SqExp, FitError> {
-    let evals = std::sync::atomic::AtomicUsize::new(0);
-    let trace = std::sync::Mutex::new(Vec::new());
+    ctx: &FitContext,
+    diagnostics: &mut Diagnostics,
+    evidence: impl Fn(&dyn Kernel, Option<&[f64]>) -> Result<(f64, Vec<f64>, Mo), FitError> + Sync,
+    warm_start: impl Fn(&Mo) -> Vec<f64> + Sync,
+    model: impl Fn(Box<dyn Kernel>, Mo) -> Box<dyn Fitted> + Sync,
+) -> Result<Box<dyn Kernel>, FitError> {
+    let evals = std::sync::atomic::AtomicU64::new(0);
+    let best: std::sync::Mutex<Option<(f64, Box<dyn Kernel>, Option<Mo>)>> = std::sync::Mutex::new(None);
     let last_a: std::sync::Mutex<Option<Vec<f64>>> = std::sync::Mutex::new(None);
-    let deadline = ctx.deadline;
-    let start = ctx.start;
     let cost = |p: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
-        if deadline.is_some_and(|d| std::time::Instant::now() > d) {
-            return Err(FitError::Timeout { seconds: start.elapsed().as_secs_f64() });
+        ctx.check_deadline()?;
+        let done = evals.load(std::sync::atomic::Ordering::Relaxed);
+        if let Some(stop) = ctx.budget_stop(done) {
+            return Err(FitError::Stop(stop));
         }
         let warm = last_a.lock().expect("warm-start lock").clone();
-        let (v, g, a) = evidence(&kernel.with_log_params(p), warm.as_deref())?;
-        *last_a.lock().expect("warm-start lock") = Some(a);
+        let k = kernel.with_log_params(p);
+        let (v, g, mode) = evidence(k.as_ref(), warm.as_deref())?;
+        *last_a.lock().expect("warm-start lock") = Some(warm_start(&mode));
+        let iter = evals.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         // Trace the best evidence so far (line-search trial points would make it jagged).
-        let k = evals.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut points = trace.lock().expect("trace lock");
-        if points.last().is_none_or(|&(_, _, best): &(usize, f64, f64)| v > best) {
-            points.push((k, start.elapsed().as_secs_f64(), v));
+        let mut best = best.lock().expect("best-point lock");
+        if best.as_ref().is_none_or(|(b, _, _)| v > *b) {
+            ctx.record(iter as usize - 1, &[("log_evidence", v)]);
+            *best = Some((v, k, ctx.has_checkpoints().then_some(mode)));
         }
+        let (b, bk, bm) = best.as_ref().expect("set above");
+        ctx.checkpoint(iter, Some(*b), || Ok(model(bk.clone(), bm.clone().expect("kept with checkpoints"))))?;
         Ok((-v, g.iter().map(|x| -x).collect()))
     };
     let min = minimize_lbfgs(&cost, &kernel.log_params(), &kernel.free_mask(), max_iters, 1e-10)?;
-    for (k, t, v) in trace.into_inner().expect("trace lock") {
-        ctx.trace.push(crate::results::TracePoint { iter: k, time: t, name: "log_evidence".into(), value: v });
-    }
-    diagnostics.insert("hyper_iterations".into(), min.iterations.to_string());
-    diagnostics.insert("hyper_evaluations".into(), min.evaluations.to_string());
-    diagnostics.insert("hyper_stop_reason".into(), min.stop_reason);
+    diagnostics.iterations = Some(evals.into_inner());
+    diagnostics.stop_reason = Some(min.stopped_by.unwrap_or(if min.iterations >= max_iters { StopReason::MaxIterations } else { StopReason::Converged }));
+    diagnostics.number("hyper_iterations", min.iterations as f64).number("hyper_evaluations", min.evaluations as f64);
+    diagnostics.note("hyper_stop_reason", min.stop_reason);
     Ok(kernel.with_log_params(&min.x))
 }
 
 impl Laplace {
     /// `Method::fit` with the concrete model type, for `likelihood: logit` (`fit_probit` is
     /// the probit one).
-    pub fn fit_model(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<LaplaceModel, FitError> {
+    pub fn fit_model(&self, problem: &Problem, kernel: &dyn Kernel, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<LaplaceModel, FitError> {
         assert_eq!(problem.x.nrows(), problem.y.len());
         if self.params.likelihood != LaplaceLikelihood::Logit {
             return Err(FitError::Unsupported("laplace: fit_model is the logit path; settings.likelihood is probit".into()));
         }
-        let mut diagnostics = BTreeMap::new();
+        let mut diagnostics = Diagnostics::default();
+        let model = |kernel: Box<dyn Kernel>, mode: Mode| -> Box<dyn Fitted> {
+            Box::new(LaplaceModel { kernel, x_train: problem.x.clone(), mode, mc_samples: self.params.mc_samples, diagnostics: Diagnostics::default() })
+        };
         let kernel = match hyper {
-            HyperPolicy::Fixed => kernel.clone(),
-            HyperPolicy::Learn => learn_kernel(kernel, self.params.max_hyper_iters, ctx, &mut diagnostics, |k, warm| {
-                let (v, g, mode) = evidence_and_grad(k, problem, &self.params, warm)?;
-                Ok((v, g, mode.a))
-            })?,
+            HyperPolicy::Fixed => kernel.clone_box(),
+            HyperPolicy::Learn => learn_kernel(
+                kernel,
+                self.params.max_hyper_iters,
+                ctx,
+                &mut diagnostics,
+                |k, warm| evidence_and_grad(k, problem, &self.params, warm),
+                |mode| mode.a.clone(),
+                model,
+            )?,
         };
         ctx.check_deadline()?;
         let K = kernel.gram(problem.x);
         let mode = find_mode(&K, problem.y, problem.n_classes, &self.params, None)?;
-        diagnostics.insert("newton_iterations".into(), mode.newton_iters.to_string());
+        diagnostics.number("newton_iterations", mode.newton_iters as f64);
         Ok(LaplaceModel { kernel, x_train: problem.x.clone(), mode, mc_samples: self.params.mc_samples, diagnostics })
     }
 }
 
 /// A fitted Laplace model.
 pub struct LaplaceModel {
-    kernel: SqExp,
+    kernel: Box<dyn Kernel>,
     x_train: Array2<f64>,
     mode: Mode,
     mc_samples: usize,
-    diagnostics: BTreeMap<String, String>,
+    diagnostics: Diagnostics,
 }
 
 impl LaplaceModel {
@@ -505,7 +532,7 @@ impl LaplaceModel {
 }
 
 impl Fitted for LaplaceModel {
-    fn predict_proba(&self, x: &Array2<f64>, rng: &mut Pcg64) -> Result<Array2<f64>, FitError> {
+    fn predict(&self, x: &Array2<f64>, rng: &mut Pcg64) -> Result<Prediction, FitError> {
         let C = self.mode.n_classes;
         // One antithetic set of standard-normal draws serves every test point.
         let half = self.mc_samples.div_ceil(2);
@@ -524,18 +551,18 @@ impl Fitted for LaplaceModel {
                 out[(j, c)] = p[c];
             }
         }
-        Ok(out)
+        Ok(Prediction::new(out))
     }
 
-    fn evidence(&self) -> Option<(f64, EvidenceKind)> {
-        Some((self.mode.log_evidence, EvidenceKind::Approximation))
+    fn evidence(&self) -> Option<Evidence> {
+        Some(Evidence::new(self.mode.log_evidence, EvidenceKind::Approximation))
     }
 
-    fn kernel(&self) -> &SqExp {
-        &self.kernel
+    fn kernels(&self) -> KernelSet {
+        KernelSet::shared(self.kernel.clone())
     }
 
-    fn diagnostics(&self) -> BTreeMap<String, String> {
+    fn diagnostics(&self) -> Diagnostics {
         self.diagnostics.clone()
     }
 
@@ -559,7 +586,7 @@ fn dense_block_diag(K: faer::MatRef<'_, f64>, C: usize) -> Mat<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{KernelParams, LengthScale};
+    use crate::kernels::{KernelParams, LengthScale, SqExp};
     use crate::methods::optimize::minimize_lbfgs;
     use rand::SeedableRng;
 
@@ -581,7 +608,7 @@ mod tests {
     }
 
     fn kernel(ard: bool, ls: f64, var: f64) -> SqExp {
-        KernelParams { ard, lengthscale: LengthScale::One(ls), variance: var, learn_variance: true }.build(2).unwrap()
+        KernelParams { ard, lengthscale: LengthScale::One(ls), variance: var, learn_variance: true, ..Default::default() }.build(2).unwrap()
     }
 
     #[test]
@@ -746,9 +773,10 @@ mod tests {
         let method = LaplaceParams::default().check().unwrap();
         let mut rng = Pcg64::seed_from_u64(1);
         let mut ctx = FitContext::new(&mut rng, None);
+        let start = KernelSet::shared_se(&start);
         let fixed = method.fit(&problem, &start, HyperPolicy::Fixed, &mut ctx).unwrap();
         let learned = method.fit(&problem, &start, HyperPolicy::Learn, &mut ctx).unwrap();
-        assert!(learned.evidence().unwrap().0 > fixed.evidence().unwrap().0 + 1e-3);
-        assert!(!ctx.trace.is_empty());
+        assert!(learned.evidence().unwrap().value > fixed.evidence().unwrap().value + 1e-3);
+        assert!(!ctx.trace().is_empty());
     }
 }

@@ -1,8 +1,10 @@
-//! Approximate-inference methods behind one trait.
+//! Approximate-inference methods behind one contract (see [`contract`]).
 //!
 //! A method value is checked configuration (`<Name>`, built from serde `<Name>Params`) and
 //! is shared by many cells; `fit` returns a new fitted model (`<Name>Model`). All randomness
 //! comes from `FitContext::rng`, so a cell's seed fixes its result bit for bit.
+mod context;
+mod contract;
 pub mod gibbs_mnp;
 pub mod importance;
 pub mod klmnl;
@@ -11,115 +13,18 @@ pub mod optimize;
 pub mod vbmnp;
 pub mod vbmnp_sparse;
 
-use crate::kernels::SqExp;
-use crate::linalg::LinalgError;
-use crate::results::{EvidenceKind, Handoff, TracePoint};
-use ndarray::Array2;
-use rand_pcg::Pcg64;
-use std::collections::BTreeMap;
-use std::time::Instant;
+pub use context::{Budget, CheckpointGrid, Checkpoints, FitContext, ScoreSnapshot};
+pub use contract::{Diagnostics, Evidence, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape, StopReason};
 
-/// The training problem a method sees: inputs, class indices 0..C, and C.
-pub struct Problem<'a> {
-    pub x: &'a Array2<f64>,
-    pub y: &'a [usize],
-    pub n_classes: usize,
-}
+use crate::kernels::{KernelSet, SqExp};
 
-/// What the method does with the kernel's hyper-parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HyperPolicy {
-    /// Use the given kernel as is.
-    Fixed,
-    /// Start from the given kernel and maximise the method's evidence over the free log-parameters.
-    Learn,
-}
-
-/// Per-fit context: randomness, the wall-clock deadline, the trace, and what the cell this
-/// one depends on (`hyper: {from: ...}`) handed over.
-pub struct FitContext<'a> {
-    pub rng: &'a mut Pcg64,
-    pub deadline: Option<Instant>,
-    pub start: Instant,
-    pub trace: Vec<TracePoint>,
-    /// The source cell's handoff (its hyper-parameters are already in the kernel; its named
-    /// vectors, e.g. a posterior mean used as an importance-sampling centre, are here).
-    pub source: Option<&'a Handoff>,
-}
-
-impl<'a> FitContext<'a> {
-    pub fn new(rng: &'a mut Pcg64, deadline: Option<Instant>) -> Self {
-        FitContext { rng, deadline, start: Instant::now(), trace: Vec::new(), source: None }
-    }
-
-    /// Record named values at one outer iteration.
-    pub fn record(&mut self, iter: usize, values: &[(&str, f64)]) {
-        let time = self.start.elapsed().as_secs_f64();
-        self.trace.extend(values.iter().map(|(name, value)| TracePoint { iter, time, name: name.to_string(), value: *value }));
-    }
-
-    /// Fail with `FitError::Timeout` once the deadline has passed.
-    pub fn check_deadline(&self) -> Result<(), FitError> {
-        match self.deadline {
-            Some(d) if Instant::now() > d => Err(FitError::Timeout { seconds: self.start.elapsed().as_secs_f64() }),
-            _ => Ok(()),
-        }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum FitError {
-    #[error(transparent)]
-    Linalg(#[from] LinalgError),
-    #[error("timed out after {seconds:.1} s")]
-    Timeout { seconds: f64 },
-    #[error("{0}")]
-    Numerical(String),
-    #[error("{0}")]
-    Unsupported(String),
-}
-
-/// An approximate-inference method (checked configuration).
-pub trait Method: Send + Sync {
-    /// The method's short name (its module and YAML `method:` value).
-    fn name(&self) -> &'static str;
-
-    fn fit(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext)
-        -> Result<Box<dyn Fitted>, FitError>;
-}
-
-/// A fitted model.
-pub trait Fitted: Send + Sync {
-    /// Class probabilities for each row of `x`, [m, C]; rows sum to one. Methods that
-    /// integrate by Monte Carlo draw from `rng`.
-    fn predict_proba(&self, x: &Array2<f64>, rng: &mut Pcg64) -> Result<Array2<f64>, FitError>;
-
-    /// The log marginal-likelihood value and what kind of number it is.
-    fn evidence(&self) -> Option<(f64, EvidenceKind)>;
-
-    /// The kernel the model was fitted with (after any hyper-parameter learning).
-    fn kernel(&self) -> &SqExp;
-
-    /// Non-fatal diagnostics: iterations, convergence, jitter, warnings.
-    fn diagnostics(&self) -> BTreeMap<String, String>;
-
-    /// Further named numbers the method computes (bounds, estimates, effective sample sizes,
-    /// ordering checks); the runner stores each as a metric of the cell.
-    fn extra_metrics(&self) -> BTreeMap<String, f64> {
-        BTreeMap::new()
-    }
-
-    /// Further test-set numbers that need the true classes of the rows last passed to
-    /// `predict_proba` (bounds on log p(y*), orderings against other estimates); the runner
-    /// calls it after scoring and stores each entry as a metric. Fitting never sees these labels.
-    fn test_metrics(&self, _y_test: &[usize]) -> BTreeMap<String, f64> {
-        BTreeMap::new()
-    }
-
-    /// What dependent cells may take from this one; by default the kernel's log-parameters.
-    fn handoff(&self) -> Handoff {
-        Handoff { log_hyperparameters: self.kernel().log_params(), vectors: BTreeMap::new() }
-    }
+/// The kernel of methods whose mathematics is written for one squared-exponential kernel
+/// shared by all classes; `supports` and `fit` of those methods use it.
+pub(crate) fn shared_sqexp<'k>(kernels: &'k KernelSet, method: &str) -> Result<&'k SqExp, String> {
+    kernels
+        .shared_kernel()
+        .and_then(|k| k.as_sqexp())
+        .ok_or_else(|| format!("{method} needs one squared-exponential kernel shared by all classes (no per_class, type se)"))
 }
 
 /// Methods known to the harness: (YAML name, one-line description).

@@ -1,6 +1,6 @@
 //! The one outer optimiser every method uses for hyper-parameters: L-BFGS (argmin, More-Thuente
 //! line search) minimising a cost over log-parameters, a subset of which may be held fixed.
-use super::FitError;
+use super::{FitError, StopReason};
 use argmin::core::{CostFunction, Executor, Gradient, State};
 use argmin::solver::linesearch::MoreThuenteLineSearch;
 use argmin::solver::quasinewton::LBFGS;
@@ -16,6 +16,8 @@ pub struct Minimum {
     pub evaluations: usize,
     /// Why it stopped, in argmin's words (or the line-search failure that ended it).
     pub stop_reason: String,
+    /// Set when a budget ended the search (`FitError::Stop` from an evaluation).
+    pub stopped_by: Option<StopReason>,
 }
 
 type CostAndGrad<'a> = dyn Fn(&[f64]) -> Result<(f64, Vec<f64>), FitError> + Sync + 'a;
@@ -79,7 +81,7 @@ impl Problem<'_> {
             }
             Err(e) => {
                 let msg = e.to_string();
-                if matches!(e, FitError::Timeout { .. }) {
+                if matches!(e, FitError::Timeout { .. } | FitError::Stop(_)) {
                     cache.fatal = Some(e);
                 }
                 cache.failed = true;
@@ -115,7 +117,8 @@ const MAX_RESTARTS: u32 = 3;
 /// from the best point seen, with fresh memory and a first step 4^k times shorter on restart k,
 /// up to `MAX_RESTARTS` times within the `max_iters` budget; then it ends at the best point.
 /// It converges when the gradient norm falls below 1e-6 or an iteration changes the cost by
-/// less than `tol_cost`.
+/// less than `tol_cost`. An evaluation that returns `FitError::Stop` (a budget reached) ends the
+/// search at the best point so far, with the stop as its `stop_reason`.
 pub fn minimize_lbfgs(f: &CostAndGrad<'_>, x0: &[f64], free: &[bool], max_iters: u64, tol_cost: f64) -> Result<Minimum, FitError> {
     assert_eq!(x0.len(), free.len());
     let free_idx: Vec<usize> = (0..x0.len()).filter(|&i| free[i]).collect();
@@ -123,7 +126,7 @@ pub fn minimize_lbfgs(f: &CostAndGrad<'_>, x0: &[f64], free: &[bool], max_iters:
     let z0: Vec<f64> = free_idx.iter().map(|&i| x0[i]).collect();
     if z0.is_empty() || max_iters == 0 {
         let (value, _) = f(x0)?;
-        return Ok(Minimum { x: x0.to_vec(), value, iterations: 0, evaluations: 1, stop_reason: "nothing to optimise".into() });
+        return Ok(Minimum { x: x0.to_vec(), value, iterations: 0, evaluations: 1, stop_reason: "nothing to optimise".into(), stopped_by: None });
     }
     let problem = |offset: Vec<f64>, scale: f64| Problem { f, x0: x0.to_vec(), free: free_idx.clone(), offset, scale, cache: &cache };
     // The first evaluation must succeed: there is no fallback point without it.
@@ -134,6 +137,7 @@ pub fn minimize_lbfgs(f: &CostAndGrad<'_>, x0: &[f64], free: &[bool], max_iters:
     let mut iterations = 0;
     let mut restarts = 0;
     let mut first_trouble: Option<String> = None;
+    let mut stopped_by = None;
     let stop_reason = loop {
         let solver = LBFGS::new(MoreThuenteLineSearch::new(), 10)
             .with_tolerance_grad(1e-6)
@@ -147,8 +151,14 @@ pub fn minimize_lbfgs(f: &CostAndGrad<'_>, x0: &[f64], free: &[bool], max_iters:
         };
         iterations += used;
         let mut c = cache.lock().expect("optimiser cache poisoned");
-        if let Some(fatal) = c.fatal.take() {
-            return Err(fatal);
+        match c.fatal.take() {
+            // A budget ends the search at the best point so far: a normal stop, not a failure.
+            Some(FitError::Stop(why)) => {
+                stopped_by = Some(why);
+                break why.to_string();
+            }
+            Some(fatal) => return Err(fatal),
+            None => {}
         }
         let trouble = c.failed || reason.contains("descent direction");
         if !trouble || restarts == MAX_RESTARTS || iterations >= max_iters {
@@ -171,7 +181,7 @@ pub fn minimize_lbfgs(f: &CostAndGrad<'_>, x0: &[f64], free: &[bool], max_iters:
     };
     let cache = cache.into_inner().expect("optimiser cache poisoned");
     let (x, value) = cache.best.expect("first evaluation succeeded");
-    Ok(Minimum { x, value, iterations, evaluations: cache.evaluations, stop_reason })
+    Ok(Minimum { x, value, iterations, evaluations: cache.evaluations, stop_reason, stopped_by })
 }
 
 fn fatal_or(cache: &Mutex<Cache>, e: argmin::core::Error) -> FitError {
@@ -216,6 +226,28 @@ mod tests {
         let g = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> { Ok(((x[0] - 1.0).powi(2), vec![2.0 * (x[0] - 1.0)])) };
         let m = minimize_lbfgs(&g, &[0.0], &[true], 100, 1e-10).unwrap();
         assert!(!m.stop_reason.contains("restart") && (m.x[0] - 1.0).abs() < 1e-6, "{m:?}");
+    }
+
+    #[test]
+    fn a_budget_stop_ends_at_the_best_point_so_far() {
+        // Rosenbrock from (-1.2, 1): far from converged when the sixth evaluation reports the
+        // budget spent; the result is the best of the five points evaluated.
+        let seen = Mutex::new(Vec::new());
+        let f = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
+            let mut seen = seen.lock().unwrap();
+            if seen.len() == 5 {
+                return Err(FitError::Stop(StopReason::BudgetIterations));
+            }
+            let (a, b) = (x[0], x[1]);
+            let v = (1.0 - a).powi(2) + 100.0 * (b - a * a).powi(2);
+            seen.push(v);
+            Ok((v, vec![-2.0 * (1.0 - a) - 400.0 * a * (b - a * a), 200.0 * (b - a * a)]))
+        };
+        let m = minimize_lbfgs(&f, &[-1.2, 1.0], &[true, true], 100, 1e-10).unwrap();
+        let seen = seen.into_inner().unwrap();
+        assert_eq!((m.evaluations, m.stopped_by), (5, Some(StopReason::BudgetIterations)));
+        assert_eq!(m.value, seen.iter().copied().fold(f64::INFINITY, f64::min));
+        assert!(m.value > 1e-3, "not converged: {m:?}");
     }
 
     #[test]

@@ -14,8 +14,8 @@
 //! GP; submodule `binary`).
 #![allow(non_snake_case)]
 use super::gibbs_mnp::BinaryModel;
-use super::{parse_settings, FitContext, FitError, Fitted, HyperPolicy, Method, Problem};
-use crate::kernels::SqExp;
+use super::{parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape, StopReason};
+use crate::kernels::{KernelSet, SqExp};
 use crate::likelihoods::probit::{predictive_class_probs, truncated_moments};
 use crate::linalg::{log_sum_exp, Chol, LinalgError};
 use crate::results::{EvidenceKind, Handoff};
@@ -535,7 +535,25 @@ impl Method for Vbmnp {
         "vbmnp"
     }
 
-    fn fit(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+    fn supports(&self, shape: &ProblemShape, kernels: &KernelSet, hyper: HyperPolicy) -> Result<(), String> {
+        let p = &self.params;
+        if p.binary_model == BinaryModel::Probit {
+            if shape.n_classes != 2 {
+                return Err(format!("vbmnp with binary_model: probit is the one-GP binary model: exactly 2 classes, the data have {}", shape.n_classes));
+            }
+            if hyper != HyperPolicy::Fixed {
+                return Err("vbmnp with binary_model: probit supports hyper: fixed (or from) only".into());
+            }
+        }
+        if p.accelerate && hyper == HyperPolicy::Learn {
+            return Err("vbmnp: settings.accelerate needs a fixed kernel (hyper: fixed or from)".into());
+        }
+        // The VB-MNP hyper-parameter step samples the RBF precisions phi = 1/l^2 (G&R 2006 §4.4).
+        super::shared_sqexp(kernels, "vbmnp").map(|_| ())
+    }
+
+    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        let kernel = super::shared_sqexp(kernels, "vbmnp").map_err(FitError::Unsupported)?;
         let p = &self.params;
         if p.binary_model == BinaryModel::Probit {
             return Ok(Box::new(binary::fit(p, problem, kernel, hyper, ctx)?));
@@ -714,7 +732,7 @@ pub fn gram_cross_phi(x1: &Array2<f64>, x2: &Array2<f64>, phi: &[f64], s2: f64) 
 }
 
 impl Fitted for VbmnpModel {
-    fn predict_proba(&self, xs: &Array2<f64>, _rng: &mut Pcg64) -> Result<Array2<f64>, FitError> {
+    fn predict(&self, xs: &Array2<f64>, _rng: &mut Pcg64) -> Result<Prediction, FitError> {
         let (mu, var) = self.predictive_latents(xs);
         let (K, cp) = (mu.ncols(), self.n_present);
         let mut out = Array2::zeros((xs.nrows(), cp));
@@ -727,29 +745,23 @@ impl Fitted for VbmnpModel {
                 out[[j, k]] = p[k] / total;
             }
         }
-        Ok(out)
+        Ok(Prediction::new(out))
     }
 
-    fn evidence(&self) -> Option<(f64, EvidenceKind)> {
-        Some((self.bound, EvidenceKind::LowerBound))
+    fn evidence(&self) -> Option<Evidence> {
+        Some(Evidence::new(self.bound, EvidenceKind::LowerBound))
     }
 
-    fn kernel(&self) -> &SqExp {
-        &self.kernel
+    fn kernels(&self) -> KernelSet {
+        KernelSet::shared(Box::new(self.kernel.clone()))
     }
 
-    fn diagnostics(&self) -> BTreeMap<String, String> {
-        let mut d = BTreeMap::new();
-        d.insert("iterations".into(), self.iters.to_string());
-        d.insert("converged".into(), self.converged.to_string());
-        d.insert("bound_paper".into(), format!("{:.6}", self.bound_paper));
-        d.insert("elbo".into(), format!("{:.6}", self.elbo));
-        d.insert("phi".into(), format!("{:?}", self.phi));
-        d.insert("hyper_learned".into(), self.learned.to_string());
+    fn diagnostics(&self) -> Diagnostics {
+        let mut d = Diagnostics { iterations: Some(self.iters as u64), ..Default::default() };
+        d.stop_reason = Some(if self.converged { StopReason::Converged } else { StopReason::MaxIterations });
+        d.note("phi", format!("{:?}", self.phi)).note("hyper_learned", self.learned.to_string());
         if self.learned {
-            d.insert("ess_last".into(), format!("{:.2}", self.ess_last));
-            d.insert("ess_min".into(), format!("{:.2}", self.ess_min));
-            d.insert("is_failed_samples".into(), self.is_failed.to_string());
+            d.number("is_failed_samples", self.is_failed as f64);
         }
         d
     }
@@ -774,7 +786,7 @@ impl Fitted for VbmnpModel {
         let mut vectors = BTreeMap::new();
         vectors.insert("phi".into(), self.phi.clone());
         vectors.insert("psi".into(), self.psi.clone());
-        Handoff { log_hyperparameters: self.kernel.log_params(), vectors }
+        Handoff { vectors, ..Handoff::of_kernels(&self.kernels()) }
     }
 }
 
@@ -802,8 +814,8 @@ mod tests {
         -> (Box<dyn Fitted>, Vec<crate::results::TracePoint>) {
         let mut rng = Pcg64::seed_from_u64(seed);
         let mut ctx = FitContext::new(&mut rng, None);
-        let m = params.check().unwrap().fit(&Problem { x, y, n_classes: k }, kernel, hyper, &mut ctx).unwrap();
-        let trace = ctx.trace.clone();
+        let m = params.check().unwrap().fit(&Problem { x, y, n_classes: k }, &KernelSet::shared_se(kernel), hyper, &mut ctx).unwrap();
+        let trace = ctx.trace();
         (m, trace)
     }
 
@@ -899,7 +911,7 @@ mod tests {
         let params = VbmnpParams { accelerate: true, ..Default::default() };
         let mut rng = Pcg64::seed_from_u64(5);
         let mut ctx = FitContext::new(&mut rng, None);
-        let err = params.check().unwrap().fit(&Problem { x: &x, y: &y, n_classes: 3 }, &kernel, HyperPolicy::Learn, &mut ctx);
+        let err = params.check().unwrap().fit(&Problem { x: &x, y: &y, n_classes: 3 }, &KernelSet::shared_se(&kernel), HyperPolicy::Learn, &mut ctx);
         assert!(err.is_err());
     }
 
@@ -911,7 +923,7 @@ mod tests {
         let run = |evidence: VbEvidence| {
             let params = VbmnpParams { tol: 0.0, max_iters: 30, evidence, ..Default::default() };
             let (m, _) = fit(&x, &y, 3, &kernel, HyperPolicy::Fixed, params, 5);
-            (m.evidence().unwrap().0, m.extra_metrics())
+            (m.evidence().unwrap().value, m.extra_metrics())
         };
         let (paper, metrics) = run(VbEvidence::Paper);
         // The printed App. C bound is the ELBO less (K - 1) N/2 ln 2 pi (notes §2.7).
@@ -931,9 +943,8 @@ mod tests {
         let (kernel, s2) = (iso_kernel(0.7, 2.0), 2.0);
         let params = VbmnpParams { tol: 0.0, max_iters: 200, ..Default::default() };
         let (m, _) = fit(&x, &y, 3, &kernel, HyperPolicy::Fixed, params, 5);
-        let d = m.diagnostics();
-        let elbo: f64 = d["elbo"].parse().unwrap();
-        let (bound, kind) = m.evidence().unwrap();
+        let elbo = m.extra_metrics()["elbo"];
+        let Evidence { value: bound, kind, .. } = m.evidence().unwrap();
         assert_eq!(kind, EvidenceKind::LowerBound);
         assert!((bound - (elbo - 3.0 * LN_2PI)).abs() < 1e-5);
         let C = gram_phi(&x, &[0.7], s2);
@@ -986,7 +997,7 @@ mod tests {
         let C = gram_phi(&x, &[0.8], 1.0);
         let t: Vec<f64> = y.iter().map(|&c| if c == 0 { 1.0 } else { -1.0 }).collect();
         let (yb, elbo_b) = binary_vb(&C, &t);
-        let elbo: f64 = m.diagnostics()["elbo"].parse().unwrap();
+        let elbo = m.extra_metrics()["elbo"];
         let half_logdet = 0.5 * chol_i_plus(&C).unwrap().log_det();
         assert!((elbo - (elbo_b - half_logdet)).abs() < 1e-7, "{elbo} vs {}", elbo_b - half_logdet);
         // Predictive: P(class 0) = Phi(f_new / sqrt(1 + s^2)), f_new = ỹ'ᵀ(I+C)^{-1}c.
@@ -1169,11 +1180,11 @@ mod tests {
         let params = VbmnpParams { is_samples: 50, max_iters: 5, init_phi: Some(1.0), ..Default::default() };
         let (m, trace) = fit(&x, &y, 3, &kernel, HyperPolicy::Learn, params, 8);
         let phi: Vec<f64> = (1..=3).map(|d| trace.iter().filter(|t| t.name == format!("phi_{d}")).last().unwrap().value).collect();
-        let back = phi_from_kernel(m.kernel());
+        let back = phi_from_kernel(m.kernels().class(0).as_sqexp().unwrap());
         for (a, b) in phi.iter().zip(&back) {
             assert!((a / b - 1.0).abs() < 1e-12);
         }
-        assert_eq!(m.handoff().log_hyperparameters, m.kernel().log_params());
+        assert_eq!(m.handoff().log_hyperparameters, m.kernels().log_params());
         let p = m.predict_proba(&x, &mut Pcg64::seed_from_u64(0)).unwrap();
         for r in p.rows() {
             assert!((r.sum() - 1.0).abs() < 1e-12 && r.iter().all(|v| *v >= 0.0));

@@ -13,11 +13,10 @@
 //! s(x) = k(x,x) - k_xI (K_II + I)^{-1} k_Ix, fed to the §4.5 predictive formula.
 #![allow(non_snake_case)]
 use super::vbmnp::{gram_cross_phi, gram_phi, phi_from_kernel};
-use super::{parse_settings, FitContext, FitError, Fitted, HyperPolicy, Method, Problem};
-use crate::kernels::SqExp;
+use super::{parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape};
+use crate::kernels::{KernelSet, SqExp};
 use crate::likelihoods::probit::{log_predictive_class_prob, predictive_class_probs, truncated_moments};
 use crate::linalg::Chol;
-use crate::results::EvidenceKind;
 use faer::Mat;
 use ndarray::Array2;
 use rand::RngExt;
@@ -172,12 +171,16 @@ impl Method for VbmnpSparse {
         "vbmnp_sparse"
     }
 
-    fn fit(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+    fn supports(&self, _shape: &ProblemShape, kernels: &KernelSet, hyper: HyperPolicy) -> Result<(), String> {
         if hyper == HyperPolicy::Learn {
-            return Err(FitError::Unsupported(
-                "vbmnp_sparse keeps the kernel fixed (as the paper does): use hyper: fixed or hyper: {from: ...}".into(),
-            ));
+            return Err("vbmnp_sparse keeps the kernel fixed (as the paper does): use hyper: fixed or hyper: {from: ...}".into());
         }
+        super::shared_sqexp(kernels, "vbmnp_sparse").map(|_| ())
+    }
+
+    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
+        let kernel = super::shared_sqexp(kernels, "vbmnp_sparse").map_err(FitError::Unsupported)?;
         let (x, y, K) = (problem.x, problem.y, problem.n_classes);
         let phi = phi_from_kernel(kernel);
         let s2 = kernel.log_variance.exp();
@@ -207,7 +210,7 @@ pub struct VbmnpSparseModel {
 }
 
 impl Fitted for VbmnpSparseModel {
-    fn predict_proba(&self, xs: &Array2<f64>, _rng: &mut Pcg64) -> Result<Array2<f64>, FitError> {
+    fn predict(&self, xs: &Array2<f64>, _rng: &mut Pcg64) -> Result<Prediction, FitError> {
         let Kx = gram_cross_phi(&self.xa, xs, &self.phi, self.s2);
         let mu = Kx.transpose() * &self.B;
         let V = self.chol.solve_l(Kx.as_ref());
@@ -221,21 +224,20 @@ impl Fitted for VbmnpSparseModel {
                 out[[j, k]] = p[k];
             }
         }
-        Ok(out)
+        Ok(Prediction::new(out))
     }
 
-    fn evidence(&self) -> Option<(f64, EvidenceKind)> {
+    fn evidence(&self) -> Option<Evidence> {
         None
     }
 
-    fn kernel(&self) -> &SqExp {
-        &self.kernel
+    fn kernels(&self) -> KernelSet {
+        KernelSet::shared(Box::new(self.kernel.clone()))
     }
 
-    fn diagnostics(&self) -> BTreeMap<String, String> {
-        let mut d = BTreeMap::new();
-        d.insert("n_active".into(), self.n_active.to_string());
-        d.insert("pool_error".into(), format!("{:.6}", self.pool_error));
+    fn diagnostics(&self) -> Diagnostics {
+        let mut d = Diagnostics::default();
+        d.iterations = Some(self.n_active as u64);
         d
     }
 
@@ -323,7 +325,7 @@ mod tests {
         let params = VbmnpSparseParams { active_size: 40, ..Default::default() };
         let mut rng = Pcg64::seed_from_u64(1);
         let mut ctx = FitContext::new(&mut rng, None);
-        let m = params.check().unwrap().fit(&Problem { x: &x, y: &y, n_classes: 3 }, &kernel, HyperPolicy::Fixed, &mut ctx).unwrap();
+        let m = params.check().unwrap().fit(&Problem { x: &x, y: &y, n_classes: 3 }, &KernelSet::shared_se(&kernel), HyperPolicy::Fixed, &mut ctx).unwrap();
         let (xt, yt) = data(300, 8);
         let p = m.predict_proba(&xt, &mut Pcg64::seed_from_u64(0)).unwrap();
         let mut err = 0;

@@ -34,8 +34,12 @@ pub struct TracePoint {
 /// What a finished cell hands to cells that depend on it (same dataset and split).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Handoff {
-    /// Log-space kernel hyper-parameters, in the kernel's own order.
+    /// Log-space kernel hyper-parameters, in the kernels' own order.
     pub log_hyperparameters: Vec<f64>,
+    /// Their names (`variance`, `lengthscale_2`, `c1.variance`); a dependent cell takes them
+    /// over by name. Empty in records written before names were handed over (then by position).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
     /// Named vectors, e.g. a posterior mean used as an importance-sampling centre.
     pub vectors: BTreeMap<String, Vec<f64>>,
 }
@@ -68,4 +72,11 @@ pub struct CellRecord {
     pub handoff: Handoff,
     pub wall_seconds: f64,
     pub cpu_seconds: f64,
+}
+
+impl Handoff {
+    /// The kernels' named log-parameters, no vectors.
+    pub fn of_kernels(kernels: &crate::kernels::KernelSet) -> Handoff {
+        Handoff { log_hyperparameters: kernels.log_params(), names: kernels.param_names(), vectors: BTreeMap::new() }
+    }
 }

@@ -3,8 +3,9 @@
 use super::Prepared;
 use crate::data::Standardizer;
 use crate::linalg::argmax;
-use crate::methods::{self, FitContext, HyperPolicy, Problem};
-use crate::results::{CellRecord, EvidenceKind, Handoff, Status};
+use crate::kernels::KernelSet;
+use crate::methods::{self, FitContext, Fitted, Prediction, Problem};
+use crate::results::{CellRecord, EvidenceKind, Handoff, Status, TracePoint};
 use crate::spec::{Cell, HyperSpec, Spec};
 use rand::SeedableRng;
 use rand_pcg::Pcg64;
@@ -94,81 +95,123 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
     };
 
     let method = methods::build(&cell.entry.method, &cell.entry.settings)?;
-    let mut kernel = cell.entry.kernel.build(data.d())?;
-    let policy = match &cell.entry.hyper {
-        HyperSpec::Fixed => HyperPolicy::Fixed,
-        HyperSpec::Learn => HyperPolicy::Learn,
-        HyperSpec::From { source: src, keep } => {
-            let rec = source.ok_or_else(|| format!("the cell of \"{src}\" it takes hyper-parameters from is missing"))?;
-            if rec.status != Status::Ok {
-                return Err(format!("the cell of \"{src}\" it takes hyper-parameters from failed"));
-            }
-            let p = &rec.handoff.log_hyperparameters;
-            if p.len() != kernel.n_params() {
-                return Err(format!("\"{src}\" handed over {} hyper-parameters but this kernel has {}", p.len(), kernel.n_params()));
-            }
-            let written = kernel.clone();
-            kernel = kernel.with_log_params(p);
-            if keep.iter().any(|k| k == "variance") {
-                kernel.log_variance = written.log_variance;
-            }
-            if keep.iter().any(|k| k == "lengthscale") {
-                kernel.log_lengthscales = written.log_lengthscales;
-            }
-            HyperPolicy::Fixed
+    let mut kernels = cell.entry.kernel.kernel_set(data.d(), data.n_classes())?;
+    if let HyperSpec::From { source: src, keep } = &cell.entry.hyper {
+        let rec = source.ok_or_else(|| format!("the cell of \"{src}\" it takes hyper-parameters from is missing"))?;
+        if rec.status != Status::Ok {
+            return Err(format!("the cell of \"{src}\" it takes hyper-parameters from failed"));
         }
-    };
+        kernels = take_over(&kernels, &rec.handoff, keep).map_err(|e| format!("hyper.from \"{src}\": {e}"))?;
+    }
+    let policy = cell.entry.hyper.policy();
+    let problem = Problem { x: &x_train, y: &train.y, n_classes: data.n_classes() };
+    method.supports(&problem.shape(), &kernels, policy)?;
 
     let mut rng = Pcg64::seed_from_u64(cell.seed);
     let deadline = spec.raw.timeout_seconds.map(|t| Instant::now() + Duration::from_secs_f64(t));
+    // Checkpoint snapshots are scored with their own draws (seeded by the cell and the
+    // iteration), so scoring never moves the fit's random stream.
+    let score_snapshot = |model: &dyn Fitted, iter: u64| -> Result<BTreeMap<String, f64>, String> {
+        let mut rng = Pcg64::seed_from_u64(cell.seed ^ iter.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let prediction = model.predict(&x_test, &mut rng).map_err(|e| e.to_string())?;
+        prediction.validate(test.y.len())?;
+        Ok(checkpoint_scores(&prediction, &test.y))
+    };
     let fit_start = Instant::now();
-    let problem = Problem { x: &x_train, y: &train.y, n_classes: data.n_classes() };
-    let mut ctx = FitContext::new(&mut rng, deadline);
+    let mut ctx = FitContext::new(&mut rng, deadline).with_budget(cell.entry.budget);
+    if let Some(schedule) = &cell.entry.checkpoints {
+        ctx = ctx.with_checkpoints(schedule.clone(), &score_snapshot);
+    }
     ctx.source = source.map(|r| &r.handoff);
-    let fitted = method.fit(&problem, &kernel, policy, &mut ctx).map_err(|e| e.to_string())?;
-    let trace = std::mem::take(&mut ctx.trace);
-    let time_train = fit_start.elapsed().as_secs_f64();
+    let fitted = method.fit(&problem, &kernels, policy, &mut ctx).map_err(|e| e.to_string())?;
+    let time_train = ctx.training_seconds();
+    let mut trace = ctx.take_trace();
+    let fit_wall = fit_start.elapsed().as_secs_f64();
+    drop(ctx);
 
     let predict_start = Instant::now();
-    let probs = fitted.predict_proba(&x_test, &mut rng).map_err(|e| e.to_string())?;
+    let prediction = fitted.predict(&x_test, &mut rng).map_err(|e| e.to_string())?;
     let time_predict = predict_start.elapsed().as_secs_f64();
+    prediction.validate(test.y.len())?;
 
-    let mut metrics = score(&probs, &test.y);
+    let diagnostics = fitted.diagnostics();
+    let mut metrics = score(&prediction, &test.y);
     metrics.insert("n_train".into(), train.y.len() as f64);
     metrics.insert("time_train".into(), time_train);
     metrics.insert("time_predict".into(), time_predict);
+    if cell.entry.checkpoints.is_some() {
+        // The final model closes the trace, at the iterations the fit reached.
+        let last = trace.iter().map(|p| p.iter).max().unwrap_or(0);
+        let iter = diagnostics.iterations.map_or(last, |i| i as usize).max(last);
+        for (name, value) in checkpoint_scores(&prediction, &test.y) {
+            trace.push(TracePoint { iter, time: time_train, name, value });
+        }
+        metrics.insert("time_checkpoints".into(), fit_wall - time_train);
+    }
+    if let Some(b) = cell.entry.budget.filter(|b| b.seconds.is_some()) {
+        // A wall-clock budget is machine-dependent: keep where it ended.
+        metrics.insert("budget_seconds".into(), b.seconds.unwrap_or_default());
+    }
     // The runner's own metrics take precedence over a method's extra ones of the same name.
-    for (name, value) in fitted.test_metrics(&test.y).into_iter().chain(fitted.extra_metrics()) {
+    let own = fitted.test_metrics(&prediction, &test.y).into_iter().chain(fitted.extra_metrics()).chain(diagnostics.metrics());
+    for (name, value) in own {
         metrics.entry(name).or_insert(value);
     }
     let evidence = fitted.evidence();
-    if let Some((v, _)) = evidence {
-        metrics.insert("log_evidence".into(), v);
+    if let Some(e) = evidence {
+        metrics.insert("log_evidence".into(), e.value);
+        if let Some(se) = e.std_err {
+            metrics.insert("log_evidence_se".into(), se);
+        }
     }
+    let fitted_kernels = fitted.kernels();
     Ok(Outcome {
         metrics,
-        evidence_kind: evidence.map(|(_, k)| k),
-        hyperparameters: fitted.kernel().natural_params().into_iter().collect(),
-        diagnostics: fitted.diagnostics(),
+        evidence_kind: evidence.map(|e| e.kind),
+        hyperparameters: fitted_kernels.natural_params().into_iter().collect(),
+        diagnostics: diagnostics.texts(),
         trace,
         handoff: fitted.handoff(),
     })
 }
 
-/// Test-set metrics from predictive probabilities [m, C] and true classes.
-pub fn score(probs: &ndarray::Array2<f64>, y: &[usize]) -> BTreeMap<String, f64> {
+/// The kernels with a source cell's hyper-parameters: by name where the source names them,
+/// by position for records written before names were handed over.
+fn take_over(kernels: &KernelSet, handoff: &Handoff, keep: &[String]) -> Result<KernelSet, String> {
+    let p = &handoff.log_hyperparameters;
+    if !handoff.names.is_empty() {
+        return kernels.take_over(&handoff.names, p, keep);
+    }
+    if p.len() != kernels.n_params() {
+        return Err(format!("handed over {} hyper-parameters but this kernel has {}", p.len(), kernels.n_params()));
+    }
+    kernels.take_over(&kernels.param_names(), p, keep)
+}
+
+/// What a checkpoint traces: test error (%) and mean test NLL (nats per point).
+fn checkpoint_scores(prediction: &Prediction, y: &[usize]) -> BTreeMap<String, f64> {
+    let s = score(prediction, y);
+    BTreeMap::from([("test_error".to_string(), s["error_pct"]), ("test_nll".to_string(), -s["log_pred_mean"])])
+}
+
+/// Test-set metrics from a prediction (class probabilities [m, C], and the method's own log
+/// score where it has one) and the true classes.
+pub fn score(prediction: &Prediction, y: &[usize]) -> BTreeMap<String, f64> {
     let m = y.len();
     let mut errors = 0usize;
     let mut log_pred = 0.0;
     for (i, &yi) in y.iter().enumerate() {
-        let row = probs.row(i);
+        let row = prediction.probs.row(i);
         let p: Vec<f64> = row.iter().copied().collect();
         if argmax(&p) != yi {
             errors += 1;
         }
-        // A probability that underflowed to 0 would make the sum -inf; floor it at the
-        // smallest normal double (about -708 nats) so one point cannot erase the rest.
-        log_pred += p[yi].max(f64::MIN_POSITIVE).ln();
+        log_pred += match &prediction.log_score {
+            Some(l) => l[(i, yi)],
+            // A probability that underflowed to 0 would make the sum -inf; floor it at the
+            // smallest normal double (about -708 nats) so one point cannot erase the rest.
+            None => p[yi].max(f64::MIN_POSITIVE).ln(),
+        };
     }
     let mut out = BTreeMap::new();
     out.insert("n_test".into(), m as f64);
@@ -188,7 +231,7 @@ mod tests {
     fn score_counts_errors_and_sums_log_probabilities() {
         let probs = ndarray::array![[0.7, 0.2, 0.1], [0.1, 0.3, 0.6], [0.5, 0.25, 0.25]];
         let y = [0, 1, 0];
-        let s = score(&probs, &y);
+        let s = score(&Prediction::new(probs), &y);
         assert_eq!(s["error_count"], 1.0);
         assert!((s["error_pct"] - 100.0 / 3.0).abs() < 1e-12);
         let want = 0.7f64.ln() + 0.3f64.ln() + 0.5f64.ln();

@@ -11,6 +11,7 @@ mod provenance;
 pub use cell::run_cell;
 
 use crate::data::{make_splits, write_splits, Dataset, Registry, Split};
+use crate::methods::ProblemShape;
 use crate::report::{render_experiment, render_index, ReportInput};
 use crate::results::{CellRecord, Manifest, Status, Store};
 use crate::spec::{expand, Cell, Spec};
@@ -75,8 +76,26 @@ pub fn prepare(spec: &Spec, registry: &Registry, opts: &RunOptions, store: &Stor
         splits.insert(name.clone(), s);
         datasets.insert(name.clone(), data);
     }
+    crate::spec::check_supports(spec, &problem_shapes(&datasets))?;
     let cells = expand(spec, &n_splits).map_err(anyhow::Error::msg)?;
     Ok(Prepared { datasets, splits, cells })
+}
+
+/// Each dataset's shape as `Method::supports` sees it (rows: all of them, an upper bound on a
+/// split's training rows).
+pub fn problem_shapes(datasets: &BTreeMap<String, Dataset>) -> BTreeMap<String, ProblemShape> {
+    datasets.iter().map(|(name, d)| (name.clone(), ProblemShape { n_classes: d.n_classes(), n_features: d.d(), n_train: d.y.len() })).collect()
+}
+
+/// `mcgp check` beyond the spec text: load the datasets and check that every method entry
+/// supports every dataset it runs on.
+pub fn check_with_data(spec: &Spec, registry: &Registry) -> anyhow::Result<()> {
+    let mut datasets = BTreeMap::new();
+    for name in &spec.raw.datasets {
+        datasets.insert(name.clone(), registry.load_dataset(name)?);
+    }
+    crate::spec::check_supports(spec, &problem_shapes(&datasets))?;
+    Ok(())
 }
 
 /// Run a checked spec end to end.

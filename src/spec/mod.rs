@@ -89,6 +89,14 @@ pub struct MethodEntry {
     /// (a paper's table may run one row differently, e.g. a fixed number of steps on toy data).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub dataset_settings: BTreeMap<String, serde_json::Value>,
+    /// Where the fit's iterations stop as a normal end (`{seconds: S}` or `{iterations: N}`);
+    /// unlike `timeout_seconds`, reaching it is success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::methods::Budget>,
+    /// At which outer iterations the runner scores the model on the test split (off the clock):
+    /// `geometric`, `{every: k}` or a list. The trace gets `test_error`, `test_nll`, `objective`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoints: Option<crate::methods::Checkpoints>,
 }
 
 impl MethodEntry {
@@ -122,14 +130,13 @@ pub enum HyperSpec {
     Fixed,
     /// Learn them (each method maximises its own evidence), starting from the kernel as written.
     Learn,
-    /// Take them from the named method entry's fitted cell on the same dataset and split,
-    /// except the `keep` ones (`variance`, `lengthscale`), which stay as this entry writes or
-    /// grids them (e.g. a sweep of sigma^2 at the source's length-scales).
+    /// Take them from the named method entry's fitted cell on the same dataset and split, by
+    /// parameter name, except the `keep` ones (`variance`, `lengthscale`, `c2.variance`, ...:
+    /// names of this entry's kernel parameters, checked against the data by `check_supports`),
+    /// which stay as this entry writes or grids them (e.g. a sweep of sigma^2 at the source's
+    /// length-scales).
     From { source: String, keep: Vec<String> },
 }
-
-/// Kernel parameters a `hyper: {from: ..., keep: [...]}` entry may keep as written.
-pub const KEEPABLE: &[&str] = &["variance", "lengthscale"];
 
 /// How `HyperSpec` is written in YAML (a word or a one-key map).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -151,11 +158,21 @@ impl TryFrom<HyperRepr> for HyperSpec {
             HyperRepr::Word(w) if w == "learn" => Ok(HyperSpec::Learn),
             HyperRepr::Word(w) => Err(format!("hyper must be fixed, learn or {{ from: <method entry> }}, got \"{w}\"")),
             HyperRepr::From { from, keep } => {
-                if let Some(k) = keep.iter().find(|k| !KEEPABLE.contains(&k.as_str())) {
-                    return Err(format!("hyper.keep: unknown kernel parameter \"{k}\"; expected {}", KEEPABLE.join(" or ")));
+                if keep.iter().any(|k| k.is_empty()) {
+                    return Err("hyper.keep: an empty parameter name".into());
                 }
                 Ok(HyperSpec::From { source: from, keep })
             }
+        }
+    }
+}
+
+impl HyperSpec {
+    /// What the method itself does: a `from` entry takes its hyper-parameters as given.
+    pub fn policy(&self) -> crate::methods::HyperPolicy {
+        match self {
+            HyperSpec::Learn => crate::methods::HyperPolicy::Learn,
+            HyperSpec::Fixed | HyperSpec::From { .. } => crate::methods::HyperPolicy::Fixed,
         }
     }
 }
@@ -273,6 +290,53 @@ pub fn parse(text: &str, file: &str, registry: &Registry) -> Result<Spec, SpecEr
     Ok(Spec { raw, file: file.to_string(), text: text.to_string(), hash: blake3::hash(text.as_bytes()).to_hex().to_string() })
 }
 
+/// The checks that need the data's shape: for every dataset and method entry (each grid point
+/// as that dataset's cells run it) the kernels build for the data's features and classes,
+/// `hyper.keep` names parameters of them, and the method `supports` the combination. Every
+/// problem names the entry and the dataset.
+pub fn check_supports(spec: &Spec, shapes: &BTreeMap<String, crate::methods::ProblemShape>) -> Result<(), SpecError> {
+    let mut issues: Vec<Problem> = Vec::new();
+    for (i, m) in spec.raw.methods.iter().enumerate() {
+        let Ok(points) = expand::grid_points(m) else { continue };
+        for dataset in spec.raw.datasets.iter().filter(|d| m.runs_on(d)) {
+            let Some(shape) = shapes.get(dataset) else { continue };
+            for (label, point) in &points {
+                let entry = point.on_dataset(dataset);
+                let at = if label.is_empty() { format!("methods[{i}]") } else { format!("methods[{i}] [{label}]") };
+                let what = format!("method entry \"{}\" ({}) on dataset \"{dataset}\" ({} classes, {} features)", m.name, m.method, shape.n_classes, shape.n_features);
+                let mut fail = |msg: String| issues.push((at.clone(), Some(m.name.clone()), format!("{what}: {msg}")));
+                let kernels = match entry.kernel.kernel_set(shape.n_features, shape.n_classes) {
+                    Ok(k) => k,
+                    Err(e) => {
+                        fail(e);
+                        continue;
+                    }
+                };
+                if let HyperSpec::From { keep, .. } = &entry.hyper {
+                    if let Err(e) = kernels.check_keep(keep) {
+                        fail(e);
+                    }
+                }
+                let Ok(method) = crate::methods::build(&entry.method, &entry.settings) else { continue };
+                if let Err(e) = method.supports(shape, &kernels, entry.hyper.policy()) {
+                    fail(format!("not supported: {e}"));
+                }
+            }
+        }
+    }
+    if issues.is_empty() {
+        return Ok(());
+    }
+    let issues = issues
+        .into_iter()
+        .map(|(path, needle, message)| {
+            let (line, column) = locate(&spec.text, &path, needle.as_deref());
+            SpecIssue { line, column, path, message }
+        })
+        .collect();
+    Err(SpecError { file: spec.file.clone(), issues })
+}
+
 /// " (did you mean ...?)" for an unknown name, or the list of known names.
 pub fn suggest(name: &str, known: &[String]) -> String {
     match crate::suggest::closest(name, known.iter().map(String::as_str)) {
@@ -355,7 +419,13 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
                         err(where_.clone(), Some(&m.name), e);
                     }
                     if let Err(e) = crate::methods::build(&entry.method, &entry.settings) {
-                        err(where_, Some(&m.name), e);
+                        err(where_.clone(), Some(&m.name), e);
+                    }
+                    if let Some(Err(e)) = entry.budget.as_ref().map(crate::methods::Budget::validate) {
+                        err(format!("{where_}.budget"), Some("budget"), e);
+                    }
+                    if let Some(Err(e)) = entry.checkpoints.as_ref().map(crate::methods::Checkpoints::validate) {
+                        err(format!("{where_}.checkpoints"), Some("checkpoints"), e);
                     }
                 }
             }

@@ -8,17 +8,17 @@
 //! far tails), so B = I + W^1/2 K W^1/2 has eigenvalues in [1, 1 + lambda_max(K)] and factorises
 //! without jitter; K itself is never inverted.
 use super::{learn_kernel, newton_ascent, Laplace, LaplaceParams};
-use crate::kernels::SqExp;
+use crate::kernels::{Kernel, KernelSet};
 use crate::linalg::{col, dot, matvec, to_vec, Chol};
-use crate::methods::{FitContext, FitError, Fitted, HyperPolicy, Problem};
+use crate::methods::{Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Prediction, Problem};
 use crate::results::EvidenceKind;
 use crate::special::{d3_log_normal_cdf, d_log_normal_cdf, log_normal_cdf, neg_d2_log_normal_cdf, normal_cdf};
 use faer::Mat;
 use ndarray::Array2;
 use rand_pcg::Pcg64;
-use std::collections::BTreeMap;
 
 /// The posterior mode for one kernel matrix and the curvature there.
+#[derive(Clone)]
 struct ProbitMode {
     /// f-hat, [n].
     f: Vec<f64>,
@@ -118,7 +118,7 @@ fn log_evidence_grad(mode: &ProbitMode, K: &Mat<f64>, t: &[f64], dKs: &[Mat<f64>
 }
 
 /// log q(t | X, theta), its gradient w.r.t. the kernel's log-parameters, and the mode.
-fn evidence_and_grad(kernel: &SqExp, x: &Array2<f64>, t: &[f64], params: &LaplaceParams, warm: Option<&[f64]>)
+fn evidence_and_grad(kernel: &dyn Kernel, x: &Array2<f64>, t: &[f64], params: &LaplaceParams, warm: Option<&[f64]>)
     -> Result<(f64, Vec<f64>, ProbitMode), FitError> {
     let K = kernel.gram(x);
     let mode = find_mode(&K, t, params, warm)?;
@@ -129,7 +129,7 @@ fn evidence_and_grad(kernel: &SqExp, x: &Array2<f64>, t: &[f64], params: &Laplac
 
 impl Laplace {
     /// `Method::fit` for `likelihood: probit`, with the concrete model type.
-    pub fn fit_probit(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext)
+    pub fn fit_probit(&self, problem: &Problem, kernel: &dyn Kernel, hyper: HyperPolicy, ctx: &mut FitContext)
         -> Result<LaplaceProbitModel, FitError> {
         assert_eq!(problem.x.nrows(), problem.y.len());
         if problem.n_classes != 2 {
@@ -142,29 +142,37 @@ impl Laplace {
             return Err(FitError::Numerical(format!("class index {bad} out of range for 2 classes")));
         }
         let t = signs(problem.y);
-        let mut diagnostics = BTreeMap::new();
+        let mut diagnostics = Diagnostics::default();
+        let model = |kernel: Box<dyn Kernel>, mode: ProbitMode| -> Box<dyn Fitted> {
+            Box::new(LaplaceProbitModel { kernel, x_train: problem.x.clone(), mode, diagnostics: Diagnostics::default() })
+        };
         let kernel = match hyper {
-            HyperPolicy::Fixed => kernel.clone(),
-            HyperPolicy::Learn => learn_kernel(kernel, self.params.max_hyper_iters, ctx, &mut diagnostics, |k, warm| {
-                let (v, g, mode) = evidence_and_grad(k, problem.x, &t, &self.params, warm)?;
-                Ok((v, g, mode.a))
-            })?,
+            HyperPolicy::Fixed => kernel.clone_box(),
+            HyperPolicy::Learn => learn_kernel(
+                kernel,
+                self.params.max_hyper_iters,
+                ctx,
+                &mut diagnostics,
+                |k, warm| evidence_and_grad(k, problem.x, &t, &self.params, warm),
+                |mode| mode.a.clone(),
+                model,
+            )?,
         };
         ctx.check_deadline()?;
         let K = kernel.gram(problem.x);
         let mode = find_mode(&K, &t, &self.params, None)?;
-        diagnostics.insert("newton_iterations".into(), mode.newton_iters.to_string());
-        diagnostics.insert("model".into(), "binary probit (one GP; class 1 is t = +1)".into());
+        diagnostics.number("newton_iterations", mode.newton_iters as f64);
+        diagnostics.note("model", "binary probit (one GP; class 1 is t = +1)");
         Ok(LaplaceProbitModel { kernel, x_train: problem.x.clone(), mode, diagnostics })
     }
 }
 
 /// A fitted binary-probit Laplace model.
 pub struct LaplaceProbitModel {
-    kernel: SqExp,
+    kernel: Box<dyn Kernel>,
     x_train: Array2<f64>,
     mode: ProbitMode,
-    diagnostics: BTreeMap<String, String>,
+    diagnostics: Diagnostics,
 }
 
 impl LaplaceProbitModel {
@@ -194,7 +202,7 @@ impl LaplaceProbitModel {
 impl Fitted for LaplaceProbitModel {
     /// Exact under the Gaussian approximation: E Phi(f*) = Phi(mu* / sqrt(1 + var*)) (GPML
     /// eq. 3.82); each class from its own tail so that neither probability is 1 - (nearly 1).
-    fn predict_proba(&self, x: &Array2<f64>, _rng: &mut Pcg64) -> Result<Array2<f64>, FitError> {
+    fn predict(&self, x: &Array2<f64>, _rng: &mut Pcg64) -> Result<Prediction, FitError> {
         let (mean, var) = self.latent_predictive(x);
         let mut out = Array2::zeros((x.nrows(), 2));
         for (j, (m, v)) in mean.iter().zip(&var).enumerate() {
@@ -202,18 +210,18 @@ impl Fitted for LaplaceProbitModel {
             out[(j, 0)] = normal_cdf(-z);
             out[(j, 1)] = normal_cdf(z);
         }
-        Ok(out)
+        Ok(Prediction::new(out))
     }
 
-    fn evidence(&self) -> Option<(f64, EvidenceKind)> {
-        Some((self.mode.log_evidence, EvidenceKind::Approximation))
+    fn evidence(&self) -> Option<Evidence> {
+        Some(Evidence::new(self.mode.log_evidence, EvidenceKind::Approximation))
     }
 
-    fn kernel(&self) -> &SqExp {
-        &self.kernel
+    fn kernels(&self) -> KernelSet {
+        KernelSet::shared(self.kernel.clone())
     }
 
-    fn diagnostics(&self) -> BTreeMap<String, String> {
+    fn diagnostics(&self) -> Diagnostics {
         self.diagnostics.clone()
     }
 }
@@ -221,7 +229,7 @@ impl Fitted for LaplaceProbitModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{KernelParams, LengthScale};
+    use crate::kernels::{KernelParams, LengthScale, SqExp};
     use crate::methods::laplace::LaplaceLikelihood;
     use rand::{RngExt, SeedableRng};
     use rand_distr::StandardNormal;
@@ -244,7 +252,7 @@ mod tests {
     }
 
     fn kernel(ard: bool, ls: f64, var: f64) -> SqExp {
-        KernelParams { ard, lengthscale: LengthScale::One(ls), variance: var, learn_variance: true }.build(2).unwrap()
+        KernelParams { ard, lengthscale: LengthScale::One(ls), variance: var, learn_variance: true, ..Default::default() }.build(2).unwrap()
     }
 
     /// log |det A| by Gaussian elimination with partial pivoting (a dense oracle, no symmetry used).
@@ -386,7 +394,7 @@ mod tests {
         let x = Array2::from_shape_fn((16, 1), |(i, _)| -1.0 + 2.0 * i as f64 / 15.0);
         let mut y: Vec<usize> = (0..16).map(|i| usize::from(i >= 8)).collect();
         y[3] = 1;
-        let K = KernelParams { ard: false, lengthscale: LengthScale::One(0.5), variance: 1e6, learn_variance: false }.build(1).unwrap().gram(&x);
+        let K = KernelParams { ard: false, lengthscale: LengthScale::One(0.5), variance: 1e6, learn_variance: false, ..Default::default() }.build(1).unwrap().gram(&x);
         let t = signs(&y);
         let mode = find_mode(&K, &t, &probit_params(), None).unwrap();
         assert!(mode.newton_iters < 200, "Newton did not converge");
@@ -408,10 +416,11 @@ mod tests {
         let method = LaplaceParams { likelihood: LaplaceLikelihood::Probit, ..Default::default() }.check().unwrap();
         let mut rng = Pcg64::seed_from_u64(1);
         let mut ctx = FitContext::new(&mut rng, None);
+        let start = KernelSet::shared_se(&start);
         let fixed = crate::methods::Method::fit(&method, &problem, &start, HyperPolicy::Fixed, &mut ctx).unwrap();
         let learned = crate::methods::Method::fit(&method, &problem, &start, HyperPolicy::Learn, &mut ctx).unwrap();
-        assert!(learned.evidence().unwrap().0 > fixed.evidence().unwrap().0 + 1e-3);
-        assert!(!ctx.trace.is_empty());
+        assert!(learned.evidence().unwrap().value > fixed.evidence().unwrap().value + 1e-3);
+        assert!(!ctx.trace().is_empty());
         assert_eq!(learned.predict_proba(&x, &mut Pcg64::seed_from_u64(0)).unwrap().ncols(), 2);
     }
 

@@ -18,7 +18,8 @@
 use super::{chol_i_plus, phi_from_kernel, VbEvidence, VbmnpParams};
 use crate::kernels::SqExp;
 use crate::linalg::{dot, Chol};
-use crate::methods::{FitContext, FitError, Fitted, HyperPolicy, Problem};
+use crate::kernels::KernelSet;
+use crate::methods::{Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Prediction, Problem, StopReason};
 use crate::results::EvidenceKind;
 use crate::special::{d_log_normal_cdf, log_normal_cdf, normal_cdf};
 use ndarray::Array2;
@@ -122,7 +123,7 @@ impl VbmnpBinaryModel {
 
 impl Fitted for VbmnpBinaryModel {
     /// Each class from its own tail, so neither probability is 1 - (nearly 1).
-    fn predict_proba(&self, xs: &Array2<f64>, _rng: &mut Pcg64) -> Result<Array2<f64>, FitError> {
+    fn predict(&self, xs: &Array2<f64>, _rng: &mut Pcg64) -> Result<Prediction, FitError> {
         let (mu, var) = self.predictive_latents(xs);
         let mut out = Array2::zeros((xs.nrows(), 2));
         for (j, (m, v)) in mu.iter().zip(&var).enumerate() {
@@ -130,26 +131,21 @@ impl Fitted for VbmnpBinaryModel {
             out[[j, 0]] = normal_cdf(-z);
             out[[j, 1]] = normal_cdf(z);
         }
-        Ok(out)
+        Ok(Prediction::new(out))
     }
 
-    fn evidence(&self) -> Option<(f64, EvidenceKind)> {
-        Some((self.elbo, EvidenceKind::LowerBound))
+    fn evidence(&self) -> Option<Evidence> {
+        Some(Evidence::new(self.elbo, EvidenceKind::LowerBound))
     }
 
-    fn kernel(&self) -> &SqExp {
-        &self.kernel
+    fn kernels(&self) -> KernelSet {
+        KernelSet::shared(Box::new(self.kernel.clone()))
     }
 
-    fn diagnostics(&self) -> BTreeMap<String, String> {
-        let mut d = BTreeMap::new();
-        d.insert("model".into(), "binary probit (one GP, eq. 4.9; class 1 is t = +1)".into());
-        d.insert("iterations".into(), self.iters.to_string());
-        d.insert("converged".into(), self.converged.to_string());
-        d.insert("bound_paper".into(), format!("{:.6}", self.elbo));
-        d.insert("elbo".into(), format!("{:.6}", self.elbo));
-        d.insert("phi".into(), format!("{:?}", phi_from_kernel(&self.kernel)));
-        d.insert("hyper_learned".into(), "false".into());
+    fn diagnostics(&self) -> Diagnostics {
+        let mut d = Diagnostics { iterations: Some(self.iters as u64), ..Default::default() };
+        d.stop_reason = Some(if self.converged { StopReason::Converged } else { StopReason::MaxIterations });
+        d.note("model", "binary probit (one GP, eq. 4.9; class 1 is t = +1)").note("phi", format!("{:?}", phi_from_kernel(&self.kernel)));
         d
     }
 
@@ -187,8 +183,8 @@ mod tests {
     fn fit_any(x: &Array2<f64>, y: &[usize], kernel: &SqExp, p: VbmnpParams, seed: u64) -> (Box<dyn Fitted>, Vec<crate::results::TracePoint>) {
         let mut rng = Pcg64::seed_from_u64(seed);
         let mut ctx = FitContext::new(&mut rng, None);
-        let m = p.check().unwrap().fit(&Problem { x, y, n_classes: 2 }, kernel, HyperPolicy::Fixed, &mut ctx).unwrap();
-        (m, ctx.trace.clone())
+        let m = p.check().unwrap().fit(&Problem { x, y, n_classes: 2 }, &KernelSet::shared_se(kernel), HyperPolicy::Fixed, &mut ctx).unwrap();
+        (m, ctx.trace())
     }
 
     /// n points in 2-D, class 1 inside the unit circle, 10% of labels flipped.
@@ -229,7 +225,7 @@ mod tests {
         let (k2, _) = fit_any(&x, &y, &kernel, params(false, 3000), 3);
         let (bin, _) = fit_any(&x, &y, &kernel, params(true, 3000), 4);
         let half_logdet = 0.5 * chol_i_plus(&kernel.gram(&x)).unwrap().log_det();
-        let eb = bin.evidence().unwrap().0;
+        let eb = bin.evidence().unwrap().value;
         let elbo2 = k2.extra_metrics()["elbo"];
         assert!((elbo2 - (eb - half_logdet)).abs() < 1e-8, "K = 2: {elbo2} vs binary {eb} - {half_logdet}");
         let xs = Array2::from_shape_fn((7, 2), |(i, j)| (i as f64 - 3.0) * 0.5 + j as f64 * 0.4);

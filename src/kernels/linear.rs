@@ -1,0 +1,50 @@
+//! The linear kernel k(x, x') = s2 x . x' (a Bayesian linear model on the inputs).
+use super::Kernel;
+use faer::Mat;
+use ndarray::Array2;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Linear {
+    pub log_variance: f64,
+    pub learn_variance: bool,
+}
+
+impl Kernel for Linear {
+    fn kind(&self) -> &'static str {
+        "linear"
+    }
+    fn log_params(&self) -> Vec<f64> {
+        vec![self.log_variance]
+    }
+    fn with_log_params(&self, p: &[f64]) -> Box<dyn Kernel> {
+        assert_eq!(p.len(), 1, "linear kernel parameter vector length");
+        Box::new(Linear { log_variance: p[0], ..self.clone() })
+    }
+    fn free_mask(&self) -> Vec<bool> {
+        vec![self.learn_variance]
+    }
+    fn param_names(&self) -> Vec<String> {
+        vec!["variance".into()]
+    }
+    fn cross(&self, x1: &Array2<f64>, x2: &Array2<f64>) -> Mat<f64> {
+        assert_eq!(x1.ncols(), x2.ncols(), "kernel inputs of different dimension");
+        let s2 = self.log_variance.exp();
+        Mat::from_fn(x1.nrows(), x2.nrows(), |i, j| s2 * x1.row(i).dot(&x2.row(j)))
+    }
+    fn gram(&self, x: &Array2<f64>) -> Mat<f64> {
+        let mut k = self.cross(x, x);
+        super::symmetrise_from_lower(&mut k);
+        k
+    }
+    fn diag(&self, x: &Array2<f64>) -> Vec<f64> {
+        let s2 = self.log_variance.exp();
+        x.rows().into_iter().map(|r| s2 * r.dot(&r)).collect()
+    }
+    fn gram_grads(&self, _x: &Array2<f64>, k: &Mat<f64>) -> Vec<Mat<f64>> {
+        vec![k.clone()] // K is linear in s2: dK/dlog s2 = K
+    }
+    fn clone_box(&self) -> Box<dyn Kernel> {
+        Box::new(self.clone())
+    }
+}

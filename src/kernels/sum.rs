@@ -1,0 +1,99 @@
+//! The sum of kernels: K = sum_t K_t, parameters concatenated in term order and named
+//! `<kind>.<name>` (`se.lengthscale`, `linear.variance`; a kind that occurs twice is numbered:
+//! `se1.variance`, `se2.variance`).
+use super::Kernel;
+use faer::Mat;
+use ndarray::Array2;
+
+#[derive(Clone, Debug)]
+pub struct Sum {
+    terms: Vec<Box<dyn Kernel>>,
+}
+
+impl Sum {
+    pub fn new(terms: Vec<Box<dyn Kernel>>) -> Self {
+        assert!(!terms.is_empty(), "a sum of no kernels");
+        Sum { terms }
+    }
+
+    pub fn terms(&self) -> &[Box<dyn Kernel>] {
+        &self.terms
+    }
+
+    /// The prefix of each term's parameter names.
+    fn labels(&self) -> Vec<String> {
+        let count = |kind: &str| self.terms.iter().filter(|t| t.kind() == kind).count();
+        let mut seen = std::collections::BTreeMap::<&str, usize>::new();
+        self.terms
+            .iter()
+            .map(|t| {
+                let k = seen.entry(t.kind()).or_default();
+                *k += 1;
+                if count(t.kind()) > 1 {
+                    format!("{}{}", t.kind(), k)
+                } else {
+                    t.kind().to_string()
+                }
+            })
+            .collect()
+    }
+
+    fn add(&self, f: impl Fn(&dyn Kernel) -> Mat<f64>) -> Mat<f64> {
+        let mut k = f(self.terms[0].as_ref());
+        for t in &self.terms[1..] {
+            k += f(t.as_ref());
+        }
+        k
+    }
+}
+
+impl Kernel for Sum {
+    fn kind(&self) -> &'static str {
+        "sum"
+    }
+    fn log_params(&self) -> Vec<f64> {
+        self.terms.iter().flat_map(|t| t.log_params()).collect()
+    }
+    fn with_log_params(&self, p: &[f64]) -> Box<dyn Kernel> {
+        assert_eq!(p.len(), self.n_params(), "sum kernel parameter vector length");
+        let mut at = 0;
+        let terms = self
+            .terms
+            .iter()
+            .map(|t| {
+                let n = t.n_params();
+                at += n;
+                t.with_log_params(&p[at - n..at])
+            })
+            .collect();
+        Box::new(Sum { terms })
+    }
+    fn free_mask(&self) -> Vec<bool> {
+        self.terms.iter().flat_map(|t| t.free_mask()).collect()
+    }
+    fn param_names(&self) -> Vec<String> {
+        self.terms.iter().zip(self.labels()).flat_map(|(t, label)| t.param_names().into_iter().map(move |n| format!("{label}.{n}"))).collect()
+    }
+    fn cross(&self, x1: &Array2<f64>, x2: &Array2<f64>) -> Mat<f64> {
+        self.add(|t| t.cross(x1, x2))
+    }
+    fn gram(&self, x: &Array2<f64>) -> Mat<f64> {
+        self.add(|t| t.gram(x))
+    }
+    fn diag(&self, x: &Array2<f64>) -> Vec<f64> {
+        let mut d = self.terms[0].diag(x);
+        for t in &self.terms[1..] {
+            for (a, b) in d.iter_mut().zip(t.diag(x)) {
+                *a += b;
+            }
+        }
+        d
+    }
+    fn gram_grads(&self, x: &Array2<f64>, _k: &Mat<f64>) -> Vec<Mat<f64>> {
+        // Each term's gradient needs that term's own K.
+        self.terms.iter().flat_map(|t| t.gram_grads(x, &t.gram(x))).collect()
+    }
+    fn clone_box(&self) -> Box<dyn Kernel> {
+        Box::new(self.clone())
+    }
+}

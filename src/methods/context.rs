@@ -1,0 +1,250 @@
+//! What a fit runs in: its randomness, its clock, its budget and timeout, its trace, and the
+//! runner's checkpoint hook that scores snapshots of the model on the test split off the clock.
+use super::{FitError, Fitted, StopReason};
+use crate::results::{Handoff, TracePoint};
+use rand_pcg::Pcg64;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// `budget:` of a method entry: where its iterations stop, as a normal end of the fit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// Training seconds (checkpoint scoring excluded). Not bit-reproducible: the iteration it
+    /// ends at depends on the machine, so the record keeps the iterations reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<f64>,
+    /// The method's outer iterations (hyper-parameter evaluations, sweeps, steps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iterations: Option<u64>,
+}
+
+impl Budget {
+    pub fn validate(&self) -> Result<(), String> {
+        match (self.seconds, self.iterations) {
+            (None, None) => Err("budget: give seconds or iterations".into()),
+            (Some(s), _) if !(s.is_finite() && s > 0.0) => Err(format!("budget.seconds must be a positive number, got {s}")),
+            (_, Some(0)) => Err("budget.iterations must be at least 1".into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `checkpoints:` of a method entry: at which outer iterations the runner scores the model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Checkpoints {
+    /// `geometric`: 1..9, 10..95 step 5, 100..950 step 50, then every 1000.
+    Named(CheckpointGrid),
+    /// `{ every: k }`: k, 2k, 3k, ...
+    Every { every: u64 },
+    /// An explicit list of iterations.
+    At(Vec<u64>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointGrid {
+    Geometric,
+}
+
+impl Checkpoints {
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            Checkpoints::Every { every: 0 } => Err("checkpoints.every must be at least 1".into()),
+            Checkpoints::At(v) if v.is_empty() || v.contains(&0) => Err("checkpoints: a list of iterations from 1 on, not empty".into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether iteration `iter` (from 1) is scored.
+    pub fn contains(&self, iter: u64) -> bool {
+        match self {
+            Checkpoints::Named(CheckpointGrid::Geometric) => match iter {
+                0 => false,
+                1..=9 => true,
+                10..=95 => iter % 5 == 0,
+                100..=950 => iter % 50 == 0,
+                _ => iter % 1000 == 0,
+            },
+            Checkpoints::Every { every } => iter > 0 && iter % every == 0,
+            Checkpoints::At(v) => v.contains(&iter),
+        }
+    }
+}
+
+/// Scores a snapshot of the model (the runner's: test error, test NLL on the test split).
+pub type ScoreSnapshot<'a> = dyn Fn(&dyn Fitted, u64) -> Result<BTreeMap<String, f64>, String> + Sync + 'a;
+
+/// Training time: wall time since the fit started, less the time spent scoring checkpoints.
+struct Clock {
+    start: Instant,
+    paused: Mutex<Duration>,
+}
+
+impl Clock {
+    fn training_seconds(&self) -> f64 {
+        (self.start.elapsed() - *self.paused.lock().expect("clock lock")).as_secs_f64()
+    }
+}
+
+/// Per-fit context: randomness, clock, timeout, budget, trace, checkpoints, and what the cell
+/// this one depends on (`hyper: {from: ...}`) handed over.
+pub struct FitContext<'a> {
+    pub rng: &'a mut Pcg64,
+    /// Wall-clock time at which the fit fails (`timeout_seconds`).
+    pub deadline: Option<Instant>,
+    /// The source cell's handoff (its hyper-parameters are already in the kernels; its named
+    /// vectors, e.g. a posterior mean used as an importance-sampling centre, are here).
+    pub source: Option<&'a Handoff>,
+    clock: Clock,
+    budget: Option<Budget>,
+    trace: Mutex<Vec<TracePoint>>,
+    checkpoints: Option<(Checkpoints, &'a ScoreSnapshot<'a>)>,
+}
+
+impl<'a> FitContext<'a> {
+    pub fn new(rng: &'a mut Pcg64, deadline: Option<Instant>) -> Self {
+        FitContext {
+            rng,
+            deadline,
+            source: None,
+            clock: Clock { start: Instant::now(), paused: Mutex::new(Duration::ZERO) },
+            budget: None,
+            trace: Mutex::new(Vec::new()),
+            checkpoints: None,
+        }
+    }
+
+    pub fn with_budget(mut self, budget: Option<Budget>) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// Score snapshots at the scheduled iterations with `score` (the runner's test scorer).
+    pub fn with_checkpoints(mut self, schedule: Checkpoints, score: &'a ScoreSnapshot<'a>) -> Self {
+        self.checkpoints = Some((schedule, score));
+        self
+    }
+
+    /// Seconds of training so far (checkpoint scoring excluded).
+    pub fn training_seconds(&self) -> f64 {
+        self.clock.training_seconds()
+    }
+
+    /// Record named values at one outer iteration, at the current training time.
+    pub fn record(&self, iter: usize, values: &[(&str, f64)]) {
+        let time = self.training_seconds();
+        let mut trace = self.trace.lock().expect("trace lock");
+        trace.extend(values.iter().map(|(name, value)| TracePoint { iter, time, name: name.to_string(), value: *value }));
+    }
+
+    /// The trace so far.
+    pub fn trace(&self) -> Vec<TracePoint> {
+        self.trace.lock().expect("trace lock").clone()
+    }
+
+    /// The trace, leaving it empty.
+    pub fn take_trace(&mut self) -> Vec<TracePoint> {
+        std::mem::take(self.trace.get_mut().expect("trace lock"))
+    }
+
+    /// Fail with `FitError::Timeout` once the deadline has passed.
+    pub fn check_deadline(&self) -> Result<(), FitError> {
+        match self.deadline {
+            Some(d) if Instant::now() > d => Err(FitError::Timeout { seconds: self.clock.start.elapsed().as_secs_f64() }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the budget ends the fit after outer iteration `done` (counted from 1).
+    pub fn budget_stop(&self, done: u64) -> Option<StopReason> {
+        let b = self.budget?;
+        if b.iterations.is_some_and(|n| done >= n) {
+            return Some(StopReason::BudgetIterations);
+        }
+        if b.seconds.is_some_and(|s| self.training_seconds() >= s) {
+            return Some(StopReason::BudgetSeconds);
+        }
+        None
+    }
+
+    /// The iteration budget, if any (for methods that pass a limit to an inner solver).
+    pub fn budget_iterations(&self) -> Option<u64> {
+        self.budget.and_then(|b| b.iterations)
+    }
+
+    /// Whether iteration `iter` is scheduled for a checkpoint (cheap: a method asks before it
+    /// builds a snapshot).
+    pub fn wants_checkpoint(&self, iter: u64) -> bool {
+        self.checkpoints.as_ref().is_some_and(|(s, _)| s.contains(iter))
+    }
+
+    /// Whether a checkpoint schedule is set (a method may skip keeping what snapshots need).
+    pub fn has_checkpoints(&self) -> bool {
+        self.checkpoints.is_some()
+    }
+
+    /// At a scheduled iteration, build a snapshot of the model as of outer iteration `iter` and
+    /// score it on the test split, both with the clock paused, and trace its test numbers and
+    /// the method's `objective` at the training time reached. Does nothing off the schedule.
+    pub fn checkpoint<S>(&self, iter: u64, objective: Option<f64>, snapshot: S) -> Result<(), FitError>
+    where
+        S: FnOnce() -> Result<Box<dyn Fitted>, FitError>,
+    {
+        let Some((schedule, score)) = &self.checkpoints else { return Ok(()) };
+        if !schedule.contains(iter) {
+            return Ok(());
+        }
+        let time = self.training_seconds();
+        let paused_at = Instant::now();
+        let scored = snapshot().map_err(|e| e.to_string()).and_then(|model| score(model.as_ref(), iter));
+        *self.clock.paused.lock().expect("clock lock") += paused_at.elapsed();
+        let scored = scored.map_err(|e| FitError::Numerical(format!("checkpoint at iteration {iter}: {e}")))?;
+        let mut trace = self.trace.lock().expect("trace lock");
+        let iter = iter as usize;
+        trace.extend(scored.into_iter().map(|(name, value)| TracePoint { iter, time, name, value }));
+        if let Some(v) = objective {
+            trace.push(TracePoint { iter, time, name: "objective".into(), value: v });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_geometric_grid_is_dense_early_and_sparse_late() {
+        let g = Checkpoints::Named(CheckpointGrid::Geometric);
+        let hits: Vec<u64> = (0..=3000).filter(|&i| g.contains(i)).collect();
+        let mut want: Vec<u64> = (1..=9).collect();
+        want.extend((10..=95).step_by(5));
+        want.extend((100..=950).step_by(50));
+        want.extend([1000, 2000, 3000]);
+        assert_eq!(hits, want);
+        assert!(Checkpoints::Every { every: 7 }.contains(14) && !Checkpoints::Every { every: 7 }.contains(15));
+        assert!(Checkpoints::Every { every: 0 }.validate().is_err());
+        let parsed: Checkpoints = serde_norway::from_str("geometric").unwrap();
+        assert_eq!(parsed, g);
+        let parsed: Checkpoints = serde_norway::from_str("{ every: 3 }").unwrap();
+        assert_eq!(parsed, Checkpoints::Every { every: 3 });
+    }
+
+    #[test]
+    fn an_iteration_budget_stops_at_its_count_and_a_budget_needs_a_limit() {
+        let mut rng = <Pcg64 as rand::SeedableRng>::seed_from_u64(1);
+        let ctx = FitContext::new(&mut rng, None).with_budget(Some(Budget { seconds: None, iterations: Some(3) }));
+        assert_eq!(ctx.budget_stop(2), None);
+        assert_eq!(ctx.budget_stop(3), Some(StopReason::BudgetIterations));
+        assert!(Budget::default().validate().is_err());
+        assert!(Budget { seconds: Some(f64::INFINITY), iterations: None }.validate().is_err());
+        let mut rng = <Pcg64 as rand::SeedableRng>::seed_from_u64(1);
+        let ctx = FitContext::new(&mut rng, None).with_budget(Some(Budget { seconds: Some(1e-9), iterations: None }));
+        std::thread::sleep(Duration::from_millis(1));
+        assert_eq!(ctx.budget_stop(1), Some(StopReason::BudgetSeconds));
+    }
+}

@@ -1,0 +1,271 @@
+//! The contract between the harness and a method: what a method is given ([`Problem`],
+//! a [`KernelSet`], a [`HyperPolicy`], a [`FitContext`](super::FitContext)), what it may refuse
+//! up front ([`Method::supports`]), and what a fitted model gives back ([`Prediction`],
+//! [`Evidence`], [`Diagnostics`]).
+use super::FitContext;
+use crate::kernels::KernelSet;
+use crate::linalg::LinalgError;
+use crate::results::{EvidenceKind, Handoff};
+use ndarray::Array2;
+use rand_pcg::Pcg64;
+use std::collections::BTreeMap;
+
+/// The training problem a method sees: inputs, class indices 0..C, and C.
+pub struct Problem<'a> {
+    pub x: &'a Array2<f64>,
+    pub y: &'a [usize],
+    pub n_classes: usize,
+}
+
+impl Problem<'_> {
+    pub fn shape(&self) -> ProblemShape {
+        ProblemShape { n_classes: self.n_classes, n_features: self.x.ncols(), n_train: self.x.nrows() }
+    }
+}
+
+/// What `supports` may look at: known from the dataset before any cell runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProblemShape {
+    pub n_classes: usize,
+    pub n_features: usize,
+    /// Training rows of the largest split.
+    pub n_train: usize,
+}
+
+/// What the method does with the kernel's hyper-parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HyperPolicy {
+    /// Use the given kernels as they are.
+    Fixed,
+    /// Start from the given kernels and maximise the method's evidence over the free log-parameters.
+    Learn,
+}
+
+/// Why a fit's iterations ended. Reaching a budget is a normal stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The method's own convergence test passed.
+    Converged,
+    /// The method's own iteration limit (a setting such as `max_hyper_iters`).
+    MaxIterations,
+    /// `budget: {seconds: S}`: training time reached S (machine-dependent).
+    BudgetSeconds,
+    /// `budget: {iterations: N}`: the method's outer iteration N was done.
+    BudgetIterations,
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StopReason::Converged => "converged",
+            StopReason::MaxIterations => "max_iterations",
+            StopReason::BudgetSeconds => "budget_seconds",
+            StopReason::BudgetIterations => "budget_iterations",
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FitError {
+    #[error(transparent)]
+    Linalg(#[from] LinalgError),
+    #[error("timed out after {seconds:.1} s")]
+    Timeout { seconds: f64 },
+    /// Not a failure: a budget ended the iterations. Inner loops return it so the method can
+    /// end at its best point (the shared optimiser does so itself); it never leaves `fit`.
+    #[error("stopped: {0}")]
+    Stop(StopReason),
+    #[error("{0}")]
+    Numerical(String),
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// An approximate-inference method (checked configuration, shared by many cells).
+pub trait Method: Send + Sync {
+    /// The method's short name (its module and YAML `method:` value).
+    fn name(&self) -> &'static str;
+
+    /// Whether this method runs on a problem of this shape with these kernels and this
+    /// hyper-parameter policy. `mcgp check` calls it for every (dataset, method entry) pair, so
+    /// an unsupported combination is a spec error, not a failure of every cell. The message
+    /// says what is needed ("binary problems only", "a fixed kernel").
+    fn supports(&self, _shape: &ProblemShape, _kernels: &KernelSet, _hyper: HyperPolicy) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError>;
+}
+
+/// A fitted model.
+pub trait Fitted: Send + Sync {
+    /// Predictions for each row of `x`. Methods that integrate by Monte Carlo draw from `rng`.
+    fn predict(&self, x: &Array2<f64>, rng: &mut Pcg64) -> Result<Prediction, FitError>;
+
+    /// The class probabilities of `predict` alone, [m, C].
+    fn predict_proba(&self, x: &Array2<f64>, rng: &mut Pcg64) -> Result<Array2<f64>, FitError> {
+        self.predict(x, rng).map(|p| p.probs)
+    }
+
+    /// The log marginal-likelihood value, what kind of number it is, and its standard error.
+    fn evidence(&self) -> Option<Evidence>;
+
+    /// The kernels the model was fitted with (after any hyper-parameter learning).
+    fn kernels(&self) -> KernelSet;
+
+    /// Iterations, stop reason, jitter and other numbers, and text notes.
+    fn diagnostics(&self) -> Diagnostics;
+
+    /// Further named numbers the method computes (bounds, estimates, effective sample sizes,
+    /// ordering checks); the runner stores each as a metric of the cell.
+    fn extra_metrics(&self) -> BTreeMap<String, f64> {
+        BTreeMap::new()
+    }
+
+    /// Test-set numbers that need the true classes, computed from this model's own
+    /// `prediction` of the test rows (fitting never sees these labels). By default the sum over
+    /// rows of each of the prediction's `log_class_values` at the true class, as `<name>_sum`.
+    fn test_metrics(&self, prediction: &Prediction, y_test: &[usize]) -> BTreeMap<String, f64> {
+        prediction.class_value_sums(y_test)
+    }
+
+    /// What dependent cells may take from this one; by default the kernels' named log-parameters.
+    fn handoff(&self) -> Handoff {
+        Handoff::of_kernels(&self.kernels())
+    }
+}
+
+/// What `Fitted::predict` returns for m rows and C classes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prediction {
+    /// [m, C] class probabilities; each row on the simplex (checked by the runner).
+    pub probs: Array2<f64>,
+    /// [m, C] the log predictive value the method is scored by when it is not ln(probs):
+    /// Chai's eq. 24 is a lower bound on p(y* | y) and does not sum to one over the classes.
+    /// The runner's `log_pred_*` metrics use it; the error rate always uses `probs`.
+    pub log_score: Option<Array2<f64>>,
+    /// Named [m, C] per-row, per-class log-values (bounds, other estimators) that
+    /// `Fitted::test_metrics` reads at the true class.
+    pub log_class_values: BTreeMap<String, Array2<f64>>,
+}
+
+impl Prediction {
+    pub fn new(probs: Array2<f64>) -> Self {
+        Prediction { probs, log_score: None, log_class_values: BTreeMap::new() }
+    }
+
+    pub fn with_values(mut self, name: &str, values: Array2<f64>) -> Self {
+        assert_eq!(values.dim(), self.probs.dim(), "{name}: per-class values of another shape than the probabilities");
+        self.log_class_values.insert(name.to_string(), values);
+        self
+    }
+
+    /// Check every probability is finite and in [0, 1] and each row sums to one (to 1e-9), and
+    /// every log-value is a number (not NaN; -inf is a valid log of zero).
+    pub fn validate(&self, n_rows: usize) -> Result<(), String> {
+        let (m, c) = self.probs.dim();
+        if m != n_rows {
+            return Err(format!("prediction has {m} rows for {n_rows} test points"));
+        }
+        for (j, row) in self.probs.rows().into_iter().enumerate() {
+            if let Some(p) = row.iter().find(|p| !(p.is_finite() && (0.0..=1.0).contains(*p))) {
+                return Err(format!("predicted probability {p} of test row {j} is not in [0, 1]"));
+            }
+            let s: f64 = row.sum();
+            if (s - 1.0).abs() > 1e-9 * c as f64 {
+                return Err(format!("predicted probabilities of test row {j} sum to {s}, not 1"));
+            }
+        }
+        let named = self.log_score.iter().map(|v| ("log_score", v)).chain(self.log_class_values.iter().map(|(k, v)| (k.as_str(), v)));
+        for (name, values) in named {
+            if values.dim() != (m, c) {
+                return Err(format!("{name}: shape {:?}, expected {:?}", values.dim(), (m, c)));
+            }
+            if let Some(j) = values.rows().into_iter().position(|r| r.iter().any(|v| v.is_nan() || *v == f64::INFINITY)) {
+                return Err(format!("{name} of test row {j} is NaN or +inf"));
+            }
+        }
+        Ok(())
+    }
+
+    /// sum_j values[j, y_j] for each named value, as `<name>_sum`.
+    pub fn class_value_sums(&self, y: &[usize]) -> BTreeMap<String, f64> {
+        self.log_class_values.iter().map(|(name, v)| (format!("{name}_sum"), y.iter().enumerate().map(|(j, &c)| v[(j, c)]).sum())).collect()
+    }
+}
+
+/// A log marginal-likelihood value and what kind of number it is. An ELBO and an EP log Z
+/// never share a column without this label.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Evidence {
+    pub value: f64,
+    pub kind: EvidenceKind,
+    /// Monte Carlo standard error of an `Estimate`.
+    pub std_err: Option<f64>,
+}
+
+impl Evidence {
+    pub fn new(value: f64, kind: EvidenceKind) -> Self {
+        Evidence { value, kind, std_err: None }
+    }
+}
+
+/// What a fit reports beside its model: numbers (stored as metrics `diag_<name>`) and text.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Diagnostics {
+    /// The method's outer iterations done (the iteration axis of its checkpoints).
+    pub iterations: Option<u64>,
+    pub stop_reason: Option<StopReason>,
+    /// Largest diagonal jitter added to make a matrix positive definite.
+    pub jitter: Option<f64>,
+    /// Further numbers: evaluations, effective sample sizes, acceptance rates, ...
+    pub numbers: BTreeMap<String, f64>,
+    /// Text: optimiser messages, warnings, the variant used.
+    pub notes: BTreeMap<String, String>,
+}
+
+impl Diagnostics {
+    pub fn number(&mut self, name: &str, value: f64) -> &mut Self {
+        self.numbers.insert(name.to_string(), value);
+        self
+    }
+
+    pub fn note(&mut self, name: &str, text: impl Into<String>) -> &mut Self {
+        self.notes.insert(name.to_string(), text.into());
+        self
+    }
+
+    /// Diagnostics a method assembled as text: entries that read as numbers become numbers,
+    /// the rest notes.
+    pub fn from_texts(texts: &BTreeMap<String, String>) -> Self {
+        let mut d = Diagnostics::default();
+        for (k, v) in texts {
+            match v.trim().parse::<f64>() {
+                Ok(x) => d.number(k, x),
+                Err(_) => d.note(k, v.clone()),
+            };
+        }
+        d
+    }
+
+    /// The numbers as metrics: `diag_iterations`, `diag_jitter`, `diag_<name>`.
+    pub fn metrics(&self) -> BTreeMap<String, f64> {
+        let mut out: BTreeMap<String, f64> = self.numbers.iter().map(|(k, v)| (format!("diag_{k}"), *v)).collect();
+        if let Some(i) = self.iterations {
+            out.insert("diag_iterations".into(), i as f64);
+        }
+        if let Some(j) = self.jitter {
+            out.insert("diag_jitter".into(), j);
+        }
+        out
+    }
+
+    /// The text entries, with the stop reason, for the cell record.
+    pub fn texts(&self) -> BTreeMap<String, String> {
+        let mut out = self.notes.clone();
+        if let Some(s) = self.stop_reason {
+            out.insert("stop_reason".into(), s.to_string());
+        }
+        out
+    }
+}

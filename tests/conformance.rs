@@ -1,0 +1,171 @@
+//! One conformance test over every registered method: on a tiny problem, each method that
+//! supports it must give finite probabilities on the simplex and a finite evidence of its
+//! declared kind, be bit-for-bit deterministic on 1 and 2 threads, stop at an iteration budget
+//! with a usable model, trace checkpoints in time order, and accept exactly what `supports`
+//! accepts.
+use mcgp::kernels::{KernelParams, KernelSet};
+use mcgp::methods::{build, Budget, Checkpoints, FitContext, FitError, Fitted, HyperPolicy, Prediction, Problem, METHODS};
+use ndarray::Array2;
+use rand::{RngExt, SeedableRng};
+use rand_distr::StandardNormal;
+use rand_pcg::Pcg64;
+use std::collections::BTreeMap;
+
+/// Settings that keep every method to a fraction of a second here.
+fn quick_settings(method: &str) -> serde_json::Value {
+    match method {
+        "mc_mnl" | "mc_mnp" => serde_json::json!({ "n_samples": 2000, "n_test_samples": 200 }),
+        "gibbs_mnp" => serde_json::json!({ "burn_in": 50, "samples": 100, "evidence_samples": 200 }),
+        "vbmnp" => serde_json::json!({ "max_iters": 20, "is_samples": 50 }),
+        "laplace" => serde_json::json!({ "mc_samples": 200, "max_hyper_iters": 8 }),
+        "klmnl" => serde_json::json!({ "max_hyper_iters": 8 }),
+        _ => serde_json::Value::Null,
+    }
+}
+
+/// `n_per` points per class around C well-separated centres in 2-D.
+fn blobs(n_per: usize, n_classes: usize, seed: u64) -> (Array2<f64>, Vec<usize>) {
+    let mut rng = Pcg64::seed_from_u64(seed);
+    let n = n_per * n_classes;
+    let mut x = Array2::zeros((n, 2));
+    let mut y = Vec::with_capacity(n);
+    for i in 0..n {
+        let c = i % n_classes;
+        let angle = 2.0 * std::f64::consts::PI * c as f64 / n_classes as f64;
+        x[(i, 0)] = 1.5 * angle.cos() + 0.5 * rng.sample::<f64, _>(StandardNormal);
+        x[(i, 1)] = 1.5 * angle.sin() + 0.5 * rng.sample::<f64, _>(StandardNormal);
+        y.push(c);
+    }
+    (x, y)
+}
+
+fn kernel_set(yaml: &str, n_classes: usize) -> KernelSet {
+    serde_norway::from_str::<KernelParams>(yaml).unwrap().kernel_set(2, n_classes).unwrap()
+}
+
+struct Run {
+    prediction: Prediction,
+    model: Box<dyn Fitted>,
+    trace: Vec<mcgp::results::TracePoint>,
+}
+
+fn fit(method: &str, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, budget: Option<Budget>, x_test: &Array2<f64>) -> Result<Run, FitError> {
+    let m = build(method, &quick_settings(method)).unwrap();
+    let mut rng = Pcg64::seed_from_u64(7);
+    let scorer = |model: &dyn Fitted, _iter: u64| -> Result<BTreeMap<String, f64>, String> {
+        let p = model.predict(x_test, &mut Pcg64::seed_from_u64(3)).map_err(|e| e.to_string())?;
+        p.validate(x_test.nrows())?;
+        Ok(BTreeMap::from([("p00".to_string(), p.probs[(0, 0)])]))
+    };
+    let mut ctx = FitContext::new(&mut rng, None).with_budget(budget).with_checkpoints(Checkpoints::Every { every: 1 }, &scorer);
+    let model = m.fit(problem, kernels, hyper, &mut ctx)?;
+    let trace = ctx.take_trace();
+    drop(ctx);
+    let prediction = model.predict(x_test, &mut rng)?;
+    Ok(Run { prediction, model, trace })
+}
+
+fn bits(p: &Prediction) -> Vec<u64> {
+    p.probs.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn every_registered_method_keeps_the_contract() {
+    let kernel_yamls = ["{ lengthscale: 1.0, variance: 2.0 }", "{ lengthscale: 1.0, per_class: true }", "{ type: sum, terms: [ { lengthscale: 1.0 }, { type: white, variance: 0.1 } ] }"];
+    let mut ran = BTreeMap::<&str, usize>::new();
+    for &(method, _) in METHODS {
+        for n_classes in [2, 3] {
+            let (x, y) = blobs(6, n_classes, 11);
+            let (x_test, _) = blobs(2, n_classes, 12);
+            let problem = Problem { x: &x, y: &y, n_classes };
+            for yaml in kernel_yamls {
+                let kernels = kernel_set(yaml, n_classes);
+                for hyper in [HyperPolicy::Fixed, HyperPolicy::Learn] {
+                    let what = format!("{method}, C = {n_classes}, kernel {yaml}, {hyper:?}");
+                    let m = build(method, &quick_settings(method)).unwrap();
+                    let supported = m.supports(&problem.shape(), &kernels, hyper);
+                    let result = fit(method, &problem, &kernels, hyper, None, &x_test);
+                    let run = match (supported, result) {
+                        (Ok(()), Ok(run)) => run,
+                        (Err(_), Err(FitError::Unsupported(_))) => continue,
+                        (Ok(()), Err(e)) => panic!("{what}: supported, but fit failed: {e}"),
+                        (Err(why), Ok(_)) => panic!("{what}: fit accepted what supports refused ({why})"),
+                        (Err(why), Err(e)) => panic!("{what}: refused ({why}) with a failure that is not Unsupported: {e}"),
+                    };
+                    *ran.entry(method).or_default() += 1;
+                    run.prediction.validate(x_test.nrows()).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert_eq!(run.prediction.probs.ncols(), n_classes, "{what}");
+                    if let Some(e) = run.model.evidence() {
+                        assert!(e.value.is_finite(), "{what}: evidence {e:?}");
+                        assert!(e.std_err.is_none_or(|s| s.is_finite() && s >= 0.0), "{what}: {e:?}");
+                    }
+                    assert_eq!(run.model.kernels().param_names().len(), run.model.kernels().n_params(), "{what}");
+                    let handoff = run.model.handoff();
+                    assert_eq!(handoff.names, run.model.kernels().param_names(), "{what}");
+                    // Checkpoints: scored in time order.
+                    let times: Vec<(usize, f64)> = run.trace.iter().filter(|p| p.name == "p00").map(|p| (p.iter, p.time)).collect();
+                    assert!(times.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1), "{what}: checkpoints out of order {times:?}");
+                    assert!(run.trace.iter().all(|p| p.value.is_finite() || p.name != "p00"), "{what}");
+                }
+            }
+        }
+    }
+    // Every method ran on some problem; those that support learning did it with a budget below.
+    for &(method, _) in METHODS {
+        assert!(ran.get(method).copied().unwrap_or(0) > 0, "{method} supported no test problem");
+    }
+}
+
+#[test]
+fn results_are_bit_identical_on_one_and_two_threads() {
+    let (x, y) = blobs(6, 3, 21);
+    let (x_test, _) = blobs(2, 3, 22);
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let kernels = kernel_set("{ lengthscale: 1.0, variance: 2.0 }", 3);
+    for &(method, _) in METHODS {
+        let m = build(method, &quick_settings(method)).unwrap();
+        if m.supports(&problem.shape(), &kernels, HyperPolicy::Fixed).is_err() {
+            continue;
+        }
+        let once = |threads: usize| -> Vec<Vec<u64>> {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| {
+                use rayon::prelude::*;
+                (0..2).into_par_iter().map(|_| bits(&fit(method, &problem, &kernels, HyperPolicy::Fixed, None, &x_test).unwrap().prediction)).collect()
+            })
+        };
+        let one = once(1);
+        assert_eq!(one[0], one[1], "{method}: two fits on one thread differ");
+        assert_eq!(one, once(2), "{method}: one thread vs two");
+    }
+}
+
+#[test]
+fn an_iteration_budget_is_a_normal_stop_with_a_usable_model() {
+    let (x, y) = blobs(6, 3, 31);
+    let (x_test, _) = blobs(2, 3, 32);
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let kernels = kernel_set("{ ard: true, lengthscale: 3.0, variance: 0.5 }", 3);
+    let mut learners = 0;
+    for &(method, _) in METHODS {
+        let m = build(method, &quick_settings(method)).unwrap();
+        if m.supports(&problem.shape(), &kernels, HyperPolicy::Learn).is_err() {
+            continue;
+        }
+        let budget = Budget { seconds: None, iterations: Some(2) };
+        let run = fit(method, &problem, &kernels, HyperPolicy::Learn, Some(budget), &x_test).unwrap_or_else(|e| panic!("{method}: {e}"));
+        run.prediction.validate(x_test.nrows()).unwrap();
+        let d = run.model.diagnostics();
+        let Some(i) = d.iterations.filter(|_| d.stop_reason.is_some_and(|s| s.to_string().starts_with("budget"))) else { continue };
+        assert!(i <= 2, "{method}: {i} iterations past a budget of 2");
+        learners += 1;
+        // The model is the best point reached: its evidence is no worse than at the start.
+        let fixed = fit(method, &problem, &kernels, HyperPolicy::Fixed, None, &x_test).unwrap();
+        if let (Some(a), Some(b)) = (run.model.evidence(), fixed.model.evidence()) {
+            if a.kind != mcgp::results::EvidenceKind::Estimate {
+                assert!(a.value >= b.value - 1e-6, "{method}: budget-stopped evidence {} below the start's {}", a.value, b.value);
+            }
+        }
+    }
+    assert!(learners >= 2, "laplace and klmnl learn hyper-parameters and must stop at the budget");
+}
