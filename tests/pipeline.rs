@@ -444,3 +444,60 @@ fn datasets_option_computes_a_subset_and_a_later_run_completes_it() {
     let m = manifest(&results);
     assert_eq!((m["cells_computed"].as_u64(), m["cells_cached"].as_u64(), m["cells_missing"].as_u64()), (Some(2), Some(2), Some(0)));
 }
+
+#[test]
+fn checkpoints_trace_test_scores_off_the_clock_without_changing_the_fit() {
+    let dir = workdir("checkpoints");
+    let plain = dir.join("plain.yaml");
+    std::fs::write(&plain, SMALL).unwrap();
+    let scored = dir.join("scored.yaml");
+    let with_checkpoints = SMALL.replace("    settings: { max_hyper_iters: 15, mc_samples: 500 }\n", "    settings: { max_hyper_iters: 15, mc_samples: 500 }\n    checkpoints: geometric\n");
+    std::fs::write(&scored, with_checkpoints.replace("name: small", "name: scored")).unwrap();
+    let budget = dir.join("budget.yaml");
+    let with_budget = SMALL.replace("    settings: { max_hyper_iters: 15, mc_samples: 500 }\n", "    settings: { max_hyper_iters: 15, mc_samples: 500 }\n    budget: { iterations: 3 }\n    checkpoints: { every: 1 }\n");
+    std::fs::write(&budget, with_budget.replace("name: small", "name: budget")).unwrap();
+    for spec in [&plain, &scored, &budget] {
+        let out = run(&dir, spec, &[]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let learned = |exp: &str| -> Vec<Value> {
+        let mut cells: Vec<Value> = cells_without_timing(&dir.join("results").join(exp)).into_values().filter(|c| c["method"] == "learned").collect();
+        cells.sort_by_key(|c| c["split"].as_u64());
+        cells
+    };
+    let (plain, scored, budget) = (learned("small"), learned("scored"), learned("budget"));
+    assert_eq!(plain.len(), 3);
+    for (a, b) in plain.iter().zip(&scored) {
+        // Same seed, same fit, same numbers: checkpoints only add trace points.
+        assert_eq!(a["seed"], b["seed"]);
+        assert_eq!(a["metrics"], b["metrics"]);
+        assert_eq!(a["hyperparameters"], b["hyperparameters"]);
+        let ckpt: Vec<u64> = b["trace"].as_array().unwrap().iter().filter(|p| p["name"] == "test_error").map(|p| p["iter"].as_u64().unwrap()).collect();
+        let evaluations = a["metrics"]["diag_iterations"].as_f64().unwrap() as u64;
+        // Evaluations 1..9 (then 10, 15, ...) up to the last, which closes the trace.
+        let want: Vec<u64> = (1..=evaluations).filter(|&i| i <= 9 || (i <= 95 && i % 5 == 0)).chain([evaluations]).collect();
+        let mut want = want;
+        want.dedup();
+        assert_eq!(ckpt, want, "split {}", a["split"]);
+        assert!(b["trace"].as_array().unwrap().iter().any(|p| p["name"] == "test_nll"));
+    }
+    // Training times of the checkpoints (read with time) never go backwards.
+    for cell in std::fs::read_dir(dir.join("results/scored/cells")).unwrap() {
+        let v: Value = serde_json::from_slice(&std::fs::read(cell.unwrap().path()).unwrap()).unwrap();
+        let t: Vec<f64> = v["trace"].as_array().unwrap().iter().filter(|p| p["name"] == "test_error").map(|p| p["time"].as_f64().unwrap()).collect();
+        assert!(t.windows(2).all(|w| w[0] <= w[1]), "{t:?}");
+    }
+    // A budget of 3 evaluations is a normal stop at the best of those three.
+    for c in &budget {
+        assert_eq!(c["status"], "ok");
+        assert_eq!(c["diagnostics"]["stop_reason"], "budget_iterations");
+        assert_eq!(c["metrics"]["diag_iterations"], 3.0);
+        let trace = c["trace"].as_array().unwrap();
+        let evidence: Vec<f64> = trace.iter().filter(|p| p["name"] == "objective").map(|p| p["value"].as_f64().unwrap()).collect();
+        assert_eq!(evidence.len(), 3);
+        assert!(evidence.windows(2).all(|w| w[0] <= w[1]), "best so far never falls: {evidence:?}");
+        // The final model refits the mode at the best point from a cold start (Newton's
+        // tolerance apart from the warm-started evaluation).
+        assert!((c["metrics"]["log_evidence"].as_f64().unwrap() - evidence[2]).abs() < 1e-6);
+    }
+}

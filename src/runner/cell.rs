@@ -143,7 +143,10 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
         // The final model closes the trace, at the iterations the fit reached.
         let last = trace.iter().map(|p| p.iter).max().unwrap_or(0);
         let iter = diagnostics.iterations.map_or(last, |i| i as usize).max(last);
-        for (name, value) in checkpoint_scores(&prediction, &test.y) {
+        let scores = checkpoint_scores(&prediction, &test.y);
+        // The final model replaces a checkpoint at the same iteration.
+        trace.retain(|p| !(p.iter == iter && scores.contains_key(&p.name)));
+        for (name, value) in scores {
             trace.push(TracePoint { iter, time: time_train, name, value });
         }
         metrics.insert("time_checkpoints".into(), fit_wall - time_train);

@@ -91,7 +91,7 @@ pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>) -> Result<Vec<Cel
     }
     // Keys of cells that others depend on: (entry, dataset, split) -> key. Entries are
     // resolved sources-first (the checker has rejected cycles).
-    let mut keys: BTreeMap<(String, String, usize), String> = BTreeMap::new();
+    let mut keys: BTreeMap<(String, String, usize), (String, String)> = BTreeMap::new();
     let mut order: Vec<&MethodEntry> = Vec::new();
     while order.len() < spec.raw.methods.len() {
         let before = order.len();
@@ -117,7 +117,8 @@ pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>) -> Result<Vec<Cel
                 // The entry as this dataset's cells run it (what the key must cover).
                 let entry = &entry.on_dataset(dataset);
                 for split in 0..splits {
-                    let depends_on = match &m.hyper {
+                    // (key, key without checkpoint schedules) of the source cell.
+                    let source = match &m.hyper {
                         HyperSpec::From { source: src, .. } => Some(
                             keys.get(&(src.clone(), dataset.clone(), split))
                                 .ok_or_else(|| format!("{}: no cell of \"{src}\" for {dataset} split {split}", m.name))?
@@ -125,22 +126,30 @@ pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>) -> Result<Vec<Cel
                         ),
                         _ => None,
                     };
-                    let canonical = serde_json::json!({
-                        "version": crate::VERSION,
-                        "dataset": dataset,
-                        "splits": spec.raw.splits_of(dataset).label(),
-                        "split_seed": split_seed(spec, dataset),
-                        "split": split,
-                        "standardize": spec.raw.standardize,
-                        "timeout_seconds": spec.raw.timeout_seconds,
-                        "entry": entry,
-                        "depends_on": depends_on,
-                    });
-                    let key = blake3::hash(canonical.to_string().as_bytes()).to_hex()[..24].to_string();
-                    let seed = seed_from(&format!("cell\n{}\n{key}", spec.raw.seed));
+                    let canonical = |entry: &MethodEntry, depends_on: Option<&String>| {
+                        let text = serde_json::json!({
+                            "version": crate::VERSION,
+                            "dataset": dataset,
+                            "splits": spec.raw.splits_of(dataset).label(),
+                            "split_seed": split_seed(spec, dataset),
+                            "split": split,
+                            "standardize": spec.raw.standardize,
+                            "timeout_seconds": spec.raw.timeout_seconds,
+                            "entry": entry,
+                            "depends_on": depends_on,
+                        });
+                        blake3::hash(text.to_string().as_bytes()).to_hex()[..24].to_string()
+                    };
+                    let key = canonical(entry, source.as_ref().map(|s| &s.0));
+                    // The seed ignores checkpoint schedules (this cell's and its sources'):
+                    // scoring snapshots never changes what a fit computes, so adding
+                    // checkpoints keeps every number.
+                    let unscored = canonical(&MethodEntry { checkpoints: None, ..entry.clone() }, source.as_ref().map(|s| &s.1));
+                    let seed = seed_from(&format!("cell\n{}\n{unscored}", spec.raw.seed));
                     if setting.is_empty() {
-                        keys.insert((m.name.clone(), dataset.clone(), split), key.clone());
+                        keys.insert((m.name.clone(), dataset.clone(), split), (key.clone(), unscored));
                     }
+                    let depends_on = source.map(|s| s.0);
                     cells.push(Cell { key, dataset: dataset.clone(), split, entry: entry.clone(), setting: setting.clone(), depends_on, seed });
                 }
             }
