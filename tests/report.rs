@@ -59,6 +59,11 @@ fn synthetic_cells() -> Vec<CellRecord> {
                 c.metrics.insert("error_pct".into(), base_error(d, m) + off);
                 c.metrics.insert("log_pred_sum".into(), -50.0 - 10.0 * d as f64 - 5.0 * m as f64 + off);
                 c.metrics.insert("time_train".into(), 0.5 + 0.1 * split as f64);
+                // ep runs to a 30 s wall-clock budget and reaches 10 + split iterations.
+                if *method == "ep" {
+                    c.metrics.insert("budget_seconds".into(), 30.0);
+                    c.metrics.insert("diag_iterations".into(), 10.0 + split as f64);
+                }
                 // Only the Laplace entry reports an evidence, as in methods without a bound.
                 if *method == "laplace" {
                     c.metrics.insert("log_evidence".into(), -100.0 - 20.0 * d as f64 + 0.1 * off);
@@ -289,6 +294,10 @@ fn report_shows_tables_figures_failures_and_score() {
     assert!(timing.find("fit 700 ms (max 900 ms)").unwrap() < timing.find(">beta<").unwrap(), "alpha's row");
     assert!(gamma.contains("fit 650 ms (max 800 ms)</div><div class=\"n\">4 cells"), "gamma/laplace without the failed cell");
     assert!(!timing.contains("predict"), "no time_predict metric, no predict line");
+    // Iterations reached 10..14 over splits 0-4; the budget makes the page say so.
+    assert!(timing.contains("iterations 12.0 (10-14)"), "iterations of the budgeted entry");
+    assert!(timing.contains("Not bit-reproducible:</strong> ep (30.0 s)"), "wall-clock budget flagged");
+    assert_eq!(timing.matches("iterations 12.0").count(), 3, "one per dataset, for ep only");
 
     for f in &figures {
         assert!(html.contains(&format!("id=\"fig-{}\"", f.id)), "figure {}", f.id);

@@ -1,5 +1,7 @@
 //! The timing table: how long each method entry took per cell (one split, at one grid setting
 //! where the entry has a grid), to fit and to predict, so that speed is read off the report beside the results.
+//! It also shows the outer iterations each fit reached and, for entries run to a wall-clock
+//! budget, that their iteration counts (and so their numbers) depend on the machine.
 use super::format::duration;
 use super::ReportInput;
 use crate::results::Status;
@@ -10,6 +12,8 @@ pub struct TimingView {
     /// Method entries in spec order.
     pub columns: Vec<String>,
     pub rows: Vec<TimingRow>,
+    /// Entries that ran to a wall-clock budget: "name (S s)".
+    pub budgeted: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -24,6 +28,8 @@ pub struct TimingRow {
 pub struct TimingCell {
     pub fit: String,
     pub predict: String,
+    /// Outer iterations reached (`diag_iterations`): "mean (min-max)"; empty without.
+    pub iterations: String,
     pub n: usize,
 }
 
@@ -45,6 +51,7 @@ pub fn build(input: &ReportInput) -> TimingView {
                     TimingCell {
                         fit: summary(&fit, true),
                         predict: summary(&predict, false),
+                        iterations: range(&times("diag_iterations")),
                         n: ok.len(),
                     }
                 })
@@ -52,7 +59,29 @@ pub fn build(input: &ReportInput) -> TimingView {
             TimingRow { dataset: dataset.clone(), cells }
         })
         .collect();
-    TimingView { columns: input.methods.to_vec(), rows }
+    let budgeted = input
+        .methods
+        .iter()
+        .filter_map(|method| {
+            let seconds = input.cells.iter().filter(|c| &c.method == method).find_map(|c| c.metrics.get("budget_seconds"))?;
+            Some(format!("{method} ({})", duration(*seconds)))
+        })
+        .collect();
+    TimingView { columns: input.methods.to_vec(), rows, budgeted }
+}
+
+/// "mean (min-max)" of iteration counts, or the one value when all agree; empty without values.
+fn range(values: &[f64]) -> String {
+    if values.is_empty() {
+        return String::new();
+    }
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    let (lo, hi) = values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(*v), b.max(*v)));
+    if lo == hi {
+        format!("{lo}")
+    } else {
+        format!("{mean:.1} ({lo}-{hi})")
+    }
 }
 
 /// "mean" or "mean (max max)"; empty without values.
