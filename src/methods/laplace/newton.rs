@@ -1,0 +1,202 @@
+//! The posterior mode of the multinomial-logit GP for one kernel matrix (GPML Alg. 3.3): damped
+//! Newton ascent on Psi(f) = -1/2 f^T K^{-1} f + log p(y | f) in the stable B form, and the
+//! curvature at the mode that the evidence, its gradient and the predictive need.
+use super::LaplaceParams;
+use crate::linalg::{log_sum_exp, matvec, softmax_in_place, Chol};
+use crate::methods::FitError;
+use faer::Mat;
+
+/// The posterior mode for one kernel matrix and everything derived from the curvature there.
+#[derive(Clone)]
+pub(super) struct Mode {
+    pub(super) n: usize,
+    pub(super) n_classes: usize,
+    /// f-hat, class-major [C n].
+    pub(super) f: Vec<f64>,
+    /// a = K^{-1} f-hat = y - pi at the mode, class-major [C n].
+    pub(super) a: Vec<f64>,
+    /// pi at the mode, class-major [C n].
+    pub(super) pi: Vec<f64>,
+    /// E_c = D_c^{1/2} B_c^{-1} D_c^{1/2}, one [n, n] per class.
+    pub(super) E: Vec<Mat<f64>>,
+    /// Cholesky of sum_c E_c.
+    pub(super) M: Chol,
+    /// Psi(f-hat) = -1/2 f^T K^{-1} f + sum_i log p(y_i | f_i).
+    pub(super) psi: f64,
+    /// The Laplace approximation to log p(y | X): Psi - 1/2 log |I + K W|.
+    pub(super) log_evidence: f64,
+    pub(super) newton_iters: usize,
+}
+
+/// Psi(f) for f = K a.
+pub(super) fn objective(a: &[f64], f: &[f64], y: &[usize], n: usize, n_classes: usize) -> f64 {
+    let quad = -0.5 * a.iter().zip(f).map(|(x, y)| x * y).sum::<f64>();
+    let mut loglik = 0.0;
+    let mut fi = vec![0.0; n_classes];
+    for i in 0..n {
+        for (c, v) in fi.iter_mut().enumerate() {
+            *v = f[c * n + i];
+        }
+        loglik += fi[y[i]] - log_sum_exp(&fi);
+    }
+    quad + loglik
+}
+
+/// Class probabilities per datum for class-major latents.
+pub(super) fn class_probs(f: &[f64], n: usize, n_classes: usize) -> Vec<f64> {
+    let mut pi = vec![0.0; n * n_classes];
+    let mut fi = vec![0.0; n_classes];
+    for i in 0..n {
+        for (c, v) in fi.iter_mut().enumerate() {
+            *v = f[c * n + i];
+        }
+        softmax_in_place(&mut fi);
+        for (c, v) in fi.iter().enumerate() {
+            pi[c * n + i] = *v;
+        }
+    }
+    pi
+}
+
+/// E_c for every class, the Cholesky of their sum, and 1/2 log |I + K W| (GPML Alg. 3.3 lines 5-9).
+pub(super) fn curvature(K: &Mat<f64>, pi: &[f64], n_classes: usize) -> Result<(Vec<Mat<f64>>, Chol, f64), FitError> {
+    let n = K.nrows();
+    let mut E = Vec::with_capacity(n_classes);
+    let mut half_log_det = 0.0;
+    let mut sum_e = Mat::<f64>::zeros(n, n);
+    for c in 0..n_classes {
+        let sq: Vec<f64> = pi[c * n..(c + 1) * n].iter().map(|p| p.sqrt()).collect();
+        let B = Mat::from_fn(n, n, |i, j| (if i == j { 1.0 } else { 0.0 }) + sq[i] * K[(i, j)] * sq[j]);
+        let L = Chol::factor(B.as_ref(), "I + D^1/2 K D^1/2")?;
+        half_log_det += 0.5 * L.log_det();
+        let Q = L.solve_l(Mat::from_fn(n, n, |i, j| if i == j { sq[i] } else { 0.0 }).as_ref());
+        let Ec = Q.transpose() * &Q;
+        sum_e += &Ec;
+        E.push(Ec);
+    }
+    let M = Chol::factor(sum_e.as_ref(), "sum_c E_c")?;
+    half_log_det += 0.5 * M.log_det();
+    Ok((E, M, half_log_det))
+}
+
+/// Newton's method for the posterior mode (GPML Alg. 3.3): `newton_ascent` with the
+/// multinomial-logit step.
+///
+/// `warm` is an `a` from a nearby kernel (hyper-parameter learning): f = K a is then a good
+/// start, used only when it beats f = 0.
+pub(super) fn find_mode(K: &Mat<f64>, y: &[usize], n_classes: usize, params: &LaplaceParams, warm: Option<&[f64]>) -> Result<Mode, FitError> {
+    let n = K.nrows();
+    let nc = n * n_classes;
+    let step = |f: &[f64]| -> Result<Vec<f64>, FitError> {
+        let pi = class_probs(f, n, n_classes);
+        let (E, M, _) = curvature(K, &pi, n_classes)?;
+        // b = W f + y - pi, with (W f)_i = pi_i o f_i - pi_i (pi_i . f_i).
+        let mut b = vec![0.0; nc];
+        for i in 0..n {
+            let pf: f64 = (0..n_classes).map(|c| pi[c * n + i] * f[c * n + i]).sum();
+            for c in 0..n_classes {
+                let k = c * n + i;
+                b[k] = pi[k] * (f[k] - pf) + if y[i] == c { 1.0 } else { 0.0 } - pi[k];
+            }
+        }
+        // c = E K b;  a = b - c + E R M^{-T} M^{-1} R^T c.
+        let mut cvec = vec![0.0; nc];
+        let mut rtc = vec![0.0; n];
+        for c in 0..n_classes {
+            let kb = matvec(K.as_ref(), &b[c * n..(c + 1) * n]);
+            let ec = matvec(E[c].as_ref(), &kb);
+            for i in 0..n {
+                cvec[c * n + i] = ec[i];
+                rtc[i] += ec[i];
+            }
+        }
+        let s = M.solve_vec(&rtc);
+        let mut a_new = vec![0.0; nc];
+        for c in 0..n_classes {
+            let es = matvec(E[c].as_ref(), &s);
+            for i in 0..n {
+                let k = c * n + i;
+                a_new[k] = b[k] - cvec[k] + es[i];
+            }
+        }
+        Ok(a_new)
+    };
+    let ascent = newton_ascent(
+        nc,
+        |a| block_matvec(K, a, n_classes),
+        |a, f| objective(a, f, y, n, n_classes),
+        step,
+        params,
+        warm,
+    )?;
+    let (f, a, psi) = (ascent.f, ascent.a, ascent.psi);
+    let pi = class_probs(&f, n, n_classes);
+    let (E, M, half_log_det) = curvature(K, &pi, n_classes)?;
+    Ok(Mode { n, n_classes, f, a, pi, E, M, psi, log_evidence: psi - half_log_det, newton_iters: ascent.iters })
+}
+
+/// The end point of `newton_ascent`: a and f = K a at the mode, Psi there, Newton steps taken.
+pub(super) struct Ascent {
+    pub(super) a: Vec<f64>,
+    pub(super) f: Vec<f64>,
+    pub(super) psi: f64,
+    pub(super) iters: usize,
+}
+
+/// Damped Newton ascent on Psi(f) = -1/2 a^T f + log p(y | f), f = K a, shared by both
+/// likelihoods: `step(f)` returns the full Newton step's a (GPML Alg. 3.1 line 7 or 3.3
+/// line 10), which is halved towards the current a (f = K a is linear) whenever it would
+/// lower Psi. Starts from f = 0, or from f = K `warm` when that is better. Stops when Psi
+/// changes by less than `newton_tol` relative, or after `max_newton_iters` steps.
+pub(super) fn newton_ascent(
+    dim: usize,
+    kmul: impl Fn(&[f64]) -> Vec<f64>,
+    objective: impl Fn(&[f64], &[f64]) -> f64,
+    mut step: impl FnMut(&[f64]) -> Result<Vec<f64>, FitError>,
+    params: &LaplaceParams,
+    warm: Option<&[f64]>,
+) -> Result<Ascent, FitError> {
+    let mut f = vec![0.0; dim];
+    let mut a = vec![0.0; dim];
+    let mut psi = objective(&a, &f);
+    if let Some(a0) = warm {
+        let f0 = kmul(a0);
+        let psi0 = objective(a0, &f0);
+        if psi0 > psi {
+            (a, f, psi) = (a0.to_vec(), f0, psi0);
+        }
+    }
+    let mut iters = 0;
+    for _ in 0..params.max_newton_iters {
+        iters += 1;
+        let mut a_new = step(&f)?;
+        let mut f_new = kmul(&a_new);
+        let mut psi_new = objective(&a_new, &f_new);
+        let mut halvings = 0;
+        while !(psi_new >= psi - 1e-12 * psi.abs()) && halvings < 30 {
+            for k in 0..dim {
+                a_new[k] = 0.5 * (a[k] + a_new[k]);
+                f_new[k] = 0.5 * (f[k] + f_new[k]);
+            }
+            psi_new = objective(&a_new, &f_new);
+            halvings += 1;
+        }
+        if !psi_new.is_finite() {
+            return Err(FitError::Numerical("Laplace: Newton objective became non-finite".into()));
+        }
+        let converged = (psi_new - psi).abs() <= params.newton_tol * (1.0 + psi.abs());
+        a = a_new;
+        f = f_new;
+        psi = psi_new;
+        if converged {
+            break;
+        }
+    }
+    Ok(Ascent { a, f, psi, iters })
+}
+
+/// (I_C (x) K) v for class-major v.
+pub(super) fn block_matvec(K: &Mat<f64>, v: &[f64], n_classes: usize) -> Vec<f64> {
+    let n = K.nrows();
+    (0..n_classes).flat_map(|c| matvec(K.as_ref(), &v[c * n..(c + 1) * n])).collect()
+}

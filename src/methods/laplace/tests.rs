@@ -1,0 +1,211 @@
+//! Laplace (logit) against closed forms, dense reference computations and finite differences.
+use crate::likelihoods::{Likelihood, Softmax};
+use crate::linalg::matvec;
+use super::newton::*;
+use super::*;
+use crate::linalg::Chol;
+use faer::Mat;
+use ndarray::Array2;
+use rand::RngExt;
+use rand_distr::StandardNormal;
+use rand_pcg::Pcg64;
+use crate::kernels::{KernelParams, LengthScale, SqExp};
+use crate::methods::optimize::minimize_lbfgs;
+use rand::SeedableRng;
+
+/// A tiny 3-class problem: clusters in 2-D.
+fn tiny(n_per: usize, seed: u64) -> (Array2<f64>, Vec<usize>) {
+    let mut rng = Pcg64::seed_from_u64(seed);
+    let centres = [[0.0, 0.0], [1.5, 0.5], [0.2, 1.6]];
+    let mut x = Array2::zeros((3 * n_per, 2));
+    let mut y = Vec::new();
+    for c in 0..3 {
+        for k in 0..n_per {
+            let i = c * n_per + k;
+            x[(i, 0)] = centres[c][0] + 0.6 * rng.sample::<f64, _>(StandardNormal);
+            x[(i, 1)] = centres[c][1] + 0.6 * rng.sample::<f64, _>(StandardNormal);
+            y.push(c);
+        }
+    }
+    (x, y)
+}
+
+fn kernel(ard: bool, ls: f64, var: f64) -> SqExp {
+    KernelParams { ard, lengthscale: LengthScale::One(ls), variance: var, learn_variance: true, ..Default::default() }.build(2).unwrap()
+}
+
+#[test]
+fn evidence_gradient_matches_finite_differences() {
+    let (x, y) = tiny(5, 1);
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let params = LaplaceParams { newton_tol: 1e-14, max_newton_iters: 200, ..Default::default() };
+    for (ard, ls, var) in [(false, 0.8, 2.0), (true, 1.3, 5.0)] {
+        let mut kern = kernel(ard, ls, var);
+        if ard {
+            kern.log_lengthscales[1] += 0.4;
+        }
+        let (_, grad, _) = evidence_and_grad(&kern, &problem, &params, None).unwrap();
+        let p0 = kern.log_params();
+        for j in 0..p0.len() {
+            let h = 1e-5;
+            let mut pp = p0.clone();
+            pp[j] += h;
+            let mut pm = p0.clone();
+            pm[j] -= h;
+            let vp = evidence_and_grad(&kern.with_log_params(&pp), &problem, &params, None).unwrap().0;
+            let vm = evidence_and_grad(&kern.with_log_params(&pm), &problem, &params, None).unwrap().0;
+            let fd = (vp - vm) / (2.0 * h);
+            assert!((fd - grad[j]).abs() < 1e-6 * (1.0 + fd.abs()), "ard={ard} param {j}: analytic {} vs fd {fd}", grad[j]);
+        }
+    }
+}
+
+#[test]
+fn mode_and_evidence_match_a_dense_independent_computation() {
+    let (x, y) = tiny(4, 2);
+    let n = x.nrows();
+    let C = 3;
+    let kern = kernel(false, 1.0, 3.0);
+    let K = kern.gram(&x);
+    let params = LaplaceParams { newton_tol: 1e-14, ..Default::default() };
+    let mode = find_mode(&K, &y, C, &params, None).unwrap();
+
+    // The exact mode of Psi(f) = -1/2 f^T Kbig^{-1} f + sum log softmax, found by a generic
+    // optimiser on the dense nC-dimensional problem.
+    let Kbig = dense_block_diag(K.as_ref(), C);
+    let Kchol = Chol::factor(Kbig.as_ref(), "Kbig").unwrap();
+    let neg_psi = |f: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
+        let kinv_f = Kchol.solve_vec(f);
+        let mut v = 0.5 * f.iter().zip(&kinv_f).map(|(a, b)| a * b).sum::<f64>();
+        let mut g = kinv_f.clone();
+        for i in 0..n {
+            let fi: Vec<f64> = (0..C).map(|c| f[c * n + i]).collect();
+            v -= Softmax.log_prob(&fi, y[i]);
+            let gi = Softmax.grad(&fi, y[i]);
+            for c in 0..C {
+                g[c * n + i] -= gi[c];
+            }
+        }
+        Ok((v, g))
+    };
+    let opt = minimize_lbfgs(&neg_psi, &vec![0.0; n * C], &vec![true; n * C], 2000, 1e-10).unwrap();
+    for k in 0..n * C {
+        assert!((opt.x[k] - mode.f[k]).abs() < 1e-4, "mode entry {k}: {} vs {}", opt.x[k], mode.f[k]);
+    }
+    assert!((-opt.value - mode.psi).abs() < 1e-8);
+
+    // log q = Psi - 1/2 (log |Kbig| + log |Kbig^{-1} + W|), W block diagonal per datum.
+    let Kinv = Kchol.solve(Mat::<f64>::identity(n * C, n * C).as_ref());
+    let mut A = Kinv.clone();
+    for i in 0..n {
+        let fi: Vec<f64> = (0..C).map(|c| mode.f[c * n + i]).collect();
+        let W = Softmax.neg_hessian(&fi);
+        for c in 0..C {
+            for d in 0..C {
+                A[(c * n + i, d * n + i)] += W[c][d];
+            }
+        }
+    }
+    let logdet = Kchol.log_det() + Chol::factor(A.as_ref(), "A").unwrap().log_det();
+    let want = mode.psi - 0.5 * logdet;
+    assert!((mode.log_evidence - want).abs() < 1e-7, "{} vs {want}", mode.log_evidence);
+}
+
+#[test]
+fn predictions_match_brute_force_monte_carlo_over_the_joint_posterior() {
+    let (x, y) = tiny(4, 3);
+    let n = x.nrows();
+    let C = 3;
+    let kern = kernel(false, 1.0, 3.0);
+    let mut rng = Pcg64::seed_from_u64(9);
+    let mut ctx = FitContext::new(&mut rng, None);
+    let method = LaplaceParams { mc_samples: 20000, ..Default::default() }.check().unwrap();
+    let model = method.fit_model(&Problem { x: &x, y: &y, n_classes: C }, &kern, HyperPolicy::Fixed, &mut ctx).unwrap();
+    let xt = ndarray::array![[0.1, 0.2], [1.0, 1.0], [3.0, -2.0]];
+    let mut rng2 = Pcg64::seed_from_u64(10);
+    let p = model.predict_proba(&xt, &mut rng2).unwrap();
+
+    // Brute force: draw f ~ N(f-hat, (Kbig^{-1} + W)^{-1}) densely, then f* | f from the GP
+    // conditional, and average the softmax.
+    let K = kern.gram(&x);
+    let Kbig = dense_block_diag(K.as_ref(), C);
+    let Kchol = Chol::factor_with_jitter(Kbig.as_ref(), "Kbig").unwrap();
+    let mut A = Kchol.solve(Mat::<f64>::identity(n * C, n * C).as_ref());
+    for i in 0..n {
+        let fi: Vec<f64> = (0..C).map(|c| model.mode.f[c * n + i]).collect();
+        let W = Softmax.neg_hessian(&fi);
+        for c in 0..C {
+            for d in 0..C {
+                A[(c * n + i, d * n + i)] += W[c][d];
+            }
+        }
+    }
+    let post_cov = Chol::factor(A.as_ref(), "A").unwrap().solve(Mat::<f64>::identity(n * C, n * C).as_ref());
+    let post_chol = Chol::factor_with_jitter(post_cov.as_ref(), "post").unwrap();
+    let Kchol_small = Chol::factor_with_jitter(K.as_ref(), "K").unwrap();
+    let Ks = kern.cross(&x, &xt);
+    let kinv_ks = Kchol_small.solve(Ks.as_ref()); // [n, m]
+    let mut rng3 = Pcg64::seed_from_u64(11);
+    let draws = 40000;
+    let mut acc = vec![vec![0.0; C]; xt.nrows()];
+    for _ in 0..draws {
+        let z: Vec<f64> = (0..n * C).map(|_| rng3.sample::<f64, _>(StandardNormal)).collect();
+        let lz = matvec(post_chol.l(), &z);
+        let f: Vec<f64> = (0..n * C).map(|k| model.mode.f[k] + lz[k]).collect();
+        for j in 0..xt.nrows() {
+            let cond_var = kern.diag(&xt)[j] - (0..n).map(|i| Ks[(i, j)] * kinv_ks[(i, j)]).sum::<f64>();
+            let fs: Vec<f64> = (0..C)
+                .map(|c| {
+                    let mean: f64 = (0..n).map(|i| kinv_ks[(i, j)] * f[c * n + i]).sum();
+                    mean + cond_var.max(0.0).sqrt() * rng3.sample::<f64, _>(StandardNormal)
+                })
+                .collect();
+            for (c, pc) in Softmax.probs(&fs).iter().enumerate() {
+                acc[j][c] += pc / draws as f64;
+            }
+        }
+    }
+    for j in 0..xt.nrows() {
+        assert!((p.row(j).sum() - 1.0).abs() < 1e-12);
+        for c in 0..C {
+            // Two independent MC estimates (20000 and 40000 draws): 0.01 is > 5 standard errors.
+            assert!((p[(j, c)] - acc[j][c]).abs() < 0.01, "point {j} class {c}: {} vs {}", p[(j, c)], acc[j][c]);
+        }
+    }
+}
+
+#[test]
+fn a_warm_start_finds_the_same_mode() {
+    let (x, y) = tiny(5, 5);
+    let params = LaplaceParams { newton_tol: 1e-14, ..Default::default() };
+    let near = find_mode(&kernel(false, 0.7, 2.0).gram(&x), &y, 3, &params, None).unwrap();
+    let K = kernel(false, 1.0, 3.0).gram(&x);
+    let cold = find_mode(&K, &y, 3, &params, None).unwrap();
+    let warm = find_mode(&K, &y, 3, &params, Some(&near.a)).unwrap();
+    for (a, b) in warm.f.iter().zip(&cold.f) {
+        assert!((a - b).abs() < 1e-6);
+    }
+    assert!((warm.log_evidence - cold.log_evidence).abs() < 1e-9);
+}
+
+#[test]
+fn learning_hyperparameters_raises_the_evidence() {
+    let (x, y) = tiny(6, 4);
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let start = kernel(true, 3.0, 0.5);
+    let method = LaplaceParams::default().check().unwrap();
+    let mut rng = Pcg64::seed_from_u64(1);
+    let mut ctx = FitContext::new(&mut rng, None);
+    let start = KernelSet::shared_se(&start);
+    let fixed = method.fit(&problem, &start, HyperPolicy::Fixed, &mut ctx).unwrap();
+    let learned = method.fit(&problem, &start, HyperPolicy::Learn, &mut ctx).unwrap();
+    assert!(learned.evidence().unwrap().value > fixed.evidence().unwrap().value + 1e-3);
+    assert!(!ctx.trace().is_empty());
+}
+
+/// I_C (x) K as a dense matrix (tests only).
+fn dense_block_diag(K: faer::MatRef<'_, f64>, C: usize) -> Mat<f64> {
+    let n = K.nrows();
+    Mat::from_fn(n * C, n * C, |i, j| if i / n == j / n { K[(i % n, j % n)] } else { 0.0 })
+}
+
