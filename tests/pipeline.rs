@@ -501,3 +501,51 @@ fn checkpoints_trace_test_scores_off_the_clock_without_changing_the_fit() {
         assert!((c["metrics"]["log_evidence"].as_f64().unwrap() - evidence[2]).abs() < 1e-6);
     }
 }
+
+#[test]
+fn stored_non_finite_values_and_cut_short_records_do_not_block_a_resumed_run() {
+    let dir = workdir("nonfinite");
+    let spec = dir.join("small.yaml");
+    std::fs::write(&spec, SMALL).unwrap();
+    assert!(run(&dir, &spec, &[]).status.success());
+    let cells_dir = dir.join("results/small/cells");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&cells_dir).unwrap().map(|e| e.unwrap().path()).collect();
+    paths.sort();
+    let cell_of = |method: &str| {
+        paths
+            .iter()
+            .find(|p| {
+                let v: Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+                v["method"] == method && v["split"] == 0
+            })
+            .unwrap()
+            .clone()
+    };
+    // A NaN metric as an older version stored it (null), one as this version does ("NaN"),
+    // an infinite hyper-parameter, and a record cut short.
+    let (fixed, learned, handed) = (cell_of("fixed"), cell_of("learned"), cell_of("handed-on"));
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&fixed).unwrap()).unwrap();
+    v["metrics"]["log_evidence"] = Value::Null;
+    v["metrics"]["error_pct"] = Value::String("NaN".into());
+    v["hyperparameters"]["variance"] = Value::String("inf".into());
+    std::fs::write(&fixed, serde_json::to_vec(&v).unwrap()).unwrap();
+    let text = std::fs::read(&learned).unwrap();
+    std::fs::write(&handed, &text[..text.len() / 2]).unwrap();
+    let out = run(&dir, &spec, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("not a valid cell record") && stderr.contains("computed again"), "{stderr}");
+    assert!(stderr.contains("1 computed"), "only the cut-short cell is recomputed: {stderr}");
+    let summary = std::fs::read_to_string(dir.join("results/small/summary.csv")).unwrap();
+    let row = |metric: &str| summary.lines().find(|l| l.starts_with(&format!("iris,fixed,\"\",{metric},"))).unwrap().to_string();
+    // 3 splits: 2 finite values and 1 left out, and said so.
+    assert!(row("error_pct").ends_with(",2,1"), "{}", row("error_pct"));
+    assert!(row("log_evidence").ends_with(",2,1"), "{}", row("log_evidence"));
+    assert!(row("hp_variance").ends_with(",2,1"), "{}", row("hp_variance"));
+    assert!(row("log_pred_sum").ends_with(",3,0"), "{}", row("log_pred_sum"));
+    let report = std::fs::read_to_string(dir.join("reports/small/index.html")).unwrap();
+    assert!(report.contains("1 not finite (left out)"), "the report says so");
+    // The stored record reads back with its NaN.
+    let back: Value = serde_json::from_slice(&std::fs::read(&fixed).unwrap()).unwrap();
+    assert_eq!(back["metrics"]["error_pct"], "NaN");
+}

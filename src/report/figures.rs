@@ -889,7 +889,7 @@ mod tests {
     #[test]
     fn ci95_bars_use_the_student_t_quantile() {
         // t_{0.975} with 49 and 4 degrees of freedom (standard tables): 2.009575, 2.776445.
-        let a = |n| Aggregate { mean: 0.0, sd: 1.0, se: 0.5, n };
+        let a = |n| Aggregate { mean: 0.0, sd: 1.0, se: 0.5, n, n_nonfinite: 0 };
         assert!((half_width(&a(50), Interval::Ci95) - 0.5 * 2.009575).abs() < 1e-6);
         assert!((half_width(&a(5), Interval::Ci95) - 0.5 * 2.776445).abs() < 1e-6);
         assert_eq!(half_width(&a(5), Interval::Se), 0.5);

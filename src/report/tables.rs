@@ -139,6 +139,9 @@ fn cell_view(run: Option<Aggregate>, positive: Option<usize>, group: &[&CellReco
             if failed > 0 {
                 n.push_str(&format!(", {failed} failed"));
             }
+            if a.n_nonfinite > 0 {
+                n.push_str(&format!(", {} not finite (left out)", a.n_nonfinite));
+            }
             (mean_sd(a.mean, Some(a.sd)), n)
         }
         None if failed > 0 => ("—".into(), format!("all {failed} failed")),

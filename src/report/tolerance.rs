@@ -55,7 +55,7 @@ mod tests {
     }
 
     fn run(mean: f64, sd: f64, n: usize) -> Aggregate {
-        Aggregate { mean, sd, se: sd / (n as f64).sqrt(), n }
+        Aggregate { mean, sd, se: sd / (n as f64).sqrt(), n, n_nonfinite: 0 }
     }
 
     const SE3: ToleranceRule = ToleranceRule::StandardError { k: 3.0, rel: 0.1 };

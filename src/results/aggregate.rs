@@ -9,17 +9,21 @@ pub struct Aggregate {
     pub mean: f64,
     pub sd: f64,
     pub se: f64,
-    /// Number of finished splits that contributed.
+    /// Number of finished splits that contributed (finite values).
     pub n: usize,
+    /// Values left out because they were NaN or infinite.
+    pub n_nonfinite: usize,
 }
 
 impl Aggregate {
-    /// Summarise finite values; `None` when there are none.
+    /// Summarise the finite values and count the others; `None` without values. With no
+    /// finite value the mean, sd and se are NaN (and `n` is 0).
     pub fn of(values: &[f64]) -> Option<Aggregate> {
         let v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
         let n = v.len();
+        let n_nonfinite = values.len() - n;
         if n == 0 {
-            return None;
+            return (n_nonfinite > 0).then_some(Aggregate { mean: f64::NAN, sd: f64::NAN, se: f64::NAN, n: 0, n_nonfinite });
         }
         let mean = v.iter().sum::<f64>() / n as f64;
         let sd = if n > 1 {
@@ -27,7 +31,7 @@ impl Aggregate {
         } else {
             0.0
         };
-        Some(Aggregate { mean, sd, se: sd / (n as f64).sqrt(), n })
+        Some(Aggregate { mean, sd, se: sd / (n as f64).sqrt(), n, n_nonfinite })
     }
 }
 
@@ -95,11 +99,14 @@ mod tests {
     fn aggregate_matches_hand_computed_moments() {
         // values 1, 2, 3, 6: mean 3, sample variance (4 + 1 + 0 + 9) / 3 = 14/3.
         let a = Aggregate::of(&[1.0, 2.0, 3.0, 6.0, f64::NAN]).unwrap();
-        assert_eq!(a.n, 4);
+        assert_eq!((a.n, a.n_nonfinite), (4, 1));
         assert!((a.mean - 3.0).abs() < 1e-15);
         assert!((a.sd - (14.0f64 / 3.0).sqrt()).abs() < 1e-15);
         assert!((a.se - (14.0f64 / 3.0).sqrt() / 2.0).abs() < 1e-15);
-        assert!(Aggregate::of(&[f64::INFINITY]).is_none());
+        let none = Aggregate::of(&[f64::INFINITY, f64::NAN]).unwrap();
+        assert_eq!((none.n, none.n_nonfinite), (0, 2));
+        assert!(none.mean.is_nan());
+        assert!(Aggregate::of(&[]).is_none());
     }
 
     fn cell(method: &str, split: usize, setting: &str, v: f64) -> CellRecord {

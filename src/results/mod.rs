@@ -2,6 +2,7 @@
 //! splits and the run manifest.
 pub mod aggregate;
 pub mod manifest;
+pub mod nonfinite;
 pub mod record;
 pub mod store;
 

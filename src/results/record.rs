@@ -25,9 +25,11 @@ pub enum EvidenceKind {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TracePoint {
     pub iter: usize,
-    /// Seconds since the start of the fit.
+    /// Training seconds since the start of the fit (checkpoint scoring excluded).
+    #[serde(with = "super::nonfinite::scalar")]
     pub time: f64,
     pub name: String,
+    #[serde(with = "super::nonfinite::scalar")]
     pub value: f64,
 }
 
@@ -35,12 +37,14 @@ pub struct TracePoint {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Handoff {
     /// Log-space kernel hyper-parameters, in the kernels' own order.
+    #[serde(with = "super::nonfinite::vec")]
     pub log_hyperparameters: Vec<f64>,
     /// Their names (`variance`, `lengthscale_2`, `c1.variance`); a dependent cell takes them
     /// over by name. Empty in records written before names were handed over (then by position).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub names: Vec<String>,
     /// Named vectors, e.g. a posterior mean used as an importance-sampling centre.
+    #[serde(with = "super::nonfinite::vec_map")]
     pub vectors: BTreeMap<String, Vec<f64>>,
 }
 
@@ -62,15 +66,19 @@ pub struct CellRecord {
     pub seed: u64,
     /// Metrics by name: `error_count`, `error_rate`, `log_pred_sum`, `log_pred_mean`,
     /// `log_evidence`, `time_train`, `n_train`, `n_test`, and method-specific ones.
+    #[serde(with = "super::nonfinite::map")]
     pub metrics: BTreeMap<String, f64>,
     pub evidence_kind: Option<EvidenceKind>,
     /// Hyper-parameters in natural units, by name.
+    #[serde(with = "super::nonfinite::map")]
     pub hyperparameters: BTreeMap<String, f64>,
     /// Non-fatal diagnostics (iterations, jitter used, convergence, warnings).
     pub diagnostics: BTreeMap<String, String>,
     pub trace: Vec<TracePoint>,
     pub handoff: Handoff,
+    #[serde(with = "super::nonfinite::scalar")]
     pub wall_seconds: f64,
+    #[serde(with = "super::nonfinite::scalar")]
     pub cpu_seconds: f64,
 }
 

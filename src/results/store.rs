@@ -52,6 +52,19 @@ impl Store {
         write_atomic(&path, &json)
     }
 
+    /// The stored record of a cell, if there is a readable one. A record that cannot be parsed
+    /// (a file cut short by a crash of an older version, or edited by hand) counts as missing,
+    /// so its cell is computed again, with a warning on stderr; I/O errors are errors.
+    pub fn read_usable_cell(&self, key: &str) -> Result<Option<CellRecord>, StoreError> {
+        match self.read_cell(key) {
+            Err(e @ StoreError::Parse { .. }) => {
+                eprintln!("warning: {e}; the cell is computed again");
+                Ok(None)
+            }
+            other => other,
+        }
+    }
+
     /// The stored record of a cell, if there is one.
     pub fn read_cell(&self, key: &str) -> Result<Option<CellRecord>, StoreError> {
         let path = self.cell_path(key);
@@ -201,7 +214,7 @@ fn trace_table(cells: &[CellRecord]) -> PolarsResult<DataFrame> {
 fn summary_table(cells: &[CellRecord]) -> PolarsResult<DataFrame> {
     let agg = aggregate(cells);
     let (mut dataset, mut method, mut setting, mut metric) = (vec![], vec![], vec![], vec![]);
-    let (mut mean, mut sd, mut se, mut n) = (vec![], vec![], vec![], vec![]);
+    let (mut mean, mut sd, mut se, mut n, mut n_nonfinite) = (vec![], vec![], vec![], vec![], vec![]);
     for (k, a) in agg {
         dataset.push(k.dataset);
         method.push(k.method);
@@ -211,6 +224,7 @@ fn summary_table(cells: &[CellRecord]) -> PolarsResult<DataFrame> {
         sd.push(a.sd);
         se.push(a.se);
         n.push(a.n as u32);
+        n_nonfinite.push(a.n_nonfinite as u32);
     }
     DataFrame::new_infer_height(vec![
         Column::new("dataset".into(), dataset),
@@ -221,5 +235,6 @@ fn summary_table(cells: &[CellRecord]) -> PolarsResult<DataFrame> {
         Column::new("sd".into(), sd),
         Column::new("se".into(), se),
         Column::new("n".into(), n),
+        Column::new("n_nonfinite".into(), n_nonfinite),
     ])
 }

@@ -117,7 +117,7 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     // Reuse what is stored; everything else is pending.
     let mut done: BTreeMap<String, CellRecord> = BTreeMap::new();
     for cell in prepared.cells.iter().filter(|_| !opts.recompute) {
-        if let Some(rec) = store.read_cell(&cell.key)? {
+        if let Some(rec) = store.read_usable_cell(&cell.key)? {
             if rec.status == Status::Ok || !opts.retry_failed {
                 done.insert(cell.key.clone(), rec);
             }
@@ -133,7 +133,7 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
                 continue;
             }
             for other in &others {
-                let Some(mut rec) = other.read_cell(&cell.key)? else { continue };
+                let Some(mut rec) = other.read_usable_cell(&cell.key)? else { continue };
                 if rec.status != Status::Ok || rec.seed != cell.seed {
                     continue;
                 }
@@ -317,7 +317,7 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyho
     let prepared = prepare(spec, registry, opts, &store)?;
     let mut cells = Vec::new();
     for c in &prepared.cells {
-        if let Some(r) = store.read_cell(&c.key)? {
+        if let Some(r) = store.read_usable_cell(&c.key)? {
             cells.push(r);
         }
     }
