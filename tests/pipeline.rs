@@ -549,3 +549,44 @@ fn stored_non_finite_values_and_cut_short_records_do_not_block_a_resumed_run() {
     let back: Value = serde_json::from_slice(&std::fs::read(&fixed).unwrap()).unwrap();
     assert_eq!(back["metrics"]["error_pct"], "NaN");
 }
+
+#[test]
+fn concurrent_runs_of_one_experiment_compute_each_cell_once() {
+    let dir = workdir("concurrent");
+    let spec = dir.join("small.yaml");
+    std::fs::write(&spec, SMALL).unwrap();
+    let start = || {
+        let mut cmd = mcgp();
+        cmd.arg("run").arg(&spec).arg("--results").arg(dir.join("results")).arg("--reports").arg(dir.join("reports"));
+        cmd.stderr(std::process::Stdio::piped()).spawn().expect("mcgp starts")
+    };
+    let (a, b) = (start(), start());
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let computed = |o: &std::process::Output| -> usize {
+        let text = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{text}");
+        let line = text.lines().find(|l| l.contains(" computed, ")).unwrap_or_else(|| panic!("{text}"));
+        line.split(" cells: ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap()
+    };
+    // 4 entries x 3 splits: every cell computed by exactly one of the two runs.
+    assert_eq!(computed(&a) + computed(&b), 12);
+    // (Usually one waits for the other's lock; on a loaded machine the first may finish before
+    // the second starts, which this cannot tell apart, so only the outcome is checked.)
+    // The same tables as one run alone.
+    let alone = workdir("concurrent-alone");
+    let spec_alone = alone.join("small.yaml");
+    std::fs::write(&spec_alone, SMALL).unwrap();
+    assert!(run(&alone, &spec_alone, &[]).status.success());
+    assert_same_cells(&cells_without_timing(&dir.join("results/small")), &cells_without_timing(&alone.join("results/small")));
+    let summary = |d: &Path| std::fs::read_to_string(d.join("results/small/summary.csv")).unwrap();
+    let no_time = |s: String| s.lines().filter(|l| !l.contains(",time_")).map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(no_time(summary(&dir)), no_time(summary(&alone)));
+
+    // A second spec file with the same name is refused, naming both files.
+    let twin = dir.join("twin.yaml");
+    std::fs::write(&twin, SMALL.replace("seed: 7", "seed: 8")).unwrap();
+    let out = run(&dir, &twin, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("small.yaml") && stderr.contains("twin.yaml") && stderr.contains("another `name:`"), "{stderr}");
+}

@@ -9,4 +9,4 @@ pub mod store;
 pub use aggregate::{aggregate, paired_aggregate, Aggregate, GroupKey};
 pub use manifest::Manifest;
 pub use record::{CellRecord, EvidenceKind, Handoff, Status, TracePoint};
-pub use store::{write_atomic, Store, StoreError};
+pub use store::{write_atomic, ExperimentLock, Store, StoreError};

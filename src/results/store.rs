@@ -27,6 +27,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     crate::atomic::write_atomic(path, bytes).map_err(|source| StoreError::Io { path: path.to_path_buf(), source })
 }
 
+/// An experiment's advisory lock (`results/<experiment>/.lock`), held until dropped. One `mcgp
+/// run` or `mcgp report` of an experiment at a time: a second one waits for the first to end,
+/// then finds its cells stored. The operating system releases it if the holder dies.
+#[derive(Debug)]
+pub struct ExperimentLock {
+    _file: std::fs::File,
+}
+
 /// The folder of one experiment's results.
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -36,6 +44,23 @@ pub struct Store {
 impl Store {
     pub fn new(results_root: &Path, experiment: &str) -> Store {
         Store { dir: results_root.join(experiment) }
+    }
+
+    /// Take the experiment's lock, waiting (with a message on stderr) while another process holds it.
+    pub fn lock(&self) -> Result<ExperimentLock, StoreError> {
+        let path = self.dir.join(".lock");
+        let io = |source| StoreError::Io { path: path.clone(), source };
+        std::fs::create_dir_all(&self.dir).map_err(io)?;
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(io)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                eprintln!("{}: another mcgp run or report of this experiment is under way; waiting for it to finish", self.dir.display());
+                file.lock().map_err(io)?;
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+        }
+        Ok(ExperimentLock { _file: file })
     }
 
     pub fn cell_path(&self, key: &str) -> PathBuf {

@@ -81,6 +81,23 @@ pub fn prepare(spec: &Spec, registry: &Registry, opts: &RunOptions, store: &Stor
     Ok(Prepared { datasets, splits, cells })
 }
 
+/// Two spec files with the same `name:` would overwrite each other's tables and report: the
+/// experiment folder belongs to the spec file its manifest names (while that file exists).
+fn check_owner(spec: &Spec, store: &Store) -> anyhow::Result<()> {
+    let Some(m) = store.read_manifest()? else { return Ok(()) };
+    let (Ok(owner), Ok(this)) = (std::fs::canonicalize(&m.spec_path), std::fs::canonicalize(&spec.file)) else { return Ok(()) };
+    if owner != this {
+        anyhow::bail!(
+            "{}: results of {} are stored there, and {} has the same name \"{}\"; give one of them another `name:` (or run it with --results elsewhere)",
+            store.dir.display(),
+            m.spec_path,
+            spec.file,
+            spec.name()
+        );
+    }
+    Ok(())
+}
+
 /// Each dataset's shape as `Method::supports` sees it (rows: all of them, an upper bound on a
 /// split's training rows).
 pub fn problem_shapes(datasets: &BTreeMap<String, Dataset>) -> BTreeMap<String, ProblemShape> {
@@ -112,6 +129,8 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     let code = CodeVersion::of(&opts.project_root);
     let wall = Instant::now();
     let store = Store::new(&opts.results_root, spec.name());
+    let _lock = store.lock()?;
+    check_owner(spec, &store)?;
     let prepared = prepare(spec, registry, opts, &store)?;
 
     // Reuse what is stored; everything else is pending.
@@ -314,6 +333,8 @@ pub fn report(spec: &Spec, manifest: &Manifest, cells: &[CellRecord], opts: &Run
 /// interrupted run too: the report then says how many cells are not stored yet.
 pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Result<RunSummary> {
     let store = Store::new(&opts.results_root, spec.name());
+    let _lock = store.lock()?;
+    check_owner(spec, &store)?;
     let prepared = prepare(spec, registry, opts, &store)?;
     let mut cells = Vec::new();
     for c in &prepared.cells {
