@@ -356,3 +356,42 @@ fn unknown_dataset_suggests_a_name() {
         .to_string();
     assert!(msg.contains("did you mean 'mnist'"), "{msg}");
 }
+
+/// A registry in a temporary folder with the given files.
+fn temp_registry(registry: &str, files: &[(&str, &str)]) -> (tempfile::TempDir, Registry) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("datasets.yaml"), registry).unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let reg = Registry::load(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    (dir, reg)
+}
+
+#[test]
+fn unusable_data_is_refused_naming_the_file_and_the_reason() {
+    let (_d, reg) = temp_registry(
+        "dup: { files: [dup.svm], format: libsvm, n_features: 3, description: d, citation: c }\n\
+         nofeat: { files: [nofeat.csv], format: csv, label_column: -1, drop_columns: [0], description: d, citation: c }\n\
+         oneclass: { files: [one.csv], format: csv, label_column: -1, description: d, citation: c }\n\
+         onerow: { files: [row.csv], format: csv, label_column: -1, description: d, citation: c }\n\
+         newlabel: { files: [tr.csv], test_files: [te.csv], format: csv, label_column: -1, description: d, citation: c }\n",
+        &[
+            ("dup.svm", "1 1:0.5 3:1\n2 1:0.5 1:2\n"),
+            ("nofeat.csv", "1.0,a\n2.0,b\n"),
+            ("one.csv", "1.0,a\n2.0,a\n"),
+            ("row.csv", "1.0,a\n"),
+            ("tr.csv", "1.0,a\n2.0,b\n3.0,a\n"),
+            ("te.csv", "1.5,a\n2.5,c\n"),
+        ],
+    );
+    let err = |name: &str| reg.load_dataset(name).map(|_| ()).unwrap_err().to_string();
+    assert!(err("dup").contains("dup.svm:2: feature index 1 appears twice"), "{}", err("dup"));
+    assert!(err("nofeat").contains("nofeat.csv") && err("nofeat").contains("no feature columns"), "{}", err("nofeat"));
+    assert!(err("oneclass").contains("one.csv") && err("oneclass").contains("one class only"), "{}", err("oneclass"));
+    assert!(err("onerow").contains("row.csv") && err("onerow").contains("1 row"), "{}", err("onerow"));
+    // The new label loads (it is a class of the dataset), but a fixed split refuses it.
+    let data = reg.load_dataset("newlabel").unwrap();
+    let e = mcgp::data::make_splits(&mcgp::data::SplitProtocol::Fixed, &data, 0, std::path::Path::new(".")).unwrap_err().to_string();
+    assert!(e.contains("'newlabel' (tr.csv, te.csv)") && e.contains("class 'c' occurs in the fixed test rows but in no training row"), "{e}");
+}

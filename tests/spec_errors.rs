@@ -104,13 +104,13 @@ fn hyper_keep_names_only_kernel_parameters() {
     assert!(e.contains("bad.yaml:7:") && e.contains("methods[1]") && e.contains("\"varience\" is not a parameter of this kernel (it has: variance, lengthscale)"), "{e}");
     let ok = format!("{GOOD}  - name: sweep\n    method: laplace\n    kernel: {{ ard: true }}\n    hyper: {{ from: lap, keep: [lengthscale] }}\n");
     let spec = parse(&ok, "ok.yaml", &registry()).expect("keep: [lengthscale] is valid");
-    mcgp::runner::check_with_data(&spec, &registry()).expect("lengthscale covers lengthscale_1..4");
+    mcgp::runner::check_with_data(&spec, &registry(), std::path::Path::new(env!("CARGO_MANIFEST_DIR"))).expect("lengthscale covers lengthscale_1..4");
 }
 
 /// The error `mcgp check` gives for a spec that parses but does not fit its data.
 fn data_error_of(text: &str) -> String {
     let spec = parse(text, "bad.yaml", &registry()).expect("the text alone is valid");
-    format!("{:#}", mcgp::runner::check_with_data(&spec, &registry()).expect_err("spec must be rejected with the data"))
+    format!("{:#}", mcgp::runner::check_with_data(&spec, &registry(), std::path::Path::new(env!("CARGO_MANIFEST_DIR"))).expect_err("spec must be rejected with the data"))
 }
 
 #[test]
@@ -262,4 +262,49 @@ methods:
     assert!(e.contains("methods[0].dataset_settings.wine [settings.binary_model=probit]") && e.contains("extra_classes needs binary_model: multinomial"), "{e}");
     assert!(!e.contains("binary_model=multinomial]"), "only the bad point is named: {e}");
     parse(&spec.replace("extra_classes: 1", "extra_classes: 0"), "ok.yaml", &registry()).expect("valid without the extra class");
+}
+
+/// Inputs that once hung `check` or passed it and then failed every cell of a run.
+#[test]
+fn empty_names_duplicates_infinite_timeouts_long_names_and_deep_nesting_are_rejected_at_once() {
+    let t0 = std::time::Instant::now();
+    // Empty strings (an empty needle once looped forever when locating the error).
+    for (from, to, want) in [
+        ("  - name: lap\n", "  - name: \"\"\n", "methods[0].name: must be 1 to 100 characters"),
+        ("datasets: [iris]", "datasets: [\"\"]", "unknown dataset \"\""),
+        ("    method: laplace\n", "    method: \"\"\n", "unknown method \"\""),
+    ] {
+        let e = error_of(&GOOD.replace(from, to));
+        assert!(e.contains(want) && e.starts_with("bad.yaml:"), "{e}");
+    }
+    let e = error_of(&format!("{GOOD}    hyper: {{ from: \"\" }}\n"));
+    assert!(e.contains("no method entry named \"\""), "{e}");
+    let e = error_of(&format!("{GOOD}    grid: {{ \"\": [1] }}\n"));
+    assert!(e.contains("grid keys must start with"), "{e}");
+    let e = error_of(&GOOD.replace("datasets: [iris]", "datasets: [iris, wine, iris]"));
+    assert!(e.contains("bad.yaml:2:") && e.contains("datasets[2]") && e.contains("listed twice"), "{e}");
+    let e = error_of(&format!("{GOOD}timeout_seconds: .inf\n"));
+    assert!(e.contains("timeout_seconds: must be a positive number of seconds, got inf"), "{e}");
+    let e = error_of(&GOOD.replace("name: t\n", &format!("name: {}\n", "x".repeat(300))));
+    assert!(e.contains("bad.yaml:1:") && e.contains("at most 100 characters"), "{e}");
+    let deep = format!("{GOOD}    settings: {}{}\n", "[".repeat(30_000), "]".repeat(30_000));
+    let e = error_of(&deep);
+    assert!(e.contains("bad.yaml:7:") && e.contains("nested more than 64 levels"), "{e}");
+    // Not quadratic: all of the above in well under a second on any machine.
+    assert!(t0.elapsed() < std::time::Duration::from_secs(5), "{:?}", t0.elapsed());
+    // The same bracket depth inside a quoted string or a comment is text, not nesting.
+    let quoted = format!("{GOOD}    settings: {{ likelihood: logit }}  # {}\n", "[".repeat(100));
+    parse(&quoted, "ok.yaml", &registry()).expect("brackets in a comment");
+}
+
+#[test]
+fn a_spec_that_is_not_utf8_is_located_at_its_first_bad_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("latin1.yaml");
+    let mut bytes = GOOD.as_bytes().to_vec();
+    let at = GOOD.find("laplace").unwrap() + 3;
+    bytes.insert(at, 0xe9); // 'é' in Latin-1
+    std::fs::write(&path, bytes).unwrap();
+    let e = mcgp::spec::load(&path, &registry()).unwrap_err().to_string();
+    assert!(e.contains("latin1.yaml:6:16: not UTF-8"), "{e}");
 }

@@ -1,5 +1,6 @@
 //! All integration tests, built into one binary.
 mod conformance;
+mod fuzz;
 mod gibbs_mnp;
 mod klmnl;
 mod loaders;

@@ -131,8 +131,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Check { spec, paths } => {
             let registry = registry(&paths)?;
             let spec = load_spec(Some(&spec), &registry)?;
-            runner::check_with_data(&spec, &registry)?;
-            println!("{}: ok ({} datasets, {} method entries, {} tables, {} figures)", spec.file, spec.raw.datasets.len(), spec.raw.methods.len(), spec.raw.tables.len(), spec.raw.figures.len());
+            let opts = options(&paths, &registry, None, false, false, false);
+            let cells = runner::check_with_data(&spec, &registry, &opts.project_root)?;
+            println!(
+                "{}: ok ({} datasets, {} method entries, {cells} cells, {} tables, {} figures)",
+                spec.file,
+                spec.raw.datasets.len(),
+                spec.raw.methods.len(),
+                spec.raw.tables.len(),
+                spec.raw.figures.len()
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Report { spec, paths } => {

@@ -52,9 +52,10 @@ pub enum DataError {
     },
 
     /// A split protocol that cannot be applied to this dataset.
-    #[error("split protocol {protocol} on dataset '{dataset}': {message}")]
+    #[error("split protocol {protocol} on dataset {dataset}: {message}")]
     Split {
         protocol: String,
+        /// The name in quotes and the files it came from: `'iris' (iris.data)`.
         dataset: String,
         message: String,
     },

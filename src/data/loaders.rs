@@ -51,7 +51,19 @@ pub(crate) fn load(name: &str, spec: &DatasetSpec, dir: &Path) -> Result<Dataset
             format!("dataset '{name}' has no rows in {}", files.join(", ")),
         ));
     }
+    let files = || spec.files.iter().chain(test_files).map(|f| show(&dir.join(f))).collect::<Vec<_>>().join(", ");
+    // A dataset a classifier cannot use is an error here, naming its files, not a puzzling
+    // split or fit failure later (binary garbage once loaded as a one-row dataset).
+    if d == 0 {
+        return Err(DataError::invalid(dir, format!("dataset '{name}' has no feature columns in {} (every column dropped, or only the label)", files())));
+    }
+    if n < 2 {
+        return Err(DataError::invalid(dir, format!("dataset '{name}' has {n} row in {}: at least 2 are needed", files())));
+    }
     let (class_names, y) = assign_classes(&table, spec.class_order.as_deref(), dir)?;
+    if class_names.len() < 2 {
+        return Err(DataError::invalid(dir, format!("dataset '{name}' has one class only ({:?}) in {}", class_names, files())));
+    }
     let feature_names = table
         .feature_names
         .take()
@@ -398,6 +410,7 @@ fn read_libsvm(
         }
         let start = table.values.len();
         table.values.resize(start + n_features, 0.0);
+        let mut given = vec![false; n_features];
         for token in tokens {
             let bad = |what: &str| {
                 DataError::parse(
@@ -416,6 +429,9 @@ fn read_libsvm(
                     line,
                     format!("feature index {index} is outside 1..={n_features} (n_features in the registry)"),
                 ));
+            }
+            if std::mem::replace(&mut given[index - 1], true) {
+                return Err(DataError::parse(path, line, format!("feature index {index} appears twice")));
             }
             table.values[start + index - 1] = parse_value(path, line, index, value)?;
         }

@@ -160,11 +160,9 @@ impl SplitProtocol {
     }
 
     fn error(&self, data: &Dataset, message: String) -> DataError {
-        DataError::Split {
-            protocol: self.label(),
-            dataset: data.name.clone(),
-            message,
-        }
+        // The dataset with its files, so a message about row counts points at the data.
+        let dataset = if data.source.is_empty() { format!("'{}'", data.name) } else { format!("'{}' ({})", data.name, data.source.join(", ")) };
+        DataError::Split { protocol: self.label(), dataset, message }
     }
 }
 
@@ -179,7 +177,15 @@ fn resolve(path: &str, project_root: &Path) -> PathBuf {
 
 fn fixed_boundary(data: &Dataset) -> Result<usize, String> {
     match data.n_fixed_train {
-        Some(t) if t > 0 && t < data.n() => Ok(t),
+        Some(t) if t > 0 && t < data.n() => {
+            // A test class with no training row could only be guessed: refuse it, naming it.
+            let mut seen = vec![false; data.n_classes()];
+            data.y[..t].iter().for_each(|&c| seen[c] = true);
+            if let Some(&c) = data.y[t..].iter().find(|&&c| !seen[c]) {
+                return Err(format!("class '{}' occurs in the fixed test rows but in no training row", data.class_names[c]));
+            }
+            Ok(t)
+        }
         Some(t) => Err(format!(
             "the fixed split has {t} training rows of {}; both parts must be non-empty",
             data.n()

@@ -62,16 +62,20 @@ pub struct Prepared {
     pub cells: Vec<Cell>,
 }
 
-/// Load the datasets, make (and write) the splits, and expand the cells.
-pub fn prepare(spec: &Spec, registry: &Registry, opts: &RunOptions, store: &Store) -> anyhow::Result<Prepared> {
+/// Load the datasets, make the splits (and write them to `store`), check that every method
+/// entry supports its datasets, and expand the cells: everything a run does before its first
+/// cell, so `mcgp check` (which calls this without a store) rejects what a run would.
+pub fn prepare(spec: &Spec, registry: &Registry, project_root: &std::path::Path, store: Option<&Store>) -> anyhow::Result<Prepared> {
     let mut datasets = BTreeMap::new();
     let mut splits = BTreeMap::new();
     let mut n_splits = BTreeMap::new();
     for name in &spec.raw.datasets {
         let data = registry.load_dataset(name)?;
         let seed = crate::spec::expand::split_seed(spec, name);
-        let s = make_splits(spec.raw.splits_of(name), &data, seed, &opts.project_root)?;
-        write_splits(&store.splits_path(name), &s)?;
+        let s = make_splits(spec.raw.splits_of(name), &data, seed, project_root)?;
+        if let Some(store) = store {
+            write_splits(&store.splits_path(name), &s)?;
+        }
         n_splits.insert(name.clone(), s.len());
         splits.insert(name.clone(), s);
         datasets.insert(name.clone(), data);
@@ -104,15 +108,11 @@ pub fn problem_shapes(datasets: &BTreeMap<String, Dataset>) -> BTreeMap<String, 
     datasets.iter().map(|(name, d)| (name.clone(), ProblemShape { n_classes: d.n_classes(), n_features: d.d(), n_train: d.y.len() })).collect()
 }
 
-/// `mcgp check` beyond the spec text: load the datasets and check that every method entry
-/// supports every dataset it runs on.
-pub fn check_with_data(spec: &Spec, registry: &Registry) -> anyhow::Result<()> {
-    let mut datasets = BTreeMap::new();
-    for name in &spec.raw.datasets {
-        datasets.insert(name.clone(), registry.load_dataset(name)?);
-    }
-    crate::spec::check_supports(spec, &problem_shapes(&datasets))?;
-    Ok(())
+/// `mcgp check` beyond the spec text: everything a run does before its first cell (load the
+/// datasets, make the splits, check that every method entry supports every dataset it runs on,
+/// expand the cells), writing nothing. Returns the number of cells.
+pub fn check_with_data(spec: &Spec, registry: &Registry, project_root: &std::path::Path) -> anyhow::Result<usize> {
+    Ok(prepare(spec, registry, project_root, None)?.cells.len())
 }
 
 /// Run a checked spec end to end.
@@ -131,7 +131,7 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     let store = Store::new(&opts.results_root, spec.name());
     let _lock = store.lock()?;
     check_owner(spec, &store)?;
-    let prepared = prepare(spec, registry, opts, &store)?;
+    let prepared = prepare(spec, registry, &opts.project_root, Some(&store))?;
 
     // Reuse what is stored; everything else is pending.
     let mut done: BTreeMap<String, CellRecord> = BTreeMap::new();
@@ -335,7 +335,7 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyho
     let store = Store::new(&opts.results_root, spec.name());
     let _lock = store.lock()?;
     check_owner(spec, &store)?;
-    let prepared = prepare(spec, registry, opts, &store)?;
+    let prepared = prepare(spec, registry, &opts.project_root, Some(&store))?;
     let mut cells = Vec::new();
     for c in &prepared.cells {
         if let Some(r) = store.read_usable_cell(&c.key)? {

@@ -246,18 +246,75 @@ impl Spec {
 /// Read and check a spec file.
 pub fn load(path: &std::path::Path, registry: &Registry) -> Result<Spec, SpecError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| SpecError {
-        file: file.clone(),
-        issues: vec![SpecIssue { line: 0, column: 0, path: String::new(), message: format!("cannot read: {e}") }],
+    let fail = |line, column, message| SpecError { file: file.clone(), issues: vec![SpecIssue { line, column, path: String::new(), message }] };
+    let bytes = std::fs::read(path).map_err(|e| fail(0, 0, format!("cannot read: {e}")))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        // Point at the first byte that is not UTF-8.
+        let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let line = good.iter().filter(|&&b| b == b'\n').count() + 1;
+        let column = String::from_utf8_lossy(&good[good.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1)..]).chars().count() + 1;
+        fail(line, column, "not UTF-8 text (a spec is YAML in UTF-8)".into())
     })?;
     parse(&text, &file, registry)
 }
 
+/// Deepest flow nesting (`[` / `{`) a spec may have; no real spec comes near it. The YAML
+/// parser stops at 128 levels anyway, but takes time quadratic in the text's depth to get there.
+const MAX_FLOW_DEPTH: usize = 64;
+
+/// The first place where flow collections nest deeper than `MAX_FLOW_DEPTH`, as (line, column),
+/// scanning outside quoted strings and comments in one pass.
+fn too_deep(text: &str) -> Option<(usize, usize)> {
+    let (mut depth, mut quote, mut comment) = (0usize, None::<char>, false);
+    let (mut line, mut col) = (1, 0);
+    let mut prev = ' ';
+    for c in text.chars() {
+        col += 1;
+        if c == '\n' {
+            (line, col, comment) = (line + 1, 0, false);
+        } else if comment {
+            // Inside a comment: nothing counts until the line ends.
+        } else if let Some(q) = quote {
+            if c == q {
+                quote = None;
+            }
+        } else if c == '"' || c == '\'' {
+            quote = Some(c);
+        } else if c == '#' && prev.is_whitespace() {
+            comment = true;
+        } else if c == '[' || c == '{' {
+            depth += 1;
+            if depth > MAX_FLOW_DEPTH {
+                return Some((line, col));
+            }
+        } else if c == ']' || c == '}' {
+            depth = depth.saturating_sub(1);
+        }
+        prev = c;
+    }
+    None
+}
+
+/// A field path for a message, shortened in the middle when absurdly long.
+fn short_path(path: String) -> String {
+    const MAX: usize = 120;
+    if path.chars().count() <= MAX {
+        return path;
+    }
+    let head: String = path.chars().take(MAX / 2).collect();
+    let tail: String = path.chars().rev().take(MAX / 2).collect::<Vec<_>>().into_iter().rev().collect();
+    format!("{head}...{tail}")
+}
+
 /// Parse and check spec text; `file` names it in messages.
 pub fn parse(text: &str, file: &str, registry: &Registry) -> Result<Spec, SpecError> {
+    if let Some((line, column)) = too_deep(text) {
+        let message = format!("collections nested more than {MAX_FLOW_DEPTH} levels deep");
+        return Err(SpecError { file: file.to_string(), issues: vec![SpecIssue { line, column, path: String::new(), message }] });
+    }
     let raw: RawSpec = serde_path_to_error::deserialize(serde_norway::Deserializer::from_str(text)).map_err(|e| {
         let path = e.path().to_string();
-        let path = if path == "." { String::new() } else { path };
+        let path = if path == "." { String::new() } else { short_path(path) };
         let inner = e.into_inner();
         // Serde buffers internally tagged enums (the split protocol), so their errors carry no
         // usable location; fall back to finding the field named by the path.
@@ -347,6 +404,9 @@ pub fn suggest(name: &str, known: &[String]) -> String {
 
 type Problem = (String, Option<String>, String); // (field path, text to locate, message)
 
+/// Longest experiment or method entry name (they name folders and table columns).
+const MAX_NAME: usize = 100;
+
 /// Every semantic rule, collected rather than stopping at the first.
 fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
     let mut out: Vec<Problem> = Vec::new();
@@ -354,12 +414,17 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
 
     if raw.name.is_empty() || !raw.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
         err("name".into(), Some("name"), format!("must be non-empty letters, digits, '-' or '_' (it names folders), got \"{}\"", raw.name));
+    } else if raw.name.len() > MAX_NAME {
+        err("name".into(), Some("name"), format!("must be at most {MAX_NAME} characters (it names folders), got {}", raw.name.len()));
     }
     if raw.datasets.is_empty() {
         err("datasets".into(), Some("datasets"), "must list at least one dataset".into());
     }
     let known_datasets = registry.names();
     for (i, d) in raw.datasets.iter().enumerate() {
+        if raw.datasets[..i].contains(d) {
+            err(format!("datasets[{i}]"), Some(d), format!("\"{d}\" is listed twice (its cells would be counted twice)"));
+        }
         if !registry.contains(d) {
             err(format!("datasets[{i}]"), Some(d), format!("unknown dataset \"{d}\"{}", suggest(d, &known_datasets)));
         }
@@ -383,8 +448,8 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
         }
     }
     if let Some(t) = raw.timeout_seconds {
-        if !(t > 0.0) {
-            err("timeout_seconds".into(), Some("timeout_seconds"), format!("must be positive, got {t}"));
+        if !(t.is_finite() && t > 0.0) {
+            err("timeout_seconds".into(), Some("timeout_seconds"), format!("must be a positive number of seconds, got {t}"));
         }
     }
     if raw.methods.is_empty() {
@@ -395,6 +460,9 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
     let mut seen = BTreeSet::new();
     for (i, m) in raw.methods.iter().enumerate() {
         let at = format!("methods[{i}]");
+        if m.name.trim().is_empty() || m.name.len() > MAX_NAME {
+            err(format!("{at}.name"), Some("name"), format!("must be 1 to {MAX_NAME} characters, not blank, got \"{}\"", m.name));
+        }
         if !seen.insert(m.name.clone()) {
             err(format!("{at}.name"), Some(&m.name), format!("duplicate method name \"{}\"", m.name));
         }
@@ -604,7 +672,8 @@ fn locate(text: &str, path: &str, needle: Option<&str>) -> (usize, usize) {
     let top = path.split(['.', '[']).next().unwrap_or("");
     let start_line = text.lines().position(|l| l.starts_with(&format!("{top}:"))).unwrap_or(0);
     let find_in = |from: usize| {
-        let needle = needle?;
+        // An empty needle would match everywhere without advancing.
+        let needle = needle.filter(|n| !n.is_empty())?;
         text.lines().enumerate().skip(from).find_map(|(i, l)| {
             let mut search = 0;
             while let Some(pos) = l[search..].find(needle) {
