@@ -590,3 +590,111 @@ fn concurrent_runs_of_one_experiment_compute_each_cell_once() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("small.yaml") && stderr.contains("twin.yaml") && stderr.contains("another `name:`"), "{stderr}");
 }
+
+/// Run `mcgp` with arguments and environment; (success, stderr, stdout).
+fn mcgp_in(dir: &Path, args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
+    let mut cmd = mcgp();
+    cmd.args(args).arg("--results").arg(dir.join("results"));
+    if args[0] != "status" {
+        cmd.arg("--reports").arg(dir.join("reports"));
+    }
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("mcgp runs");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned(), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn computed_count(stderr: &str) -> usize {
+    let line = stderr.lines().find(|l| l.contains(" computed, ")).unwrap_or_else(|| panic!("{stderr}"));
+    line.split(" cells: ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_numerics_bump_recomputes_exactly_that_method_and_its_dependants() {
+    let dir = workdir("numerics-bump");
+    let spec = dir.join("mixed.yaml");
+    std::fs::write(
+        &spec,
+        "name: mixed\nseed: 3\ndatasets: [iris]\nsplits: { protocol: random, train_fraction: 0.6, repeats: 2 }\nmethods:\n\
+         \x20 - { name: lap, method: laplace, settings: { mc_samples: 200 } }\n\
+         \x20 - { name: kl, method: klmnl, kernel: { lengthscale: 2.0 } }\n\
+         \x20 - { name: lap-from-kl, method: laplace, hyper: { from: kl }, settings: { mc_samples: 200 } }\n\
+         \x20 - { name: vbs, method: vbmnp_sparse, settings: { active_size: 20 } }\n",
+    )
+    .unwrap();
+    let spec = spec.to_str().unwrap();
+    let (ok, stderr, _) = mcgp_in(&dir, &["run", spec], &[]);
+    assert!(ok, "{stderr}");
+    assert_eq!(computed_count(&stderr), 8);
+    let before = cells_without_timing(&dir.join("results/mixed"));
+    // KL-MNL's numerics change: its 2 cells and the 2 that take its hyper-parameters are stale.
+    let bump = [("MCGP_TEST_BUMP_NUMERICS", "klmnl")];
+    let (ok, stdout_err, stdout) = mcgp_in(&dir, &["status", spec], &bump);
+    assert!(ok, "{stdout_err}");
+    assert!(stdout.contains("8 cells: 4 stored, 0 missing, 4 stale"), "{stdout}");
+    assert!(stdout.contains("stale: iris kl split 0: numerics klmnl=1 -> klmnl=1+test-bump"), "{stdout}");
+    assert!(stdout.contains("stale: iris lap-from-kl split 1: the spec entry, the split or the source cell changed"), "{stdout}");
+    let (ok, stderr, _) = mcgp_in(&dir, &["run", spec], &bump);
+    assert!(ok, "{stderr}");
+    assert_eq!(computed_count(&stderr), 4, "{stderr}");
+    let after = cells_without_timing(&dir.join("results/mixed"));
+    // The reused cells' records are the same files; the recomputed ones have new keys but the
+    // same seeds and numbers (nothing really changed in the code).
+    let method_of = |v: &Value| v["method"].as_str().unwrap().to_string();
+    // (Records under old keys stay in the folder; `mcgp status` lists them as stale.)
+    let mut new: Vec<String> = after.iter().filter(|(k, _)| !before.contains_key(*k)).map(|(_, v)| method_of(v)).collect();
+    new.sort();
+    assert_eq!(new, ["kl", "kl", "lap-from-kl", "lap-from-kl"]);
+    let numbers = |cells: &BTreeMap<String, Value>, m: &str| -> Vec<(Value, Value)> {
+        let mut v: Vec<(Value, Value)> = cells.values().filter(|c| method_of(c) == m).map(|c| (c["seed"].clone(), c["metrics"].clone())).collect();
+        v.sort_by_key(|(s, _)| s.as_u64());
+        v
+    };
+    let recomputed: BTreeMap<String, Value> = after.into_iter().filter(|(k, _)| !before.contains_key(k)).collect();
+    assert_eq!(numbers(&before, "kl"), numbers(&recomputed, "kl"));
+    assert_eq!(numbers(&before, "lap-from-kl"), numbers(&recomputed, "lap-from-kl"));
+}
+
+#[test]
+fn edited_data_and_timeouts_are_recomputed() {
+    let dir = workdir("identity");
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::copy(root.join("data/iris.data"), data.join("iris.data")).unwrap();
+    std::fs::write(data.join("datasets.yaml"), "iris: { files: [iris.data], format: csv, header: false, label_column: -1, description: d, citation: c }\n").unwrap();
+    let spec = dir.join("small.yaml");
+    std::fs::write(&spec, SMALL).unwrap();
+    let args = |extra: &[&'static str]| -> Vec<String> {
+        let mut a = vec!["run".to_string(), spec.to_str().unwrap().to_string(), "--data".into(), data.to_str().unwrap().to_string()];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let run_with = |extra: &[&'static str]| {
+        let a = args(extra);
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        let (ok, stderr, _) = mcgp_in(&dir, &refs, &[]);
+        assert!(ok, "{stderr}");
+        computed_count(&stderr)
+    };
+    assert_eq!(run_with(&[]), 12);
+    assert_eq!(run_with(&[]), 0, "nothing changed");
+    // One value of one row edited: every cell of the dataset is computed again.
+    let text = std::fs::read_to_string(data.join("iris.data")).unwrap().replacen("5.1,3.5,1.4,0.2", "5.2,3.5,1.4,0.2", 1);
+    std::fs::write(data.join("iris.data"), text).unwrap();
+    assert_eq!(run_with(&[]), 12, "an edited data file gives new keys");
+
+    // A timed-out cell is retried by the next run (it depends on the machine), unless kept.
+    let timed = dir.join("timed.yaml");
+    std::fs::write(&timed, SMALL.replace("name: small", "name: timed").replace("seed: 7", "seed: 7\ntimeout_seconds: 0.000001").replace("repeats: 3", "repeats: 1")).unwrap();
+    let timed = timed.to_str().unwrap();
+    let (_, stderr, _) = mcgp_in(&dir, &["run", timed, "--data", data.to_str().unwrap()], &[]);
+    let failed = computed_count(&stderr);
+    let timed_out = cells_without_timing(&dir.join("results/timed")).values().filter(|c| c["timed_out"] == true).count();
+    assert!(timed_out >= 1 && timed_out == failed, "{timed_out} of {failed}: {stderr}");
+    let (_, stderr, _) = mcgp_in(&dir, &["run", timed, "--data", data.to_str().unwrap(), "--keep-failed"], &[]);
+    assert_eq!(computed_count(&stderr), 0, "--keep-failed keeps them: {stderr}");
+    let (_, stderr, _) = mcgp_in(&dir, &["run", timed, "--data", data.to_str().unwrap()], &[]);
+    assert!(computed_count(&stderr) >= 1 && computed_count(&stderr) <= failed, "timeouts retried: {stderr}");
+}

@@ -38,6 +38,10 @@ fn cell(dataset: &str, split: usize, method: &str, setting: &str) -> CellRecord 
         handoff: Handoff::default(),
         wall_seconds: 1.0,
         cpu_seconds: 1.0,
+        commit: None,
+        numerics: None,
+        data_hash: None,
+        timed_out: false,
     }
 }
 
@@ -203,6 +207,7 @@ fn manifest() -> Manifest {
         cells_computed: 20,
         cells_cached: 10,
         cells_reused: 0,
+        cells_older_code: 0,
         cells_failed: 1,
         cells_missing: 0,
     }

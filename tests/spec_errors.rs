@@ -161,8 +161,8 @@ fn a_restricted_entry_expands_on_its_datasets_only_with_the_keys_it_has_unrestri
     let splits: BTreeMap<String, usize> = [("iris".to_string(), 2), ("wine".to_string(), 2)].into();
     let open = parse(&two, "open.yaml", &registry()).unwrap();
     let narrowed = parse(&format!("{two}    datasets: [wine]\n"), "narrow.yaml", &registry()).unwrap();
-    let all = mcgp::spec::expand(&open, &splits).unwrap();
-    let some = mcgp::spec::expand(&narrowed, &splits).unwrap();
+    let all = mcgp::spec::expand(&open, &splits, &Default::default()).unwrap();
+    let some = mcgp::spec::expand(&narrowed, &splits, &Default::default()).unwrap();
     assert_eq!(all.len(), 4);
     assert_eq!(some.len(), 2);
     assert!(some.iter().all(|c| c.dataset == "wine"));
@@ -209,8 +209,8 @@ fn a_per_dataset_protocol_gives_the_cells_a_spec_with_that_protocol_alone_would(
     assert_eq!(both.raw.splits_of("wine").label(), wine_only.raw.splits_of("wine").label());
     assert_ne!(both.raw.splits_of("iris").label(), both.raw.splits_of("wine").label());
     let n: BTreeMap<String, usize> = [("iris".to_string(), 2), ("wine".to_string(), 3)].into();
-    let merged = mcgp::spec::expand(&both, &n).unwrap();
-    let separate: Vec<_> = mcgp::spec::expand(&iris_only, &n).unwrap().into_iter().chain(mcgp::spec::expand(&wine_only, &n).unwrap()).collect();
+    let merged = mcgp::spec::expand(&both, &n, &Default::default()).unwrap();
+    let separate: Vec<_> = mcgp::spec::expand(&iris_only, &n, &Default::default()).unwrap().into_iter().chain(mcgp::spec::expand(&wine_only, &n, &Default::default()).unwrap()).collect();
     assert_eq!(merged.len(), 5);
     for c in &merged {
         let s = separate.iter().find(|s| s.dataset == c.dataset && s.split == c.split).unwrap();
@@ -226,17 +226,17 @@ fn dataset_settings_override_one_datasets_cells_only() {
     let plain = parse(&two, "a.yaml", &registry()).unwrap();
     let with = parse(&format!("{two}    settings: {{ max_hyper_iters: 5 }}\n    dataset_settings: {{ wine: {{ max_hyper_iters: 9 }} }}\n"), "b.yaml", &registry()).unwrap();
     let n: BTreeMap<String, usize> = [("iris".to_string(), 1), ("wine".to_string(), 1)].into();
-    let cells = mcgp::spec::expand(&with, &n).unwrap();
+    let cells = mcgp::spec::expand(&with, &n, &Default::default()).unwrap();
     let setting = |d: &str| cells.iter().find(|c| c.dataset == d).unwrap().entry.settings["max_hyper_iters"].clone();
     assert_eq!(setting("iris"), 5);
     assert_eq!(setting("wine"), 9);
     // An override enters the key of that dataset's cells only.
     let base = parse(&format!("{two}    settings: {{ max_hyper_iters: 5 }}\n"), "c.yaml", &registry()).unwrap();
-    let base_cells = mcgp::spec::expand(&base, &n).unwrap();
+    let base_cells = mcgp::spec::expand(&base, &n, &Default::default()).unwrap();
     let key = |cs: &[mcgp::spec::Cell], d: &str| cs.iter().find(|c| c.dataset == d).unwrap().key.clone();
     assert_eq!(key(&cells, "iris"), key(&base_cells, "iris"));
     assert_ne!(key(&cells, "wine"), key(&base_cells, "wine"));
-    assert_eq!(mcgp::spec::expand(&plain, &n).unwrap().len(), 2);
+    assert_eq!(mcgp::spec::expand(&plain, &n, &Default::default()).unwrap().len(), 2);
     // Unknown datasets and bad values are named with their path.
     let e = error_of(&format!("{two}    dataset_settings: {{ wnie: {{ max_hyper_iters: 9 }} }}\n"));
     assert!(e.contains("methods[0].dataset_settings.wnie") && e.contains("(did you mean \"wine\"?)"), "{e}");

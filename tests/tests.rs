@@ -4,6 +4,7 @@ mod fuzz;
 mod gibbs_mnp;
 mod klmnl;
 mod loaders;
+mod numerics_versions;
 mod pipeline;
 mod report;
 mod spec_errors;

@@ -21,6 +21,7 @@ pub fn spec_on_two_splits(registry: &Registry, name: &str) {
         reports_root: tmp.path().join("reports"),
         threads: Some(2),
         retry_failed: false,
+        keep_failed: false,
         recompute: true,
         datasets: Vec::new(),
         progress: false,

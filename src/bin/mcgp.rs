@@ -43,6 +43,10 @@ enum Command {
         /// Recompute cells stored as failed.
         #[arg(long)]
         retry_failed: bool,
+        /// Keep cells stored as timed out (by default a run retries them: a timeout depends on
+        /// the machine).
+        #[arg(long)]
+        keep_failed: bool,
         /// Recompute every cell, ignoring stored results (e.g. after changing a method's code).
         #[arg(long)]
         recompute: bool,
@@ -56,6 +60,8 @@ enum Command {
         #[command(flatten)]
         paths: Paths,
     },
+    /// Which of a spec's cells are stored, missing, or stored for older code or data (stale).
+    Status { spec: PathBuf, #[command(flatten)] paths: Paths },
     /// Check a spec without running it.
     Check { spec: PathBuf, #[command(flatten)] paths: Paths },
     /// Re-render the report of a spec from its stored cells.
@@ -98,6 +104,7 @@ fn options(paths: &Paths, registry: &Registry, threads: Option<usize>, retry_fai
         reports_root: paths.reports.clone(),
         threads,
         retry_failed,
+        keep_failed: false,
         recompute,
         datasets: Vec::new(),
         progress: std::io::stderr().is_terminal(),
@@ -108,19 +115,20 @@ fn options(paths: &Paths, registry: &Registry, threads: Option<usize>, retry_fai
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let default_paths = Paths { results: "results".into(), reports: "reports".into(), data: None };
     let command =
-        cli.command.unwrap_or(Command::Run { spec: None, threads: None, retry_failed: false, recompute: false, datasets: Vec::new(), no_report: false, paths: default_paths });
+        cli.command.unwrap_or(Command::Run { spec: None, threads: None, retry_failed: false, keep_failed: false, recompute: false, datasets: Vec::new(), no_report: false, paths: default_paths });
     match command {
-        Command::Run { spec, threads, retry_failed, recompute, datasets, no_report, paths } => {
+        Command::Run { spec, threads, retry_failed, keep_failed, recompute, datasets, no_report, paths } => {
             let registry = registry(&paths)?;
             let spec = load_spec(spec.as_deref(), &registry)?;
             let mut opts = options(&paths, &registry, threads, retry_failed, recompute, !no_report);
             opts.datasets = datasets;
+            opts.keep_failed = keep_failed;
             eprintln!("running {} ({})", spec.name(), spec.file);
             let summary = runner::run(&spec, &registry, &opts)?;
             let m = &summary.manifest;
             eprintln!(
-                "{} cells: {} computed, {} stored ({} from other experiments), {} failed; {:.1} s wall, {:.1} s CPU",
-                m.cells_total, m.cells_computed, m.cells_cached, m.cells_reused, m.cells_failed, m.wall_seconds, m.cpu_seconds
+                "{} cells: {} computed, {} stored ({} from other experiments, {} computed at older commits with the same numerics), {} failed; {:.1} s wall, {:.1} s CPU",
+                m.cells_total, m.cells_computed, m.cells_cached, m.cells_reused, m.cells_older_code, m.cells_failed, m.wall_seconds, m.cpu_seconds
             );
             eprintln!("results: {}", opts.results_root.join(spec.name()).display());
             if !no_report {
@@ -141,6 +149,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 spec.raw.tables.len(),
                 spec.raw.figures.len()
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Status { spec, paths } => {
+            let registry = registry(&paths)?;
+            let spec = load_spec(Some(&spec), &registry)?;
+            let opts = options(&paths, &registry, None, false, false, false);
+            let status = runner::status(&spec, &registry, &opts)?;
+            println!("{}: {} cells: {} stored, {} missing, {} stale", spec.file, status.total, status.current, status.missing, status.stale.len());
+            for s in &status.stale {
+                println!("  stale: {s}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Report { spec, paths } => {

@@ -283,6 +283,25 @@ impl Registry {
         loaders::load(name, spec, &self.dir)
     }
 
+    /// The identity of a dataset's content: blake3 over its registry entry and the bytes of every
+    /// file it reads (the generator version for synthetic ones), so an edited or replaced file,
+    /// or a changed entry, gives another cell key. Hex, 24 digits.
+    pub fn content_hash(&self, name: &str) -> Result<String, DataError> {
+        let spec = self.entries.get(name).ok_or_else(|| self.unknown(name))?;
+        let mut h = blake3::Hasher::new();
+        h.update(serde_json::to_string(spec).expect("a registry entry serialises").as_bytes());
+        if spec.format == Format::Synthetic {
+            h.update(format!("generator-version {}", super::synthetic::GENERATOR_VERSION).as_bytes());
+        }
+        for file in spec.files.iter().chain(spec.test_files.iter().flatten()) {
+            let path = self.dir.join(file);
+            let bytes = std::fs::read(&path).map_err(|source| DataError::Io { path: show(&path), source })?;
+            h.update(&(bytes.len() as u64).to_le_bytes());
+            h.update(&bytes);
+        }
+        Ok(h.finalize().to_hex()[..24].to_string())
+    }
+
     fn unknown(&self, name: &str) -> DataError {
         let suggestion = match crate::suggest::closest(name, self.entries.keys().map(String::as_str)) {
             Some(k) => format!(" (did you mean '{k}'?)"),

@@ -19,6 +19,10 @@ use rand_pcg::Pcg64;
 
 use super::Dataset;
 
+/// Version of the generators' output, part of a synthetic dataset's content hash: bump it
+/// when a generator draws different rows for the same name, n and seed.
+pub const GENERATOR_VERSION: u32 = 1;
+
 /// Generators known to `format: synthetic` entries.
 pub const GENERATORS: &[&str] = &["gr2006-toy", "gr2006-toy-binary", "gr2006-toy-2d", "gr2006-toy-2d-binary"];
 

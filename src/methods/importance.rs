@@ -25,6 +25,11 @@ use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+/// Version of this method's numbers, part of every cell key: bump it when a change of the code
+/// (here or in shared numerics it uses) changes any number the method computes, so stored cells
+/// are recomputed. `tests/numerics_versions.rs` fails when the output changes without a bump.
+pub const NUMERICS_VERSION: u32 = 1;
+
 /// One-sided 99.9% normal quantile used by the paper's upper bound.
 const Z999: f64 = 3.09;
 

@@ -51,6 +51,24 @@ pub const METHODS: &[(&str, &str)] = &[(
     "Gibbs sampler for the multinomial-probit GP (Girolami & Rogers 2006, App. D; exact cone draws, fixed hyper-parameters; evidence = prior-sampling estimate)",
 )];
 
+/// The numerics version of a method as it enters cell keys: its own `NUMERICS_VERSION` and
+/// those of the methods it runs inside (the importance samplers fit KL-MNL first). `None` for
+/// an unknown name. `MCGP_TEST_BUMP_NUMERICS=<method>` (tests only) marks one method's version
+/// as bumped, to check that exactly its cells and their dependants are recomputed.
+pub fn numerics_version(method: &str) -> Option<String> {
+    let v = match method {
+        "laplace" => format!("laplace={}", laplace::NUMERICS_VERSION),
+        "klmnl" => format!("klmnl={}", klmnl::NUMERICS_VERSION),
+        "mc_mnl" | "mc_mnp" => format!("importance={},klmnl={}", importance::NUMERICS_VERSION, klmnl::NUMERICS_VERSION),
+        "vbmnp" => format!("vbmnp={}", vbmnp::NUMERICS_VERSION),
+        "vbmnp_sparse" => format!("vbmnp_sparse={}", vbmnp_sparse::NUMERICS_VERSION),
+        "gibbs_mnp" => format!("gibbs_mnp={}", gibbs_mnp::NUMERICS_VERSION),
+        _ => return None,
+    };
+    let bumped = std::env::var("MCGP_TEST_BUMP_NUMERICS").is_ok_and(|m| v.split(',').any(|part| part.split('=').next() == Some(m.as_str())));
+    Some(if bumped { format!("{v}+test-bump") } else { v })
+}
+
 /// Build a checked method from its YAML name and settings. The error names the bad setting.
 pub fn build(name: &str, settings: &serde_json::Value) -> Result<Box<dyn Method>, String> {
     match name {
@@ -102,6 +120,7 @@ mod tests {
     fn every_registered_method_builds_with_default_settings() {
         for (name, _) in METHODS {
             assert_eq!(build(name, &serde_json::Value::Null).unwrap().name(), *name);
+            assert!(numerics_version(name).is_some(), "{name} has no numerics version");
         }
         assert!(build("lapalce", &serde_json::Value::Null).is_err());
     }

@@ -27,6 +27,11 @@ use rand_pcg::Pcg64;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// Version of this method's numbers, part of every cell key: bump it when a change of the code
+/// (here or in shared numerics it uses) changes any number the method computes, so stored cells
+/// are recomputed. `tests/numerics_versions.rs` fails when the output changes without a bump.
+pub const NUMERICS_VERSION: u32 = 1;
+
 const LN_2PI: f64 = 1.837_877_066_409_345_5;
 
 mod binary;

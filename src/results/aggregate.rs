@@ -129,6 +129,10 @@ mod tests {
             handoff: Default::default(),
             wall_seconds: 0.0,
             cpu_seconds: 0.0,
+            commit: None,
+            numerics: None,
+            data_hash: None,
+            timed_out: false,
         }
     }
 

@@ -29,6 +29,10 @@ pub struct Manifest {
     /// Of the cached cells, those taken from another experiment's store (same cell key).
     #[serde(default)]
     pub cells_reused: usize,
+    /// Of the cached cells, those computed at another commit than this run's (their method's
+    /// numerics version and data are unchanged, so their key is the same).
+    #[serde(default)]
+    pub cells_older_code: usize,
     pub cells_failed: usize,
     /// Cells of the spec with no stored record (a report rendered from an interrupted run).
     #[serde(default)]

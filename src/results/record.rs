@@ -76,6 +76,18 @@ pub struct CellRecord {
     pub diagnostics: BTreeMap<String, String>,
     pub trace: Vec<TracePoint>,
     pub handoff: Handoff,
+    /// The git commit of the code that computed it (`+dirty` with uncommitted changes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// The method's numerics version and the data's content hash, as in the key (to tell why a
+    /// stored cell is stale).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numerics: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_hash: Option<String>,
+    /// A failure by `timeout_seconds`: machine-dependent, so retried by the next run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
     #[serde(with = "super::nonfinite::scalar")]
     pub wall_seconds: f64,
     #[serde(with = "super::nonfinite::scalar")]

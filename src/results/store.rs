@@ -100,6 +100,29 @@ impl Store {
         }
     }
 
+    /// Every readable record in the store (unreadable ones are left out with a warning).
+    pub fn all_cells(&self) -> Result<Vec<CellRecord>, StoreError> {
+        let dir = self.dir.join("cells");
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => return Err(StoreError::Io { path: dir, source }),
+        };
+        let mut keys: Vec<String> = Vec::new();
+        for entry in entries {
+            let path = entry.map_err(|source| StoreError::Io { path: dir.clone(), source })?.path();
+            if let Some(key) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".json")) {
+                keys.push(key.to_string());
+            }
+        }
+        keys.sort();
+        let mut out = Vec::new();
+        for key in keys {
+            out.extend(self.read_usable_cell(&key)?);
+        }
+        Ok(out)
+    }
+
     /// The stores of the other experiments under the same results root.
     pub fn others(&self) -> Result<Vec<Store>, StoreError> {
         let Some(root) = self.dir.parent() else { return Ok(Vec::new()) };

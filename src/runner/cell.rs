@@ -23,7 +23,7 @@ struct Outcome {
 }
 
 /// Run one cell; never fails: an error or a panic becomes a failed record with its message.
-pub fn run_cell(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&CellRecord>) -> CellRecord {
+pub fn run_cell(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&CellRecord>, commit: Option<&str>) -> CellRecord {
     let wall = Instant::now();
     let cpu = cpu_time::ThreadTime::now();
     let result = catch_unwind(AssertUnwindSafe(|| fit_and_score(spec, cell, prepared, source)))
@@ -33,7 +33,7 @@ pub fn run_cell(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&C
                 .cloned()
                 .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "unknown panic".into());
-            Err(format!("panicked: {msg}"))
+            Err(CellFailure::from(format!("panicked: {msg}")))
         });
     let mut record = CellRecord {
         key: cell.key.clone(),
@@ -54,6 +54,10 @@ pub fn run_cell(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&C
         handoff: Handoff::default(),
         wall_seconds: 0.0,
         cpu_seconds: 0.0,
+        commit: commit.map(str::to_string),
+        numerics: Some(cell.numerics.clone()),
+        data_hash: Some(cell.data_hash.clone()),
+        timed_out: false,
     };
     match result {
         Ok(o) => {
@@ -64,8 +68,9 @@ pub fn run_cell(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&C
             record.trace = o.trace;
             record.handoff = o.handoff;
         }
-        Err(message) => {
+        Err(CellFailure { message, timed_out }) => {
             record.status = Status::Failed;
+            record.timed_out = timed_out;
             record.error = Some(format!("cell {}/{}{}/split {} ({}): {message}", cell.dataset, cell.entry.name, setting_suffix(cell), cell.split, spec.file));
         }
     }
@@ -82,7 +87,25 @@ fn setting_suffix(cell: &Cell) -> String {
     }
 }
 
-fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&CellRecord>) -> Result<Outcome, String> {
+/// Why a cell failed; a timeout is told apart because it depends on the machine.
+struct CellFailure {
+    message: String,
+    timed_out: bool,
+}
+
+impl From<String> for CellFailure {
+    fn from(message: String) -> Self {
+        CellFailure { message, timed_out: false }
+    }
+}
+
+impl From<methods::FitError> for CellFailure {
+    fn from(e: methods::FitError) -> Self {
+        CellFailure { timed_out: matches!(e, methods::FitError::Timeout { .. }), message: e.to_string() }
+    }
+}
+
+fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&CellRecord>) -> Result<Outcome, CellFailure> {
     let data = &prepared.datasets[&cell.dataset];
     let split = &prepared.splits[&cell.dataset][cell.split];
     let train = data.subset(&split.train);
@@ -99,7 +122,8 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
     if let HyperSpec::From { source: src, keep } = &cell.entry.hyper {
         let rec = source.ok_or_else(|| format!("the cell of \"{src}\" it takes hyper-parameters from is missing"))?;
         if rec.status != Status::Ok {
-            return Err(format!("the cell of \"{src}\" it takes hyper-parameters from failed"));
+            // A source that timed out is retried by the next run, and so must this cell be.
+            return Err(CellFailure { message: format!("the cell of \"{src}\" it takes hyper-parameters from failed"), timed_out: rec.timed_out });
         }
         kernels = take_over(&kernels, &rec.handoff, keep).map_err(|e| format!("hyper.from \"{src}\": {e}"))?;
     }
@@ -123,14 +147,14 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
         ctx = ctx.with_checkpoints(schedule.clone(), &score_snapshot);
     }
     ctx.source = source.map(|r| &r.handoff);
-    let fitted = method.fit(&problem, &kernels, policy, &mut ctx).map_err(|e| e.to_string())?;
+    let fitted = method.fit(&problem, &kernels, policy, &mut ctx)?;
     let time_train = ctx.training_seconds();
     let mut trace = ctx.take_trace();
     let fit_wall = fit_start.elapsed().as_secs_f64();
     drop(ctx);
 
     let predict_start = Instant::now();
-    let prediction = fitted.predict(&x_test, &mut rng).map_err(|e| e.to_string())?;
+    let prediction = fitted.predict(&x_test, &mut rng)?;
     let time_predict = predict_start.elapsed().as_secs_f64();
     prediction.validate(test.y.len())?;
 

@@ -30,8 +30,11 @@ pub struct RunOptions {
     pub reports_root: PathBuf,
     /// Worker threads (default: rayon's default, which honours RAYON_NUM_THREADS).
     pub threads: Option<usize>,
-    /// Recompute cells stored as failed (default: keep them, as a deterministic failure would repeat).
+    /// Recompute cells stored as failed (default: keep them, as a deterministic failure would
+    /// repeat; timeouts are always retried unless `keep_failed`).
     pub retry_failed: bool,
+    /// Keep cells stored as timed out instead of retrying them.
+    pub keep_failed: bool,
     /// Recompute every cell, ignoring stored ones (after changing a method's code without
     /// bumping the crate version, which is part of every cell key).
     pub recompute: bool,
@@ -69,8 +72,16 @@ pub fn prepare(spec: &Spec, registry: &Registry, project_root: &std::path::Path,
     let mut datasets = BTreeMap::new();
     let mut splits = BTreeMap::new();
     let mut n_splits = BTreeMap::new();
+    let mut data_hashes = BTreeMap::new();
     for name in &spec.raw.datasets {
         let data = registry.load_dataset(name)?;
+        let mut hash = registry.content_hash(name)?;
+        if let crate::data::SplitProtocol::File { path } = spec.raw.splits_of(name) {
+            let path = project_root.join(path);
+            let bytes = std::fs::read(&path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            hash = format!("{hash}+{}", &blake3::hash(&bytes).to_hex()[..24]);
+        }
+        data_hashes.insert(name.clone(), hash);
         let seed = crate::spec::expand::split_seed(spec, name);
         let s = make_splits(spec.raw.splits_of(name), &data, seed, project_root)?;
         if let Some(store) = store {
@@ -81,7 +92,7 @@ pub fn prepare(spec: &Spec, registry: &Registry, project_root: &std::path::Path,
         datasets.insert(name.clone(), data);
     }
     crate::spec::check_supports(spec, &problem_shapes(&datasets))?;
-    let cells = expand(spec, &n_splits).map_err(anyhow::Error::msg)?;
+    let cells = expand(spec, &n_splits, &data_hashes).map_err(anyhow::Error::msg)?;
     Ok(Prepared { datasets, splits, cells })
 }
 
@@ -137,7 +148,9 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     let mut done: BTreeMap<String, CellRecord> = BTreeMap::new();
     for cell in prepared.cells.iter().filter(|_| !opts.recompute) {
         if let Some(rec) = store.read_usable_cell(&cell.key)? {
-            if rec.status == Status::Ok || !opts.retry_failed {
+            // A failure repeats on the same code and data, except a timeout (the machine's).
+            let keep_failure = !opts.retry_failed && (!rec.timed_out || opts.keep_failed);
+            if rec.status == Status::Ok || keep_failure {
                 done.insert(cell.key.clone(), rec);
             }
         }
@@ -205,7 +218,7 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     };
     let every = std::time::Duration::from_secs_f64(every);
     let log = (!opts.progress).then(|| Mutex::new(ProgressLog { started: Instant::now(), last: Instant::now(), every, total: pending.len(), failed: 0 }));
-    let scheduler = Scheduler { spec, prepared: &prepared, store: &store, bar: &bar, log, done: Mutex::new(done), dependants, failure: Mutex::new(None), stored: Mutex::new(0), abort_after };
+    let scheduler = Scheduler { spec, prepared: &prepared, store: &store, bar: &bar, log, done: Mutex::new(done), dependants, failure: Mutex::new(None), stored: Mutex::new(0), abort_after, commit: code.label() };
     pool.scope_fifo(|scope| {
         for cell in roots {
             let scheduler = &scheduler;
@@ -225,7 +238,9 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     let cells: Vec<CellRecord> = prepared.cells.iter().filter_map(|c| done.get(&c.key).cloned()).collect();
     store.write_tables(&cells)?;
     let missing = prepared.cells.len() - cells.len();
-    let counts = CellCounts { total: prepared.cells.len(), computed: cells.len() - cached, cached, reused: reused_count(&cells), missing };
+    let this_commit = code.label();
+    let older_code = cells.iter().filter(|c| c.commit.is_some() && c.commit != this_commit).count();
+    let counts = CellCounts { total: prepared.cells.len(), computed: cells.len() - cached, cached, reused: reused_count(&cells), older_code, missing };
     let manifest = manifest(spec, code, &cells, started, wall.elapsed().as_secs_f64(), threads, counts);
     store.write_manifest(&manifest)?;
     if opts.render_report {
@@ -252,6 +267,8 @@ struct Scheduler<'a> {
     stored: Mutex<usize>,
     /// Test hook: abort the process after this many stored cells, as a kill would.
     abort_after: Option<usize>,
+    /// The code's commit, stored in every record.
+    commit: Option<String>,
 }
 
 impl<'a> Scheduler<'a> {
@@ -263,7 +280,7 @@ impl<'a> Scheduler<'a> {
             return;
         }
         let source = cell.depends_on.as_ref().and_then(|d| self.done.lock().expect("no panic holds the lock").get(d).cloned());
-        let record = run_cell(self.spec, cell, self.prepared, source.as_ref());
+        let record = run_cell(self.spec, cell, self.prepared, source.as_ref(), self.commit.as_deref());
         // Storing and counting are one step under the lock, so the abort hook stops the
         // process with exactly `abort_after` cells on disk (no other thread can store one
         // between this write and the abort).
@@ -329,6 +346,56 @@ pub fn report(spec: &Spec, manifest: &Manifest, cells: &[CellRecord], opts: &Run
     Ok(())
 }
 
+/// What `mcgp status` reports.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatusReport {
+    pub total: usize,
+    /// Cells stored under their current key.
+    pub current: usize,
+    /// Cells with no record at all.
+    pub missing: usize,
+    /// Cells with a record only under an older key: "dataset entry [setting] split k: why".
+    pub stale: Vec<String>,
+}
+
+/// Compare a spec's cells with what its experiment folder stores: a record of the same
+/// dataset, entry, setting and split under another key is stale, and the reason is read off
+/// what the record says of its code and data.
+pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Result<StatusReport> {
+    let store = Store::new(&opts.results_root, spec.name());
+    let prepared = prepare(spec, registry, &opts.project_root, None)?;
+    let keys: std::collections::BTreeSet<&str> = prepared.cells.iter().map(|c| c.key.as_str()).collect();
+    let mut older: BTreeMap<(String, String, String, usize), CellRecord> = BTreeMap::new();
+    let mut current = std::collections::BTreeSet::new();
+    for rec in store.all_cells()? {
+        if keys.contains(rec.key.as_str()) {
+            current.insert(rec.key.clone());
+        } else {
+            older.insert((rec.dataset.clone(), rec.method.clone(), rec.setting.clone(), rec.split), rec);
+        }
+    }
+    let mut report = StatusReport { total: prepared.cells.len(), current: 0, missing: 0, stale: Vec::new() };
+    for cell in &prepared.cells {
+        if current.contains(&cell.key) {
+            report.current += 1;
+            continue;
+        }
+        let Some(rec) = older.get(&(cell.dataset.clone(), cell.entry.name.clone(), cell.setting.clone(), cell.split)) else {
+            report.missing += 1;
+            continue;
+        };
+        let why = match (&rec.numerics, &rec.data_hash) {
+            (None, _) | (_, None) => "stored before code and data versions were recorded".to_string(),
+            (Some(n), _) if n != &cell.numerics => format!("numerics {n} -> {}", cell.numerics),
+            (_, Some(d)) if d != &cell.data_hash => "the data changed".to_string(),
+            _ => "the spec entry, the split or the source cell changed".to_string(),
+        };
+        let setting = if cell.setting.is_empty() { String::new() } else { format!(" [{}]", cell.setting) };
+        report.stale.push(format!("{} {}{setting} split {}: {why}", cell.dataset, cell.entry.name, cell.split));
+    }
+    Ok(report)
+}
+
 /// Re-render the report of a spec from its stored cells (no computation). Works on an
 /// interrupted run too: the report then says how many cells are not stored yet.
 pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Result<RunSummary> {
@@ -351,7 +418,7 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyho
         Some(m) if missing == 0 && m.spec_hash == spec.hash => m,
         old => {
             let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-            let counts = CellCounts { total: prepared.cells.len(), computed: 0, cached: cells.len(), reused: reused_count(&cells), missing };
+            let counts = CellCounts { total: prepared.cells.len(), computed: 0, cached: cells.len(), reused: reused_count(&cells), older_code: 0, missing };
             let mut fresh = manifest(spec, CodeVersion::of(&opts.project_root), &cells, now, 0.0, 0, counts);
             // Every cell is stored but the spec text changed (say, a note): the spec provenance
             // is new; the code that computed the cells and the run's timing are the earlier run's.
@@ -389,6 +456,8 @@ struct CellCounts {
     cached: usize,
     /// Of the cached, taken from other experiments' stores.
     reused: usize,
+    /// Of the cached, computed at another commit.
+    older_code: usize,
     missing: usize,
 }
 
@@ -401,6 +470,11 @@ struct CodeVersion {
 impl CodeVersion {
     fn of(root: &std::path::Path) -> CodeVersion {
         CodeVersion { commit: provenance::git_commit(root), dirty: provenance::git_dirty(root) }
+    }
+
+    /// `abc1234...` or `abc1234...+dirty`; None outside a git checkout.
+    fn label(&self) -> Option<String> {
+        (!self.commit.is_empty() && self.commit != "unknown").then(|| if self.dirty { format!("{}+dirty", self.commit) } else { self.commit.clone() })
     }
 }
 
@@ -427,6 +501,7 @@ fn manifest(spec: &Spec, code: CodeVersion, cells: &[CellRecord], started: Strin
         cells_computed: counts.computed,
         cells_cached: counts.cached,
         cells_reused: counts.reused,
+        cells_older_code: counts.older_code,
         cells_failed: cells.iter().filter(|c| c.status == Status::Failed).count(),
         cells_missing: counts.missing,
     }

@@ -3,8 +3,11 @@ use super::{HyperSpec, MethodEntry, Spec};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-/// One unit of work. Its `key` hashes its canonical description and the crate version,
-/// so a stored result is reused exactly when nothing that could change it has changed.
+/// One unit of work. Its `key` hashes its canonical description (dataset, split protocol and
+/// seed, split, method entry as run on the dataset, source cell, crate version), the numerics
+/// version of its method and the content of its data, so a stored result is reused exactly when
+/// nothing that could change it has changed. Its `seed` derives from the description alone, so
+/// new code or data recomputes a cell with the same random draws.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Cell {
     pub key: String,
@@ -17,6 +20,10 @@ pub struct Cell {
     /// Key of the cell whose hyper-parameters this one takes (same dataset and split).
     pub depends_on: Option<String>,
     pub seed: u64,
+    /// The method's numerics version (`methods::numerics_version`) in the key.
+    pub numerics: String,
+    /// The dataset's content hash in the key (registry entry, files, split file).
+    pub data_hash: String,
 }
 
 /// The seed of the splits of one dataset: shared by every method, so all see the same splits.
@@ -83,8 +90,9 @@ fn set_path(root: &mut serde_json::Value, path: &str, v: serde_json::Value) -> R
 }
 
 /// All cells, ordered by dataset, method entry (spec order), grid point and split.
-/// `n_splits` gives the number of splits per dataset.
-pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>) -> Result<Vec<Cell>, String> {
+/// `n_splits` gives the number of splits per dataset, `data_hashes` each dataset's content hash
+/// (a dataset without one keys as empty content).
+pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>, data_hashes: &BTreeMap<String, String>) -> Result<Vec<Cell>, String> {
     let mut by_entry: BTreeMap<String, Vec<(String, MethodEntry)>> = BTreeMap::new();
     for m in &spec.raw.methods {
         by_entry.insert(m.name.clone(), grid_points(m)?);
@@ -140,7 +148,10 @@ pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>) -> Result<Vec<Cel
                         });
                         blake3::hash(text.to_string().as_bytes()).to_hex()[..24].to_string()
                     };
-                    let key = canonical(entry, source.as_ref().map(|s| &s.0));
+                    let description = canonical(entry, source.as_ref().map(|s| &s.0));
+                    let numerics = crate::methods::numerics_version(&entry.method).ok_or_else(|| format!("unknown method \"{}\"", entry.method))?;
+                    let data_hash = data_hashes.get(dataset).cloned().unwrap_or_default();
+                    let key = blake3::hash(format!("{description}\n{numerics}\n{data_hash}").as_bytes()).to_hex()[..24].to_string();
                     // The seed ignores checkpoint schedules (this cell's and its sources'):
                     // scoring snapshots never changes what a fit computes, so adding
                     // checkpoints keeps every number.
@@ -150,7 +161,7 @@ pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>) -> Result<Vec<Cel
                         keys.insert((m.name.clone(), dataset.clone(), split), (key.clone(), unscored));
                     }
                     let depends_on = source.map(|s| s.0);
-                    cells.push(Cell { key, dataset: dataset.clone(), split, entry: entry.clone(), setting: setting.clone(), depends_on, seed });
+                    cells.push(Cell { key, dataset: dataset.clone(), split, entry: entry.clone(), setting: setting.clone(), depends_on, seed, numerics, data_hash });
                 }
             }
         }

@@ -1,0 +1,71 @@
+//! Every method's numbers on a fixed problem, fingerprinted, against the numerics version its
+//! module declares. A change of the code that changes any number without a bump of
+//! `NUMERICS_VERSION` fails here (stored cells would otherwise be reused as if current); after
+//! a bump, the new (version, fingerprint) pair goes into `RECORDED`. This pins the versioning,
+//! not the correctness: the mathematics is tested elsewhere.
+use mcgp::kernels::KernelParams;
+use mcgp::methods::{build, numerics_version, FitContext, HyperPolicy, Problem, METHODS};
+use ndarray::Array2;
+use rand::SeedableRng;
+use rand_pcg::Pcg64;
+
+/// (method, numerics version, fingerprint of its outputs below).
+const RECORDED: &[(&str, &str, &str)] = &[
+    ("klmnl", "klmnl=1", "e85d47da7c8c8b94"),
+    ("mc_mnl", "importance=1,klmnl=1", "2682e10328134bc5"),
+    ("mc_mnp", "importance=1,klmnl=1", "a0f4962c1878e685"),
+    ("laplace", "laplace=1", "8c722bca64831f15"),
+    ("vbmnp", "vbmnp=1", "0d16a0079d243cbe"),
+    ("vbmnp_sparse", "vbmnp_sparse=1", "5b8c172000bc4340"),
+    ("gibbs_mnp", "gibbs_mnp=1", "25b91bf9542d09ce"),
+];
+
+fn settings(method: &str) -> serde_json::Value {
+    match method {
+        "mc_mnl" | "mc_mnp" => serde_json::json!({ "n_samples": 2000, "n_test_samples": 200 }),
+        "gibbs_mnp" => serde_json::json!({ "burn_in": 50, "samples": 100, "evidence_samples": 200 }),
+        "vbmnp" => serde_json::json!({ "max_iters": 20, "is_samples": 50 }),
+        "laplace" => serde_json::json!({ "mc_samples": 200, "max_hyper_iters": 5 }),
+        "klmnl" => serde_json::json!({ "max_hyper_iters": 5 }),
+        _ => serde_json::Value::Null,
+    }
+}
+
+/// blake3 of the bits of every number a fit gives: probabilities, evidence, kernel parameters.
+fn fingerprint(method: &str) -> String {
+    let x = Array2::from_shape_fn((24, 2), |(i, k)| ((i * (k + 2)) as f64 * 0.61).sin() + (i % 3) as f64 * [0.9, -0.7][k]);
+    let y: Vec<usize> = (0..24).map(|i| i % 3).collect();
+    let xt = Array2::from_shape_fn((6, 2), |(i, k)| ((i * (k + 5)) as f64 * 0.37).cos());
+    let kernels = serde_norway::from_str::<KernelParams>("{ lengthscale: 1.2, variance: 1.5 }").unwrap().kernel_set(2, 3).unwrap();
+    let m = build(method, &settings(method)).unwrap();
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let hyper = if m.supports(&problem.shape(), &kernels, HyperPolicy::Learn).is_ok() { HyperPolicy::Learn } else { HyperPolicy::Fixed };
+    let mut rng = Pcg64::seed_from_u64(5);
+    let mut ctx = FitContext::new(&mut rng, None);
+    let fitted = m.fit(&problem, &kernels, hyper, &mut ctx).unwrap();
+    drop(ctx);
+    let p = fitted.predict(&xt, &mut rng).unwrap();
+    let mut h = blake3::Hasher::new();
+    for v in p.probs.iter().chain(fitted.evidence().map(|e| e.value).iter()).chain(fitted.kernels().log_params().iter()) {
+        h.update(&v.to_bits().to_le_bytes());
+    }
+    h.finalize().to_hex()[..16].to_string()
+}
+
+#[test]
+fn no_method_changes_its_numbers_without_a_numerics_bump() {
+    let mut problems = Vec::new();
+    let mut table = String::new();
+    for &(method, _) in METHODS {
+        let version = numerics_version(method).unwrap();
+        let print = fingerprint(method);
+        table.push_str(&format!("    (\"{method}\", \"{version}\", \"{print}\"),\n"));
+        match RECORDED.iter().find(|r| r.0 == method) {
+            Some(&(_, v, f)) if v == version && f == print => {}
+            Some(&(_, v, f)) if v == version => problems.push(format!("{method}: its numbers changed ({f} -> {print}) but its numerics version is still {v}: bump NUMERICS_VERSION")),
+            Some(&(_, v, _)) => problems.push(format!("{method}: numerics version {v} -> {version}: record the new fingerprint")),
+            None => problems.push(format!("{method}: no recorded fingerprint")),
+        }
+    }
+    assert!(problems.is_empty(), "{}\nRECORDED as of this code:\n{table}", problems.join("\n"));
+}
