@@ -4,6 +4,7 @@
 //!
 //! Kernel matrices are never inverted explicitly: every `A^{-1} b` goes through `Chol`.
 pub mod kron;
+pub mod small;
 
 pub use kron::{kron, kron_matvec};
 
@@ -22,6 +23,8 @@ pub enum LinalgError {
     NotPositiveDefinite { what: String, pivot: usize, last_jitter: f64 },
     #[error("{what} contains a non-finite entry")]
     NonFinite { what: String },
+    #[error("{what} did not converge")]
+    NoConvergence { what: String },
 }
 
 /// Lower Cholesky factor L of A + jitter I (A = L L^T), with the jitter that was needed.
@@ -332,6 +335,12 @@ pub fn argmax(x: &[f64]) -> usize {
         }
     }
     best
+}
+
+/// [m, c] from m rows, each with at least c entries: the first c of each (e.g. per-class values
+/// over the classes present in the data when a model has extra, empty ones).
+pub fn leading_columns(rows: &[Vec<f64>], c: usize) -> ndarray::Array2<f64> {
+    ndarray::Array2::from_shape_fn((rows.len(), c), |(j, q)| rows[j][q])
 }
 
 #[cfg(test)]

@@ -10,11 +10,11 @@
 //!
 //! With K = Kx (x) Kc and the prior scale, L_K = L_x (x) L_c: one batch of draws is an
 //! n x (B C) matrix Y and L_K z is L_x Y (then L_c per sample), a matrix-matrix product.
-use super::klmnl::{present_columns, KlmnlModel, KlmnlParams};
+use super::klmnl::{KlmnlModel, KlmnlParams};
 use super::{Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape};
 use crate::kernels::{KernelSet, SqExp};
 use crate::likelihoods::probit::{log_probit_class_prob, probit_class_probs};
-use crate::linalg::{exp_shifted_rows, log_sum_exp, softmax_in_place, Chol};
+use crate::linalg::{leading_columns, exp_shifted_rows, log_sum_exp, softmax_in_place, Chol};
 use crate::results::{EvidenceKind, Handoff};
 use faer::Mat;
 use ndarray::Array2;
@@ -613,10 +613,10 @@ impl Importance {
         let km = self.klmnl.fit_model(problem, kernel, hyper, ctx)?;
         let (n, c) = (problem.y.len(), km.n_model_classes());
         let p = n * c;
-        let lx = Chol::factor_with_jitter(km.pr.kx.as_ref(), "Kx")?;
-        let lc_chol = Chol::factor_with_jitter(km.pr.kc.as_ref(), "Kc")?;
+        let lx = Chol::factor_with_jitter(km.kx().as_ref(), "Kx")?;
+        let lc_chol = Chol::factor_with_jitter(km.kc().as_ref(), "Kc")?;
         let lc = lc_chol.l().to_owned();
-        let m = km.fit.m.clone();
+        let m = km.posterior_mean().to_vec();
         // a = L_K^{-1} m = vec(L_x^{-1} M L_c^{-T}), M the n x C matrix of m.
         let mm = Mat::from_fn(n, c, |i, q| m[i * c + q]);
         let t1 = lx.solve_l(mm.as_ref());
@@ -635,7 +635,7 @@ impl Importance {
             // jitter it then needs) would let the proposal spread into K's near-null space, where
             // the prior has no mass, and wreck the weights (glass, signal variance ~16).
             let lk = crate::linalg::kron(lx.l(), lc.as_ref());
-            let s = Mat::<f64>::identity(p, p) - lk.transpose() * &km.t * &lk;
+            let s = Mat::<f64>::identity(p, p) - lk.transpose() * km.t_matrix() * &lk;
             let ls = Chol::factor_with_jitter(sym(&s).as_ref(), "I - L_K^T T L_K (proposal scale)")?;
             diagnostics.number("jitter_v", ls.jitter());
             // + 1/2 log|V| - 1/2 log|K| = + 1/2 log|S|
@@ -750,10 +750,10 @@ fn sym(a: &Mat<f64>) -> Mat<f64> {
 /// log Z_B = -KL(q || p) + L with L = sum_i E_q log p(y_i | f_i) estimated from f ~ q jointly;
 /// returns (-KL + L-hat + 3.09 sd / sqrt(n_s), -KL + L-hat)  (notes D§6.4).
 fn z_b_estimate(km: &KlmnlModel, lik: LikEval, ns: usize, batch: usize, rng: &mut Pcg64) -> Result<(f64, f64), FitError> {
-    let (n, c) = (km.pr.n, km.pr.c);
+    let (n, c) = (km.n_train(), km.n_model_classes());
     let p = n * c;
-    let k = &km.pr.k;
-    let v = k - k * &km.t * k;
+    let k = km.prior_covariance();
+    let v = k - k * km.t_matrix() * k;
     let lv = Chol::factor_with_jitter(sym(&v).as_ref(), "V")?;
     let (mut s1, mut s2) = (0.0, 0.0);
     let mut done = 0;
@@ -766,9 +766,9 @@ fn z_b_estimate(km: &KlmnlModel, lik: LikEval, ns: usize, batch: usize, rng: &mu
             let mut l = 0.0;
             for i in 0..n {
                 for q in 0..c {
-                    f[q] = km.fit.m[i * c + q] + fz[(i * c + q, b)];
+                    f[q] = km.posterior_mean()[i * c + q] + fz[(i * c + q, b)];
                 }
-                let yi = km.pr.y1[i * c..(i + 1) * c].iter().position(|&v| v == 1.0).unwrap_or(0);
+                let yi = km.one_hot_labels()[i * c..(i + 1) * c].iter().position(|&v| v == 1.0).unwrap_or(0);
                 l += lik.log_prob(&f, yi, rng);
             }
             s1 += l;
@@ -884,8 +884,8 @@ impl Fitted for ImportanceModel {
         let log_p_is = Array2::from_shape_fn((x.nrows(), cp), |(j, q)| probs[j][q].max(f64::MIN_POSITIVE).ln());
         Ok(Prediction::new(out)
             .with_values("log_pred_is", log_p_is)
-            .with_values("log_pred24", present_columns(&kl.log_p24, cp))
-            .with_values("log_pred25", present_columns(&kl.log_p25, cp)))
+            .with_values("log_pred24", leading_columns(&kl.log_p24, cp))
+            .with_values("log_pred25", leading_columns(&kl.log_p25, cp)))
     }
 
     fn evidence(&self) -> Option<Evidence> {

@@ -189,6 +189,47 @@ fn fatal_or(cache: &Mutex<Cache>, e: argmin::core::Error) -> FitError {
     cache.fatal.take().unwrap_or_else(|| FitError::Numerical(e.to_string()))
 }
 
+/// False position with Illinois end-point down-weighting for a decreasing derivative phi on
+/// [0, 1] (notes D§2.4.5); returns the root (or an end-point when phi does not change sign).
+pub fn false_position(mut phi: impl FnMut(f64) -> f64) -> f64 {
+    let (mut lo, mut hi) = (0.0, 1.0);
+    let (mut flo, mut fhi) = (phi(0.0), phi(1.0));
+    if !(flo > 0.0) {
+        return 0.0;
+    }
+    if fhi >= 0.0 {
+        return 1.0;
+    }
+    let mut side = 0i8;
+    let mut eta = 0.5;
+    for _ in 0..60 {
+        eta = (lo * fhi - hi * flo) / (fhi - flo);
+        if !eta.is_finite() {
+            eta = 0.5 * (lo + hi);
+        }
+        let f = phi(eta);
+        if f.abs() < 1e-13 || hi - lo < 1e-12 {
+            return eta;
+        }
+        if f > 0.0 {
+            lo = eta;
+            flo = f;
+            if side == 1 {
+                fhi *= 0.5;
+            }
+            side = 1;
+        } else {
+            hi = eta;
+            fhi = f;
+            if side == -1 {
+                flo *= 0.5;
+            }
+            side = -1;
+        }
+    }
+    eta
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,119 @@
+//! The variational state, the bound log Z_h at it, and the acceptance rule of every update.
+use super::*;
+
+pub(super) fn chol(a: &Mat<f64>, what: &str) -> Result<Chol, FitError> {
+    Ok(Chol::factor(sym(a).as_ref(), what)?)
+}
+
+/// Sweeps in a row with the bound within tol after which b - g-bar is taken to be at its floor.
+pub(super) const FLAT_SWEEPS_AT_FLOOR: usize = 5;
+
+pub(super) fn accept(new: f64, old: f64) -> bool {
+    new >= old - 1e-12 * old.abs().max(1.0)
+}
+
+/// The variational parameters besides V; S_i and W_i in [`Prior::basis`].
+#[derive(Clone)]
+pub(super) struct State {
+    pub(super) b: Vec<f64>,
+    pub(super) s: Vec<Mat<f64>>,
+    pub(super) v: VState,
+    /// The W with V = (K^{-1} + W)^{-1} (exact unless a V-space mix was taken).
+    pub(super) w_prev: Vec<Mat<f64>>,
+    /// Whether V = (K^{-1} + w_prev)^{-1} holds exactly: false after a V-space mix with eta < 1,
+    /// whose V no block-diagonal W reproduces.
+    pub(super) w_exact: bool,
+}
+
+/// Running counters for diagnostics.
+#[derive(Clone, Debug, Default)]
+pub struct FitStats {
+    pub sweeps: usize,
+    pub s_line_searches: usize,
+    pub b_line_searches: usize,
+    pub v_line_searches: usize,
+    pub max_b_minus_gbar: f64,
+    pub converged: bool,
+    /// Converged on the bound with b - g-bar stuck above b_tol at its floating-point floor.
+    pub stopped_at_floor: bool,
+    /// The last step length accepted on the W path of [`v_step`] (here or in the fit this one
+    /// was warm-started from).
+    pub w_path_eta: Option<f64>,
+    pub bound_trace: Vec<f64>,
+}
+
+pub(super) fn m_of(pr: &Prior, b: &[f64]) -> Vec<f64> {
+    let alpha: Vec<f64> = pr.y1.iter().zip(b).map(|(y, b)| y - b).collect();
+    matvec(pr.k.as_ref(), &alpha)
+}
+
+/// log Z_h (eq. 21, stable form D§2.3) and the per-datum terms.
+pub(super) fn bound(pr: &Prior, st: &State, m: &[f64]) -> Result<(f64, Vec<DatumTerms>), FitError> {
+    bound_at(pr, &st.v, &st.s, &st.b, m)
+}
+
+/// [`bound`] at the parts of a state (line searches move one part and share the rest).
+pub(super) fn bound_at(pr: &Prior, v: &VState, s: &[Mat<f64>], b: &[f64], m: &[f64]) -> Result<(f64, Vec<DatumTerms>), FitError> {
+    let c = pr.c;
+    let alpha: Vec<f64> = pr.y1.iter().zip(b).map(|(y, b)| y - b).collect();
+    let aka: f64 = alpha.iter().zip(m).map(|(a, m)| a * m).sum();
+    let neg_kl = 0.5 * v.logdet_kinv_v + 0.5 * v.tr_tk - 0.5 * aka;
+    let mut total = neg_kl;
+    let mut terms = Vec::with_capacity(pr.n);
+    for i in 0..pr.n {
+        let vi = &v.blocks[i];
+        let ldv = chol(vi, "V_i")?.log_det();
+        let t = datum_terms(&m[i * c..(i + 1) * c], vi, ldv, &b[i * c..(i + 1) * c], &s[i], pr.basis())?;
+        total += t.h_core + (0..c).map(|k| pr.y1[i * c + k] * m[i * c + k]).sum::<f64>();
+        terms.push(t);
+    }
+    Ok((total, terms))
+}
+
+pub(super) fn neg_kl(pr: &Prior, st: &State, m: &[f64]) -> f64 {
+    let aka: f64 = pr.y1.iter().zip(&st.b).zip(m).map(|((y, b), m)| (y - b) * m).sum();
+    0.5 * st.v.logdet_kinv_v + 0.5 * st.v.tr_tk - 0.5 * aka
+}
+
+/// E.3 initialisation: W_i = gamma_w (I/C - 11^T/C^2), V = (K^{-1} + W)^{-1}, alpha = T a,
+/// b = y - alpha, S_i = V_i^{-1} + W_i (W in the class basis).
+pub(super) fn init_state(pr: &Prior, w_class: &[Mat<f64>], gamma_a: f64) -> Result<State, FitError> {
+    let c = pr.c;
+    let w: Vec<Mat<f64>> = w_class.iter().map(|wi| pr.basis().from_class(wi.clone())).collect();
+    let v = v_from_w(pr, &w)?;
+    let mut a = vec![0.0; pr.n * c];
+    for i in 0..pr.n {
+        for k in 0..c {
+            let y = pr.y1[i * c + k];
+            a[i * c + k] = gamma_a * (y + (y - 1.0) / (c as f64 - 1.0).max(1.0));
+        }
+    }
+    let alpha = matvec(v.t.dense().as_ref(), &a);
+    let b: Vec<f64> = pr.y1.iter().zip(&alpha).map(|(y, a)| y - a).collect();
+    let s = (0..pr.n)
+        .map(|i| -> Result<Mat<f64>, FitError> {
+            let vinv = chol(&v.blocks[i], "V_i")?.solve(eye(c).as_ref());
+            Ok(sym(&(vinv + &w[i])))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(State { b, s, v, w_prev: w, w_exact: true })
+}
+
+pub(super) fn default_w(n: usize, c: usize, gamma: f64) -> Vec<Mat<f64>> {
+    let cf = c as f64;
+    let w = Mat::from_fn(c, c, |i, j| gamma * ((if i == j { 1.0 / cf } else { 0.0 }) - 1.0 / (cf * cf)));
+    vec![w; n]
+}
+
+/// W_i = S_i - V_i^{-1}, made PSD by clamping (footnote 10).
+pub(super) fn current_w(pr: &Prior, st: &State) -> Result<Vec<Mat<f64>>, FitError> {
+    let c = pr.c;
+    (0..pr.n)
+        .map(|i| {
+            let vinv = chol(&st.v.blocks[i], "V_i")?.solve(eye(c).as_ref());
+            let w = sym(&(&st.s[i] - vinv));
+            let (lam, u) = eigh(&w)?;
+            Ok(Mat::from_fn(c, c, |p, q| (0..c).map(|k| u[(p, k)] * lam[k].max(0.0) * u[(q, k)]).sum()))
+        })
+        .collect()
+}

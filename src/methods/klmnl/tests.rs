@@ -1,0 +1,501 @@
+//! KL-MNL against closed forms, brute-force quadrature, dense references and finite differences.
+use super::learn::inner_params;
+use super::*;
+use crate::methods::FromSettings;
+use rand::{RngExt, SeedableRng};
+use rand_distr::StandardNormal;
+use faer::linalg::solvers::DenseSolveCore;
+
+fn rng(seed: u64) -> Pcg64 {
+    Pcg64::seed_from_u64(seed)
+}
+
+fn random_spd(c: usize, r: &mut Pcg64, scale: f64) -> Mat<f64> {
+    let b = Mat::from_fn(c, c, |_, _| r.sample::<f64, _>(StandardNormal));
+    let mut a = &b * b.transpose() * faer::Scale(scale / c as f64);
+    for i in 0..c {
+        a[(i, i)] += 0.1 * scale;
+    }
+    a
+}
+
+#[test]
+fn theorem10_reproduces_table3_column() {
+    // notes D§3.3 (n·bound, sigma^2 = 1 and pi^2/6)
+    let p6 = std::f64::consts::PI.powi(2) / 6.0;
+    for (n, c, want, want_probit) in
+        [(90, 3, -125.284, -139.839), (129, 3, -179.574, -200.437), (106, 3, -147.557, -164.700), (128, 7, -300.609, -331.060)]
+    {
+        assert!((n as f64 * theorem10_per_datum(c, 1.0) - want).abs() < 5e-3, "n={n}");
+        assert!((n as f64 * theorem10_per_datum(c, p6) - want_probit).abs() < 5e-3, "n={n}");
+        // and the weaker closed form of Theorem 10 is below it
+        assert!(theorem10_per_datum(c, 1.0) > -0.5 - (c as f64).ln());
+    }
+}
+
+#[test]
+fn per_datum_optimum_matches_lemma29_closed_form() {
+    for (c, s2, want) in [(3usize, 1.0, -1.392044), (7, 1.0, -2.348509), (3, 4.0, -2.050873)] {
+        let v = eye(c) * faer::Scale(s2);
+        let m = vec![0.0; c];
+        let (h, b, s) = optimise_datum(&m, &v).unwrap();
+        // h(y) = h_core + m^y = h_core at m = 0
+        assert!((h - want).abs() < 1e-6, "C={c} s2={s2}: {h} vs {want}");
+        assert!((h - theorem10_per_datum(c, s2)).abs() < 1e-8);
+        for bc in &b {
+            assert!((bc - 1.0 / c as f64).abs() < 1e-7);
+        }
+        // eigenvalues of s2 S* are {1, lambda x (C-1)}, lambda = r + 1/2
+        let lam = (s2 / c as f64 + 0.25).sqrt() + 0.5;
+        let (ev, _) = eigh(&(s * faer::Scale(s2))).unwrap();
+        assert!((ev[0] - 1.0).abs() < 1e-6, "{ev:?}");
+        for e in &ev[1..] {
+            assert!((e - lam).abs() < 1e-6, "{ev:?} vs {lam}");
+        }
+    }
+}
+
+/// Jensen bounds (9) and (10), the exact softmax at the mean (Lemma 7) and a long Monte
+/// Carlo estimate of the expected log-likelihood bracket max h.
+#[test]
+fn bound_chain_j9_j10_le_max_h_le_expected_loglik_le_upper() {
+    let mut r = rng(11);
+    for trial in 0..3 {
+        let c = 4;
+        let m: Vec<f64> = (0..c).map(|_| 2.0 * r.sample::<f64, _>(StandardNormal)).collect();
+        let v = random_spd(c, &mut r, 2.0);
+        let y = trial % c;
+        let (hcore, b, s) = optimise_datum(&m, &v).unwrap();
+        let h = hcore + m[y];
+        let ey = |k: usize| -> Vec<f64> { (0..c).map(|q| if q == k { 1.0 } else { 0.0 }).collect() };
+        let quad = |d: &[f64]| -> f64 { (0..c).map(|p| (0..c).map(|q| d[p] * v[(p, q)] * d[q]).sum::<f64>()).sum() };
+        let j9 = m[y] - log_sum_exp(&(0..c).map(|k| {
+            let d: Vec<f64> = ey(y).iter().zip(ey(k)).map(|(a, b)| a - b).collect();
+            m[k] + 0.5 * quad(&d)
+        }).collect::<Vec<_>>());
+        let j10 = m[y] - log_sum_exp(&(0..c).map(|k| m[k] + 0.5 * v[(k, k)]).collect::<Vec<_>>());
+        let upper = m[y] - log_sum_exp(&m);
+        // Monte Carlo l = E log softmax(f)_y, f ~ N(m, V)
+        let lv = Chol::factor(v.as_ref(), "V").unwrap();
+        let ns = 400_000;
+        let (mut s1, mut s2) = (0.0, 0.0);
+        for _ in 0..ns {
+            let z: Vec<f64> = (0..c).map(|_| r.sample::<f64, _>(StandardNormal)).collect();
+            let f: Vec<f64> = (0..c).map(|p| m[p] + (0..=p).map(|q| lv.l()[(p, q)] * z[q]).sum::<f64>()).collect();
+            let l = f[y] - log_sum_exp(&f);
+            s1 += l;
+            s2 += l * l;
+        }
+        let ell = s1 / ns as f64;
+        let se = ((s2 / ns as f64 - ell * ell) / ns as f64).sqrt();
+        assert!(j9 <= h + 1e-10 && j10 <= h + 1e-10, "trial {trial}: j9 {j9} j10 {j10} h {h}");
+        assert!(h <= ell + 4.0 * se, "trial {trial}: h {h} > l {ell} (se {se})");
+        assert!(ell <= upper + 4.0 * se);
+        // tight: the gap is a few hundredths of a nat (notes D§13)
+        assert!(ell - h < 0.1, "trial {trial}: gap {}", ell - h);
+        // at the optimum b sums to one and W* = S* - V^{-1} has exactly one zero eigenvalue (on 1)
+        assert!((b.iter().sum::<f64>() - 1.0).abs() < 1e-8);
+        let w = &s - lv.solve(eye(c).as_ref());
+        let (ev, u) = eigh(&w).unwrap();
+        assert!(ev[0].abs() < 1e-7 && ev[1] > 1e-6, "{ev:?}");
+        let dot1: f64 = (0..c).map(|p| u[(p, 0)]).sum::<f64>().abs() / (c as f64).sqrt();
+        assert!((dot1 - 1.0).abs() < 1e-6);
+    }
+}
+
+fn toy(n: usize, c: usize, seed: u64) -> (Array2<f64>, Vec<usize>) {
+    let mut r = rng(seed);
+    let y: Vec<usize> = (0..n).map(|i| i % c).collect();
+    let x = Array2::from_shape_fn((n, 2), |(i, d)| r.sample::<f64, _>(StandardNormal) + if d == 0 { y[i] as f64 } else { 0.0 });
+    (x, y)
+}
+
+/// log Z_h (eq. 21) from dense matrices with explicit inverses: an independent oracle.
+fn dense_bound(k: &Mat<f64>, m: &[f64], v: &Mat<f64>, b: &[f64], s: &[Mat<f64>], y1: &[f64], c: usize) -> f64 {
+    let nc = m.len();
+    let kinv = k.partial_piv_lu().inverse();
+    let kinv_v = &kinv * v;
+    let ld_k: f64 = Chol::factor(k.as_ref(), "K").unwrap().log_det();
+    let ld_v: f64 = Chol::factor(sym(v).as_ref(), "V").unwrap().log_det();
+    let mut tr = 0.0;
+    for i in 0..nc {
+        tr += kinv_v[(i, i)];
+    }
+    let mkm: f64 = (0..nc).map(|i| (0..nc).map(|j| m[i] * kinv[(i, j)] * m[j]).sum::<f64>()).sum();
+    let mut total = -0.5 * (tr + mkm - nc as f64 + ld_k - ld_v);
+    for i in 0..nc / c {
+        let vi = Mat::from_fn(c, c, |p, q| v[(i * c + p, i * c + q)]);
+        let si = &s[i];
+        let sinv = si.partial_piv_lu().inverse();
+        let sv = si * &vi;
+        let ld_sv = Chol::factor(si.as_ref(), "S").unwrap().log_det() + Chol::factor(sym(&vi).as_ref(), "Vi").unwrap().log_det();
+        let mut trsv = 0.0;
+        for p in 0..c {
+            trsv += sv[(p, p)];
+        }
+        let lg: Vec<f64> = (0..c)
+            .map(|k| {
+                let d: Vec<f64> = (0..c).map(|p| b[i * c + p] - if p == k { 1.0 } else { 0.0 }).collect();
+                m[i * c + k] + 0.5 * (0..c).map(|p| (0..c).map(|q| d[p] * sinv[(p, q)] * d[q]).sum::<f64>()).sum::<f64>()
+            })
+            .collect();
+        let my: f64 = (0..c).map(|p| m[i * c + p] * y1[i * c + p]).sum();
+        total += 0.5 * c as f64 + 0.5 * ld_sv - 0.5 * trsv + my - log_sum_exp(&lg);
+    }
+    total
+}
+
+#[test]
+fn an_unreachable_b_tol_stops_at_the_floor_with_the_same_optimum() {
+    // b - g-bar cannot reach 1e-30 in floating point: the fit must stop once the bound has
+    // been flat for FLAT_SWEEPS_AT_FLOOR sweeps, at the optimum the normal b_tol finds.
+    let (x, y) = toy(25, 3, 5);
+    let kern = SqExp { log_variance: 2.5, log_lengthscales: vec![0.3], learn_variance: true };
+    let pr = Prior::new(kern.gram(&x), eye(3), &y).unwrap();
+    let normal = fit_variational(&pr, &KlmnlParams::default(), None, None).unwrap();
+    let params = KlmnlParams { b_tol: 1e-30, max_sweeps: 400, ..KlmnlParams::default() };
+    let floor = fit_variational(&pr, &params, None, None).unwrap();
+    assert!(floor.stats.converged && floor.stats.stopped_at_floor, "{:?}", floor.stats);
+    assert!(floor.stats.sweeps <= normal.stats.sweeps + FLAT_SWEEPS_AT_FLOOR + 1, "{} vs {} sweeps", floor.stats.sweeps, normal.stats.sweeps);
+    assert!((floor.log_zh - normal.log_zh).abs() < 1e-9 * normal.log_zh.abs(), "{} vs {}", floor.log_zh, normal.log_zh);
+}
+
+#[test]
+fn strongly_correlated_data_converge_in_few_sweeps() {
+    // A long length-scale couples the 40 latent vectors strongly. Alternating exact S- and
+    // V-steps contract slowly here (the S-V coupling through log|S_i V_i| - tr(S_i V_i));
+    // the V-step that re-optimises S at the proposed V does not.
+    let (x, y) = toy(40, 3, 11);
+    let kern = SqExp { log_variance: 0.5, log_lengthscales: vec![1.5], learn_variance: true };
+    let pr = Prior::new(kern.gram(&x), eye(3), &y).unwrap();
+    let fit = fit_variational(&pr, &KlmnlParams::default(), None, None).unwrap();
+    assert!(fit.stats.converged && fit.stats.max_b_minus_gbar < 1e-8, "{:?}", fit.stats);
+    assert!(fit.stats.sweeps <= 25, "{} sweeps", fit.stats.sweeps);
+}
+
+#[test]
+fn full_fit_is_monotone_stationary_and_matches_the_dense_bound() {
+    let (x, y) = toy(8, 3, 5);
+    let kern = SqExp { log_variance: 0.3, log_lengthscales: vec![0.0], learn_variance: true };
+    let pr = Prior::new(kern.gram(&x), eye(3), &y).unwrap();
+    let fit = fit_variational(&pr, &KlmnlParams::default(), None, None).unwrap();
+    assert!(fit.stats.converged, "{:?}", fit.stats);
+    for w in fit.stats.bound_trace.windows(2) {
+        assert!(w[1] >= w[0] - 1e-10 * w[0].abs(), "bound fell: {:?}", fit.stats.bound_trace);
+    }
+    assert!(fit.stats.max_b_minus_gbar < 1e-8);
+    let alpha = fit.alpha(&pr);
+    for i in 0..8 {
+        assert!(alpha[i * 3..i * 3 + 3].iter().sum::<f64>().abs() < 1e-8);
+    }
+    // log Z_h >= n Theorem 10 (sigma^2 = e^0.3 per latent)
+    assert!(fit.log_zh >= 8.0 * theorem10_per_datum(3, 0.3f64.exp()));
+    // independent dense evaluation at the same (m, V, b, S)
+    let t = fit.t_dense();
+    let v = &pr.k - &pr.k * &t * &pr.k;
+    let d = dense_bound(&pr.k, &fit.m, &v, &fit.st.b, &fit.st.s, &pr.y1, 3);
+    assert!((d - fit.log_zh).abs() < 1e-7, "dense {d} vs {}", fit.log_zh);
+    // stationarity in m of the dense bound (V, b, S fixed): central differences vanish
+    let mut r = rng(3);
+    for _ in 0..3 {
+        let dir: Vec<f64> = (0..24).map(|_| r.sample::<f64, _>(StandardNormal)).collect();
+        let e = 1e-5;
+        let mp: Vec<f64> = fit.m.iter().zip(&dir).map(|(a, b)| a + e * b).collect();
+        let mm: Vec<f64> = fit.m.iter().zip(&dir).map(|(a, b)| a - e * b).collect();
+        let g = (dense_bound(&pr.k, &mp, &v, &fit.st.b, &fit.st.s, &pr.y1, 3) - dense_bound(&pr.k, &mm, &v, &fit.st.b, &fit.st.s, &pr.y1, 3)) / (2.0 * e);
+        assert!(g.abs() < 1e-5, "directional derivative in m {g}");
+    }
+    // and V is optimal: a small symmetric perturbation of V (kept PD) does not raise the bound
+    for _ in 0..3 {
+        let p = random_spd(24, &mut r, 1.0);
+        for sign in [-1.0, 1.0] {
+            let vp = &v + &p * faer::Scale(sign * 1e-4);
+            let dp = dense_bound(&pr.k, &fit.m, &vp, &fit.st.b, &fit.st.s, &pr.y1, 3);
+            assert!(dp <= d + 1e-9, "V perturbation raised the bound: {dp} > {d}");
+        }
+    }
+}
+
+/// K^c = Q diag(lam) Q^T with a random rotation Q.
+fn rotated_kc(lam: &[f64], seed: u64) -> Mat<f64> {
+    let (_, q) = jacobi_eigh(&random_spd(lam.len(), &mut rng(seed), 1.0)).unwrap();
+    Mat::from_fn(lam.len(), lam.len(), |i, j| (0..lam.len()).map(|k| q[(i, k)] * lam[k] * q[(j, k)]).sum())
+}
+
+#[test]
+fn a_non_diagonal_kc_fit_matches_the_dense_bound_in_the_class_basis() {
+    // The state's S_i and V_i live in K^c's eigenbasis; rotated back, they must give the
+    // fit's bound in the dense class-basis oracle.
+    let (x, y) = toy(8, 3, 5);
+    let kern = SqExp { log_variance: 0.3, log_lengthscales: vec![0.0], learn_variance: true };
+    let pr = Prior::new(kern.gram(&x), rotated_kc(&[0.4, 1.0, 1.6], 2), &y).unwrap();
+    assert!(pr.kc_u.is_some());
+    let fit = fit_variational(&pr, &KlmnlParams::default(), None, None).unwrap();
+    assert!(fit.stats.converged && !fit.stats.stopped_at_floor, "{:?}", fit.stats);
+    for w in fit.stats.bound_trace.windows(2) {
+        assert!(w[1] >= w[0] - 1e-10 * w[0].abs(), "bound fell: {:?}", fit.stats.bound_trace);
+    }
+    let v = &pr.k - &pr.k * &fit.t_dense() * &pr.k;
+    let s_class: Vec<Mat<f64>> = fit.st.s.iter().map(|s| pr.basis().to_class(s)).collect();
+    let d = dense_bound(&pr.k, &fit.m, &v, &fit.st.b, &s_class, &pr.y1, 3);
+    assert!((d - fit.log_zh).abs() < 1e-7, "dense {d} vs {}", fit.log_zh);
+    // tr(T K), which v_from_w takes from the blocks of L_B^{-1} it recovers from q
+    let w = current_w(&pr, &fit.st).unwrap();
+    let ve = v_from_w(&pr, &w).unwrap();
+    let tk = trace_prod(ve.t.dense().as_ref(), pr.k.as_ref());
+    assert!((ve.tr_tk - tk).abs() < 1e-10 * tk.abs().max(1.0), "{} vs {tk}", ve.tr_tk);
+    for i in 0..8 {
+        let vi = Mat::from_fn(3, 3, |p, q| v[(i * 3 + p, i * 3 + q)]);
+        assert!((pr.basis().to_class(&fit.st.v.blocks[i]) - vi).norm_max() < 1e-10);
+    }
+}
+
+#[test]
+fn the_softmax_hessian_factor_reproduces_diag_g_minus_g_g_t() {
+    for g in [vec![0.7, 0.3], vec![0.2, 0.5, 0.3], vec![1e-12, 0.25, 0.5, 0.25 - 1e-12], vec![0.0, 0.1, 0.0, 0.6, 0.3], vec![0.999999, 1e-6, 0.0]] {
+        let c = g.len();
+        let f = softmax_hessian_factor(&g);
+        assert_eq!((f.nrows(), f.ncols()), (c, c - 1));
+        let d = Mat::from_fn(c, c, |i, j| if i == j { g[i] } else { 0.0 } - g[i] * g[j]);
+        assert!((&f * f.transpose() - &d).norm_max() < 1e-15, "g = {g:?}");
+    }
+}
+
+#[test]
+fn the_newton_direction_solves_the_dense_system() {
+    // d = -(I + D P)^{-1} (b - g-bar), P = K + blockdiag(S_i^{-1}), D_i = diag(g) - g g^T,
+    // by a dense LU solve; the reduced Woodbury form must agree, for an identity and a
+    // rotated K^c, at the E.3 start and after one S sweep.
+    let (x, y) = toy(9, 3, 4);
+    let kern = SqExp { log_variance: 0.7, log_lengthscales: vec![0.2], learn_variance: true };
+    for kc in [eye(3), rotated_kc(&[0.3, 1.0, 1.7], 5)] {
+        let pr = Prior::new(kern.gram(&x), kc, &y).unwrap();
+        let mut st = init_state(&pr, &default_w(pr.n, 3, 1.0), 1.0).unwrap();
+        let m = m_of(&pr, &st.b);
+        for sweep in 0..2 {
+            if sweep == 1 {
+                s_steps(&pr, &mut st, &m, &mut FitStats::default()).unwrap();
+            }
+            let (_, terms) = bound(&pr, &st, &m).unwrap();
+            let d = newton_direction(&pr, &st.b, &terms).unwrap();
+            let nc = pr.n * 3;
+            let mut p = pr.k.clone();
+            let mut dm = Mat::<f64>::zeros(nc, nc);
+            for (i, t) in terms.iter().enumerate() {
+                for a in 0..3 {
+                    for bb in 0..3 {
+                        p[(i * 3 + a, i * 3 + bb)] += t.s_inv[(a, bb)];
+                        dm[(i * 3 + a, i * 3 + bb)] = if a == bb { t.gbar[a] } else { 0.0 } - t.gbar[a] * t.gbar[bb];
+                    }
+                }
+            }
+            let x_mat = Mat::<f64>::identity(nc, nc) + &dm * &p;
+            let r = Mat::from_fn(nc, 1, |k, _| -(st.b[k] - terms[k / 3].gbar[k % 3]));
+            let dense = x_mat.partial_piv_lu().solve(&r);
+            let scale = (0..nc).map(|k| dense[(k, 0)].abs()).fold(0.0, f64::max);
+            for k in 0..nc {
+                assert!((d[k] - dense[(k, 0)]).abs() < 1e-10 * scale.max(1.0), "entry {k}: {} vs {}", d[k], dense[(k, 0)]);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_nearly_singular_kc_converges_cleanly_and_its_bound_is_continuous_at_the_singular_limit() {
+    // With K^c's smallest eigenvalue at 1e-12 and sigma^2 = e^2.5, V_i and S_i are
+    // ill-conditioned by ~1e13. Held in the class basis, their rounding put ~1e-4 nats of
+    // noise on every per-datum h, so V proposals were rejected at random and the sweeps ran
+    // into the flat-bound floor (or failed to factor). As lam_min -> 0 the optimised bound
+    // has a limit: fits at 1e-10, 1e-13 and 0 (floored at KC_EIG_FLOOR) must agree to well
+    // below that noise.
+    let (x, y) = toy(30, 3, 7);
+    let kern = SqExp { log_variance: 2.5, log_lengthscales: vec![0.5], learn_variance: true };
+    let params = KlmnlParams::default();
+    let fit_at = |lam_min: f64| {
+        let pr = Prior::new(kern.gram(&x), rotated_kc(&[lam_min, 1.0, 2.0 - lam_min], 11), &y).unwrap();
+        fit_variational(&pr, &params, None, None).unwrap()
+    };
+    let (a, b, z) = (fit_at(1e-10), fit_at(1e-13), fit_at(0.0));
+    for f in [&a, &b, &z] {
+        assert!(f.stats.converged && !f.stats.stopped_at_floor, "{:?}", f.stats);
+        assert!(f.stats.max_b_minus_gbar < params.b_tol, "{:?}", f.stats);
+    }
+    assert!((a.log_zh - b.log_zh).abs() < 1e-7, "{} vs {}", a.log_zh, b.log_zh);
+    assert!((z.log_zh - b.log_zh).abs() < 1e-7, "{} vs {}", z.log_zh, b.log_zh);
+    let pr = Prior::new(kern.gram(&x), rotated_kc(&[0.0, 1.0, 2.0], 11), &y).unwrap();
+    let (lam, _) = jacobi_eigh(&pr.kc).unwrap();
+    assert!(pr.kc_lam[0] == KC_EIG_FLOOR * pr.kc_lam[2] && lam[0] > 0.5 * pr.kc_lam[0], "{:?} {lam:?}", pr.kc_lam);
+}
+
+#[test]
+fn v_mix_step_stops_where_the_dense_bound_is_stationary_along_the_mix() {
+    let (x, y) = toy(8, 3, 5);
+    let kern = SqExp { log_variance: 1.0, log_lengthscales: vec![0.0], learn_variance: true };
+    let pr = Prior::new(kern.gram(&x), eye(3), &y).unwrap();
+    let mut st = init_state(&pr, &default_w(8, 3, 1.0), 0.5).unwrap();
+    let m = m_of(&pr, &st.b);
+    let mut stats = FitStats::default();
+    s_steps(&pr, &mut st, &m, &mut stats).unwrap();
+    let (cur, _) = bound(&pr, &st, &m).unwrap();
+    let w = current_w(&pr, &st).unwrap();
+    let dense_v = |t: &Mat<f64>| &pr.k - &pr.k * t * &pr.k;
+    let v_old = dense_v(&st.v.t.dense());
+    let v_new = dense_v(&v_from_w(&pr, &w).unwrap().t.dense());
+    let (b, s) = (st.b.clone(), st.s.clone());
+    let along = |eta: f64| dense_bound(&pr.k, &m, &(&v_old * faer::Scale(1.0 - eta) + &v_new * faer::Scale(eta)), &b, &s, &pr.y1, 3);
+    // The cheap slope at eta = 0 (blocks only) is the dense bound's.
+    let slope0 = mix_slope_at_zero(&pr, &st, &v_from_w(&pr, &w).unwrap()).unwrap();
+    let h = 1e-6;
+    let fd0 = (along(h) - along(0.0)) / h;
+    assert!((slope0 - fd0).abs() < 1e-4 * fd0.abs(), "slope at 0: {slope0} vs finite difference {fd0}");
+    let (val, eta) = v_mix_step(&pr, &mut st, &m, cur, w, &mut None, &mut stats).unwrap();
+    assert!(eta > 0.01 && eta < 0.99, "this start must give an interior step, got eta = {eta}");
+    assert!(val > cur, "the step must raise the bound: {cur} -> {val}");
+    // The new state is the mix at eta, and its log-determinant (from the pencil) and trace
+    // terms agree with a dense evaluation with explicit inverses.
+    assert!((along(eta) - val).abs() < 1e-8, "dense {} vs {val}", along(eta));
+    let vs = dense_v(&st.v.t.dense());
+    let vm = &v_old * faer::Scale(1.0 - eta) + &v_new * faer::Scale(eta);
+    assert!((&vs - &vm).norm_max() < 1e-10);
+    // False position stops where the derivative along the mix vanishes.
+    let h = 1e-4;
+    let slope = (along(eta + h) - along(eta - h)) / (2.0 * h);
+    let scale = (along(0.99) - along(0.01)).abs() / 0.98;
+    assert!(slope.abs() < 1e-6 * scale.max(1.0), "slope {slope} at eta {eta} (secant slope {scale})");
+    // A second mix from this mixed state, whose L_K^T T L_K is carried rather than
+    // recomputed: again the mix at its eta, with the dense bound's value.
+    s_steps(&pr, &mut st, &m, &mut stats).unwrap();
+    let (cur, _) = bound(&pr, &st, &m).unwrap();
+    let w = current_w(&pr, &st).unwrap();
+    let v_old = dense_v(&st.v.t.dense());
+    let v_new = dense_v(&v_from_w(&pr, &w).unwrap().t.dense());
+    let (b, s) = (st.b.clone(), st.s.clone());
+    let (val, eta) = v_mix_step(&pr, &mut st, &m, cur, w, &mut None, &mut stats).unwrap();
+    assert!(eta > 0.01 && val > cur, "the second mix must move: eta = {eta}, {cur} -> {val}");
+    let vm = &v_old * faer::Scale(1.0 - eta) + &v_new * faer::Scale(eta);
+    let dense = dense_bound(&pr.k, &m, &vm, &b, &s, &pr.y1, 3);
+    assert!((dense - val).abs() < 1e-8, "second mix: dense {dense} vs {val}");
+    assert!((&dense_v(&st.v.t.dense()) - &vm).norm_max() < 1e-10);
+}
+
+#[test]
+fn hyper_gradient_matches_finite_differences_of_the_optimised_bound() {
+    let (x, y) = toy(7, 3, 9);
+    let params = KlmnlParams { tol: 1e-14, b_tol: 1e-11, ..Default::default() };
+    for ard in [false, true] {
+        let kern = if ard {
+            SqExp { log_variance: 0.2, log_lengthscales: vec![0.1, -0.2], learn_variance: true }
+        } else {
+            SqExp { log_variance: 0.5, log_lengthscales: vec![0.3], learn_variance: true }
+        };
+        let at = |p: &[f64]| -> f64 {
+            let k = kern.with_log_params(p);
+            fit_variational(&Prior::new(k.gram(&x), eye(3), &y).unwrap(), &params, None, None).unwrap().log_zh
+        };
+        let kx = kern.gram(&x);
+        let dkx = kern.gram_grads(&x, &kx);
+        let pr = Prior::new(kx, eye(3), &y).unwrap();
+        let fit = fit_variational(&pr, &params, None, None).unwrap();
+        let g = hyper_gradient(&envelope(&pr, &fit, false), &dkx);
+        let p0 = kern.log_params();
+        for j in 0..p0.len() {
+            let e = 1e-4;
+            let mut pp = p0.clone();
+            pp[j] += e;
+            let mut pm = p0.clone();
+            pm[j] -= e;
+            let fd = (at(&pp) - at(&pm)) / (2.0 * e);
+            assert!((fd - g[j]).abs() < 1e-5 * (1.0 + fd.abs()), "ard={ard} param {j}: formula {} vs fd {fd}", g[j]);
+        }
+    }
+}
+
+#[test]
+fn learning_raises_the_bound_and_predictions_are_consistent() {
+    let (x, y) = toy(12, 3, 21);
+    let kern = SqExp { log_variance: 0.0, log_lengthscales: vec![0.0, 0.0], learn_variance: false };
+    let mut r = rng(1);
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let method = KlmnlParams::default().check().unwrap();
+    let mut ctx = FitContext::new(&mut r, None);
+    let fixed = method.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut ctx).unwrap();
+    let learned = method.fit_model(&problem, &kern, HyperPolicy::Learn, &mut ctx).unwrap();
+    assert!(learned.log_zh() >= fixed.log_zh() - 1e-9);
+    assert_eq!(learned.kernel().log_variance, 0.0, "unit variance kept fixed");
+    let (xt, _) = toy(5, 3, 77);
+    let cache = learned.predictive_logs(&xt).unwrap();
+    for j in 0..5 {
+        // (24) <= (25) class-wise, the same argmax, and the latent means sum to zero (K^c = I)
+        for c in 0..3 {
+            assert!(cache.log_p24[j][c] <= cache.log_p25[j][c] + 1e-12);
+        }
+        assert_eq!(crate::linalg::argmax(&cache.log_p24[j]), crate::linalg::argmax(&cache.log_p25[j]));
+    }
+    let (means, _) = learned.latent_predictive(&xt);
+    for m in means {
+        assert!(m.iter().sum::<f64>().abs() < 1e-8);
+    }
+}
+
+#[test]
+fn learning_reaches_the_best_bound_of_a_fine_grid() {
+    // Inner fits run loose while the outer steps are large (inner_params); the optimum must
+    // still be the true one: no point of a grid around it may beat it.
+    let (x, y) = toy(14, 3, 8);
+    let kern = SqExp { log_variance: 0.5, log_lengthscales: vec![0.0], learn_variance: false };
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let tight = KlmnlParams { hyper_tol: 0.0, ..KlmnlParams::default() }.check().unwrap();
+    let mut r = rng(2);
+    let learned = tight.fit_model(&problem, &kern, HyperPolicy::Learn, &mut FitContext::new(&mut r, None)).unwrap();
+    let l0 = learned.kernel().log_lengthscales[0];
+    let at = |l: f64| {
+        let k = SqExp { log_lengthscales: vec![l], ..kern.clone() };
+        fit_variational(&Prior::new(k.gram(&x), eye(3), &y).unwrap(), &KlmnlParams::default(), None, None).unwrap().log_zh
+    };
+    let best_grid = (-20..=20).map(|k| at(l0 + 0.01 * k as f64)).fold(f64::NEG_INFINITY, f64::max);
+    assert!(learned.log_zh() >= best_grid - 1e-8, "learned {} vs grid {best_grid}", learned.log_zh());
+    // The default stop (an iteration gains < 1e-4 nats) ends near it, and sooner.
+    let default = KlmnlParams::default().check().unwrap();
+    let stopped = default.fit_model(&problem, &kern, HyperPolicy::Learn, &mut FitContext::new(&mut r, None)).unwrap();
+    assert!(stopped.log_zh() >= best_grid - 1e-3, "stopped at {} vs grid {best_grid}", stopped.log_zh());
+    let evals = |m: &KlmnlModel| m.extra["hyper_evaluations"];
+    assert!(evals(&stopped) < evals(&learned), "{} vs {} evaluations", evals(&stopped), evals(&learned));
+    // and the schedule itself: tight without history or once the steps are small
+    let p = KlmnlParams::default();
+    assert_eq!(inner_params(&p, &[]).tol, p.tol);
+    assert_eq!(inner_params(&p, &[-100.0, -100.0 + 1e-9]).tol, p.tol);
+    let loose = inner_params(&p, &[-150.0, -140.0]);
+    assert_eq!(loose.tol, 1e-6);
+    assert!((loose.b_tol - p.b_tol * 100.0).abs() < 1e-18);
+}
+
+#[test]
+fn a_fit_warm_started_from_a_source_handoff_reaches_the_same_optimum_sooner() {
+    let (x, y) = toy(15, 3, 12);
+    let kern = SqExp { log_variance: 1.0, log_lengthscales: vec![0.3, -0.2], learn_variance: false };
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let method = KlmnlParams::default().check().unwrap();
+    let mut r = rng(4);
+    let cold = method.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut FitContext::new(&mut r, None)).unwrap();
+    let handoff = Fitted::handoff(&cold);
+    let mut ctx = FitContext::new(&mut r, None);
+    ctx.source = Some(&handoff);
+    let warm = method.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut ctx).unwrap();
+    assert!((warm.log_zh() - cold.log_zh()).abs() < 1e-8 * cold.log_zh().abs(), "{} vs {}", warm.log_zh(), cold.log_zh());
+    assert!(warm.fit.stats.sweeps < cold.fit.stats.sweeps / 2, "{} vs {} sweeps", warm.fit.stats.sweeps, cold.fit.stats.sweeps);
+    // A handoff of another shape (here: other data) is ignored, not an error.
+    let (x2, y2) = toy(9, 3, 13);
+    let mut ctx = FitContext::new(&mut r, None);
+    ctx.source = Some(&handoff);
+    let other = method.fit_model(&Problem { x: &x2, y: &y2, n_classes: 3 }, &kern, HyperPolicy::Fixed, &mut ctx).unwrap();
+    assert!(other.fit.stats.converged);
+}
+
+#[test]
+fn settings_are_checked_by_name() {
+    let e = KlmnlParams { predictive: "eq26".into(), ..Default::default() }.check().unwrap_err();
+    assert!(e.contains("settings.predictive"));
+    let e = KlmnlParams { hyper_tol: -1e-4, ..Default::default() }.check().unwrap_err();
+    assert!(e.contains("settings.hyper_tol"), "{e}");
+    assert!(KlmnlParams::from_settings(&serde_json::json!({"max_sweep": 3})).is_err());
+}
