@@ -1,6 +1,6 @@
 //! The multinomial-logit (softmax) likelihood p(y = c | f) = exp(f_c) / sum_k exp(f_k).
 use super::Likelihood;
-use crate::linalg::{log_sum_exp, softmax_in_place};
+use crate::linalg::{exp_shifted_rows, log_sum_exp, softmax_in_place};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Softmax;
@@ -31,6 +31,18 @@ impl Softmax {
         (0..p.len())
             .map(|i| (0..p.len()).map(|j| if i == j { p[i] - p[i] * p[j] } else { -p[i] * p[j] }).collect())
             .collect()
+    }
+}
+
+/// Softmax of every row of a row-major matrix with `c` columns, in place, with one vectorised
+/// exp for all rows.
+pub fn softmax_rows(x: &mut [f64], c: usize) {
+    exp_shifted_rows(x, c);
+    for row in x.chunks_exact_mut(c) {
+        let sum: f64 = row.iter().sum();
+        for v in row.iter_mut() {
+            *v /= sum;
+        }
     }
 }
 

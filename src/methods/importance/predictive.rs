@@ -1,0 +1,150 @@
+//! The fitted model: the importance-sampled predictive (F.1) and the harness contract.
+use super::*;
+
+pub struct ImportanceModel {
+    pub(super) km: KlmnlModel,
+    pub(super) sampler: Sampler,
+    pub(super) log_w: Vec<f64>,
+    /// (index, scale s, generator state before its z) of the samples with a finite log-weight
+    /// among the first `n_test`, in index order.
+    pub(super) replay: Vec<(usize, f64, Pcg64)>,
+    pub(super) n_test: usize,
+    pub(super) log_ub: f64,
+    pub(super) diagnostics: Diagnostics,
+    pub(super) extra: BTreeMap<String, f64>,
+}
+
+impl ImportanceModel {
+    pub fn extra_metrics(&self) -> BTreeMap<String, f64> {
+        self.extra.clone()
+    }
+
+    /// IS predictive class probabilities (F.1) over the model's classes, per test point.
+    pub fn is_predictive(&self, x: &Array2<f64>, rng: &mut Pcg64) -> Result<Vec<Vec<f64>>, FitError> {
+        let s = &self.sampler;
+        let (n, c) = (s.n, s.c);
+        let mt = x.nrows();
+        // A_x = L_x^{-1} k_*x (n x m); conditional variance factor kappa_j = k_** - |A_x[:, j]|^2.
+        let ks = self.km.kx_cross(x);
+        let ax = s.lx.solve_l(ks.as_ref());
+        let kss = self.km.kernel().diag(x);
+        let kappa: Vec<f64> = (0..mt).map(|j| (kss[j] - (0..n).map(|i| ax[(i, j)].powi(2)).sum::<f64>()).max(0.0)).collect();
+        let axt = ax.transpose().to_owned();
+        // K_*^T alpha: mean of the test latents at the proposal centre.
+        let (means, _) = self.km.latent_predictive(x);
+        let pseed: u64 = rng.random();
+        // Samples with weight below e^-negligible of the largest add nothing visible: skip them.
+        let max_lw = self.log_w[..self.n_test].iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let visible: Vec<&(usize, f64, Pcg64)> = self.replay.iter().filter(|(k, _, _)| self.log_w[*k] >= max_lw - s.negligible).collect();
+        let mut acc = WeightAcc::new(mt * c);
+        let mut fstar = vec![0.0; mt * c];
+        let mut eps = vec![0.0; c];
+        let mut next = 0;
+        for chunk in visible.chunks(s.batch) {
+            // Their draws again (bit for bit), and K_*^T K^{-1} (f - m) / s = (A_x^T (x) L_c) u
+            // for all of them at once: A_x^T U, then L_c per sample.
+            let z = s.redraw(&chunk.iter().map(|(_, _, st)| st).collect::<Vec<_>>());
+            let au = s.right_lc(&(&axt * &*s.whiten(&z)), chunk.len());
+            for (k, &&(sample, scale, _)) in chunk.iter().enumerate() {
+                // Every weight before this sample enters the normaliser, in sample order.
+                while next < sample {
+                    acc.add(self.log_w[next]);
+                    next += 1;
+                }
+                let r = acc.add(self.log_w[sample]);
+                next += 1;
+                let rng = &mut sample_rng(pseed, sample);
+                for j in 0..mt {
+                    for q in 0..c {
+                        eps[q] = rng.sample::<f64, _>(StandardNormal);
+                    }
+                    let sk = kappa[j].sqrt();
+                    let fj = &mut fstar[j * c..(j + 1) * c];
+                    for q in 0..c {
+                        let noise: f64 = (0..=q).map(|k| s.lc[(q, k)] * eps[k]).sum();
+                        fj[q] = means[j][q] + scale * au[(j, k * c + q)] + sk * noise;
+                    }
+                    // The probit's u-draws follow this point's eps in the stream.
+                    if s.lik.lik == Lik::Probit {
+                        let pr = s.lik.probs(fj, rng);
+                        fj.copy_from_slice(&pr);
+                    }
+                }
+                if s.lik.lik == Lik::Logit {
+                    softmax_rows(&mut fstar, c);
+                }
+                for (a, p) in acc.pred.iter_mut().zip(&fstar) {
+                    *a += r * p;
+                }
+            }
+        }
+        while next < self.n_test {
+            acc.add(self.log_w[next]);
+            next += 1;
+        }
+        Ok((0..mt).map(|j| (0..c).map(|q| acc.pred[j * c + q] / acc.sum).collect()).collect())
+    }
+
+}
+
+impl Fitted for ImportanceModel {
+    /// IS probabilities renormalised over the present classes; the log-values of IS (over the
+    /// model's classes), (24) and (25) go along as `log_pred_is`, `log_pred24`, `log_pred25`.
+    fn predict(&self, x: &Array2<f64>, rng: &mut Pcg64) -> Result<Prediction, FitError> {
+        let probs = self.is_predictive(x, rng)?;
+        let kl = self.km.predictive_logs(x)?;
+        let cp = self.km.n_present();
+        let mut out = Array2::zeros((x.nrows(), cp));
+        for (j, pj) in probs.iter().enumerate() {
+            let tot: f64 = pj[..cp].iter().sum();
+            for q in 0..cp {
+                out[(j, q)] = pj[q] / tot;
+            }
+        }
+        let log_p_is = Array2::from_shape_fn((x.nrows(), cp), |(j, q)| probs[j][q].max(f64::MIN_POSITIVE).ln());
+        Ok(Prediction::new(out)
+            .with_values("log_pred_is", log_p_is)
+            .with_values("log_pred24", leading_columns(&kl.log_p24, cp))
+            .with_values("log_pred25", leading_columns(&kl.log_p25, cp)))
+    }
+
+    fn evidence(&self) -> Option<Evidence> {
+        Some(Evidence::new(self.log_ub, EvidenceKind::Estimate))
+    }
+
+    fn kernels(&self) -> KernelSet {
+        self.km.kernels()
+    }
+
+    fn diagnostics(&self) -> Diagnostics {
+        self.diagnostics.clone()
+    }
+
+    /// IS, (24) and (25) log p(y*) sums, the bracket (24) <= IS <= (25) per point and for the
+    /// sums (Chai §9.1 claim (c)), and Theorem 12's lower bound.
+    fn test_metrics(&self, prediction: &Prediction, y: &[usize]) -> BTreeMap<String, f64> {
+        let mut out = prediction.class_value_sums(y);
+        let v = &prediction.log_class_values;
+        let (is, e24, e25) = (&v["log_pred_is"], &v["log_pred24"], &v["log_pred25"]);
+        let inside = y.iter().enumerate().filter(|&(j, &t)| e24[(j, t)] <= is[(j, t)] && is[(j, t)] <= e25[(j, t)]).count();
+        let (s_is, s24, s25) = (out["log_pred_is_sum"], out["log_pred24_sum"], out["log_pred25_sum"]);
+        out.insert("is_minus_eq24".into(), s_is - s24);
+        out.insert("eq25_minus_is".into(), s25 - s_is);
+        out.insert("bracket_sum_ok".into(), if s24 <= s_is && s_is <= s25 { 1.0 } else { 0.0 });
+        out.insert("bracket_point_frac".into(), inside as f64 / y.len().max(1) as f64);
+        // Theorem 12: log p(y*|y) >= sum_j max h(e^{c_j}; q_*j) + log Z_h - log p(y), with log p(y)
+        // from this sampler's estimate (a proper lower bound on the joint test likelihood).
+        if let (Some(zh), Some(lz)) = (self.extra.get("klmnl_log_zh"), self.extra.get("log_z_hat")) {
+            out.insert("thm12_lower".into(), s24 + zh - lz);
+        }
+        out
+    }
+
+    fn extra_metrics(&self) -> BTreeMap<String, f64> {
+        self.extra.clone()
+    }
+
+    fn handoff(&self) -> Handoff {
+        self.km.handoff()
+    }
+}
