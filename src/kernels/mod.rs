@@ -13,6 +13,7 @@ mod linear;
 mod params;
 mod set;
 mod sqexp;
+pub mod sqexp_phi;
 mod sum;
 mod white;
 

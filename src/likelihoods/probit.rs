@@ -13,6 +13,7 @@
 use super::Likelihood;
 use crate::special::{d_log_normal_cdf, log_normal_cdf, LN_SQRT_2PI};
 use faer::MatRef;
+use serde::{Deserialize, Serialize};
 
 /// Integrand values below exp(max h - LOG_DROP) are left out (relative error ~1e-17).
 const LOG_DROP: f64 = 42.0;
@@ -275,6 +276,16 @@ impl Likelihood for Probit {
         }
         super::monte_carlo_predictive(self, mean, cov_chol, z)
     }
+}
+
+/// Which probit model a two-class problem runs: the binary one with one latent function
+/// (t = +1 for class index 1), or the multinomial one with two.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BinaryModel {
+    #[default]
+    Probit,
+    Multinomial,
 }
 
 #[cfg(test)]

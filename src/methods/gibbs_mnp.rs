@@ -29,6 +29,7 @@
 //! O(N^3) step is the eigendecomposition. Prediction: K 1-D integrals per test point and
 //! predictive draw (`predict_thin` thins the draws used).
 #![allow(non_snake_case)]
+use crate::likelihoods::probit::BinaryModel;
 use super::{parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape};
 use crate::kernels::{KernelSet, SqExp};
 use crate::linalg::log_sum_exp;
@@ -76,14 +77,6 @@ pub struct GibbsMnpParams {
     /// `multinomial` (two GPs, the K = 2 multinomial probit).
     #[serde(default)]
     pub binary_model: BinaryModel,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BinaryModel {
-    #[default]
-    Probit,
-    Multinomial,
 }
 
 fn default_burn_in() -> usize {

@@ -12,7 +12,7 @@
 //! stored pseudo-targets, m̃_k(x) = k_xI (K_II + I)^{-1} ỹ_I,k and
 //! s(x) = k(x,x) - k_xI (K_II + I)^{-1} k_Ix, fed to the §4.5 predictive formula.
 #![allow(non_snake_case)]
-use super::vbmnp::{gram_cross_phi, gram_phi, phi_from_kernel};
+use crate::kernels::sqexp_phi::{gram_cross_phi, gram_phi, phi_from_kernel};
 use super::{parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape};
 use crate::kernels::{KernelSet, SqExp};
 use crate::likelihoods::probit::{log_predictive_class_prob, predictive_class_probs, truncated_moments};

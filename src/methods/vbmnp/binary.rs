@@ -161,7 +161,7 @@ impl Fitted for VbmnpBinaryModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::methods::gibbs_mnp::BinaryModel;
+    use crate::likelihoods::probit::BinaryModel;
     use crate::methods::Method;
     use rand::SeedableRng;
     use std::f64::consts::PI;
