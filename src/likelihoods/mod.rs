@@ -1,6 +1,7 @@
 //! Multi-class likelihoods p(y | f) for a latent C-vector f per datum.
 pub mod probit;
 pub mod softmax;
+pub mod truncated;
 
 pub use probit::Probit;
 pub use softmax::Softmax;
