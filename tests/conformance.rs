@@ -159,13 +159,15 @@ fn an_iteration_budget_is_a_normal_stop_with_a_usable_model() {
         let Some(i) = d.iterations.filter(|_| d.stop_reason.is_some_and(|s| s.to_string().starts_with("budget"))) else { continue };
         assert!(i <= 2, "{method}: {i} iterations past a budget of 2");
         learners += 1;
-        // The model is the best point reached: its evidence is no worse than at the start.
+        // A method that maximises its evidence ends at the best point reached: no worse than the
+        // start. (VB-MNP's update of the precisions is an importance-sampled posterior mean, not
+        // an ascent of its bound, so its bound may fall.)
         let fixed = fit(method, &problem, &kernels, HyperPolicy::Fixed, None, &x_test).unwrap();
         if let (Some(a), Some(b)) = (run.model.evidence(), fixed.model.evidence()) {
-            if a.kind != mcgp::results::EvidenceKind::Estimate {
+            if ["laplace", "klmnl"].contains(&method) {
                 assert!(a.value >= b.value - 1e-6, "{method}: budget-stopped evidence {} below the start's {}", a.value, b.value);
             }
         }
     }
-    assert!(learners >= 2, "laplace and klmnl learn hyper-parameters and must stop at the budget");
+    assert!(learners >= 5, "laplace, klmnl, mc_mnl, mc_mnp and vbmnp learn hyper-parameters and must stop at the budget ({learners} did)");
 }

@@ -235,19 +235,6 @@ impl Diagnostics {
         self
     }
 
-    /// Diagnostics a method assembled as text: entries that read as numbers become numbers,
-    /// the rest notes.
-    pub fn from_texts(texts: &BTreeMap<String, String>) -> Self {
-        let mut d = Diagnostics::default();
-        for (k, v) in texts {
-            match v.trim().parse::<f64>() {
-                Ok(x) => d.number(k, x),
-                Err(_) => d.note(k, v.clone()),
-            };
-        }
-        d
-    }
-
     /// The numbers as metrics: `diag_iterations`, `diag_jitter`, `diag_<name>`.
     pub fn metrics(&self) -> BTreeMap<String, f64> {
         let mut out: BTreeMap<String, f64> = self.numbers.iter().map(|(k, v)| (format!("diag_{k}"), *v)).collect();

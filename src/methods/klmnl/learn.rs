@@ -37,9 +37,8 @@ impl Klmnl {
         if let Some(v) = self.params.prior_variance {
             kernel.log_variance = v.ln();
         }
-        let mut diagnostics = BTreeMap::new();
+        let mut diagnostics = Diagnostics::default();
         let mut hyper_evals = 0usize;
-        let mut stopped_by = None;
         let mut final_warm: Option<WarmStart> = None;
         let learn_kernel = hyper == HyperPolicy::Learn;
         let learn_kc = self.params.learn_kc && !rho.is_empty() && !self.params.kc_from_source;
@@ -101,9 +100,10 @@ impl Klmnl {
             for (k, v) in trace_vals.lock().expect("trace lock").iter().enumerate() {
                 ctx.record(k, &[("log_zh", *v)]);
             }
-            diagnostics.insert("hyper_stop".into(), res.stop_reason.clone());
-            diagnostics.insert("hyper_iterations".into(), res.iterations.to_string());
-            stopped_by = res.stopped_by;
+            diagnostics.note("hyper_stop", res.stop_reason.clone()).number("hyper_iterations", res.iterations as f64);
+            diagnostics.iterations = Some(hyper_evals as u64);
+            let at_limit = res.iterations >= self.params.max_hyper_iters;
+            diagnostics.stop_reason = Some(res.stopped_by.unwrap_or(if at_limit { StopReason::MaxIterations } else { StopReason::Converged }));
         }
         let kx = kernel.gram(problem.x);
         let pr = Prior::new(kx, kc, problem.y)?;
@@ -122,14 +122,16 @@ impl Klmnl {
                 ctx.record(k, &[("log_zh", *v)]);
             }
         }
-        diagnostics.insert("sweeps".into(), fit.stats.sweeps.to_string());
-        diagnostics.insert("converged".into(), fit.stats.converged.to_string());
+        diagnostics.number("sweeps", fit.stats.sweeps as f64).number("converged", f64::from(u8::from(fit.stats.converged)));
         if fit.stats.stopped_at_floor {
-            diagnostics.insert("stopped_at_floor".into(), "true (b - g-bar stalled above b_tol with the bound flat)".into());
+            diagnostics.note("stopped_at_floor", "b - g-bar stalled above b_tol with the bound flat");
         }
-        diagnostics.insert("max_b_minus_gbar".into(), format!("{:.3e}", fit.stats.max_b_minus_gbar));
-        diagnostics.insert("line_searches_s_b_v".into(), format!("{}/{}/{}", fit.stats.s_line_searches, fit.stats.b_line_searches, fit.stats.v_line_searches));
-        diagnostics.insert("hyper_evaluations".into(), hyper_evals.to_string());
+        diagnostics
+            .number("max_b_minus_gbar", fit.stats.max_b_minus_gbar)
+            .number("line_searches_s", fit.stats.s_line_searches as f64)
+            .number("line_searches_b", fit.stats.b_line_searches as f64)
+            .number("line_searches_v", fit.stats.v_line_searches as f64)
+            .number("hyper_evaluations", hyper_evals as f64);
         let s2 = kernel.log_variance.exp();
         let n = problem.y.len() as f64;
         let mut extra = BTreeMap::new();
@@ -158,8 +160,6 @@ impl Klmnl {
             pr,
             fit,
             diagnostics,
-            stopped_by,
-            hyper_evals,
             extra,
         })
     }

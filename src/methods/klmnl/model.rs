@@ -18,9 +18,7 @@ pub struct KlmnlModel {
     /// T = K^{-1} - K^{-1} V K^{-1} (dense) and alpha = K^{-1} m = y - b.
     pub(super) t: Mat<f64>,
     pub(super) alpha: Vec<f64>,
-    pub(super) diagnostics: BTreeMap<String, String>,
-    pub(super) stopped_by: Option<StopReason>,
-    pub(super) hyper_evals: usize,
+    pub(super) diagnostics: Diagnostics,
     pub(super) extra: BTreeMap<String, f64>,
 }
 
@@ -157,12 +155,7 @@ impl Fitted for KlmnlModel {
     }
 
     fn diagnostics(&self) -> Diagnostics {
-        let mut d = Diagnostics::from_texts(&self.diagnostics);
-        if self.hyper_evals > 0 {
-            d.iterations = Some(self.hyper_evals as u64);
-            d.stop_reason = self.stopped_by.or(Some(StopReason::Converged));
-        }
-        d
+        self.diagnostics.clone()
     }
 
     fn extra_metrics(&self) -> BTreeMap<String, f64> {

@@ -102,7 +102,8 @@ impl Method for Vbmnp {
         let mut Y = Mat::from_fn(n, K, |_, _| ctx.rng.sample::<f64, _>(StandardNormal));
         let mut elbo = f64::NEG_INFINITY;
         let mut prev_bound: Option<f64> = None;
-        let (mut iters, mut converged) = (0, false);
+        let mut iters = 0;
+        let mut stop = StopReason::MaxIterations;
         let (mut ess_last, mut ess_min, mut is_failed) = (f64::NAN, f64::INFINITY, 0usize);
         let mut kernel_changed = false;
         if p.accelerate && learn {
@@ -152,9 +153,14 @@ impl Method for Vbmnp {
             ctx.record(it, &rec_ref);
             if let Some(prev) = prev_bound {
                 if p.tol > 0.0 && (bound - prev).abs() < p.tol * prev.abs() {
-                    converged = true;
+                    stop = StopReason::Converged;
                     break;
                 }
+            }
+            // A budget ends the iterations as a normal stop; the step below makes the model.
+            if let Some(reason) = ctx.budget_stop(it as u64) {
+                stop = reason;
+                break;
             }
             prev_bound = Some(bound);
         }
@@ -187,7 +193,7 @@ impl Method for Vbmnp {
             },
             bound_paper: paper_bound(elbo, n, K),
             iters,
-            converged,
+            stop,
             learned: learn,
             ess_last,
             ess_min,

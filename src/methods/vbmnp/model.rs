@@ -17,7 +17,8 @@ pub struct VbmnpModel {
     pub(super) bound: f64,
     pub(super) bound_paper: f64,
     pub(super) iters: usize,
-    pub(super) converged: bool,
+    /// Why the iterations ended: converged, the iteration limit, or a budget.
+    pub(super) stop: StopReason,
     pub(super) learned: bool,
     pub(super) ess_last: f64,
     pub(super) ess_min: f64,
@@ -72,7 +73,7 @@ impl Fitted for VbmnpModel {
 
     fn diagnostics(&self) -> Diagnostics {
         let mut d = Diagnostics { iterations: Some(self.iters as u64), ..Default::default() };
-        d.stop_reason = Some(if self.converged { StopReason::Converged } else { StopReason::MaxIterations });
+        d.stop_reason = Some(self.stop);
         d.note("phi", format!("{:?}", self.phi)).note("hyper_learned", self.learned.to_string());
         if self.learned {
             d.number("is_failed_samples", self.is_failed as f64);
