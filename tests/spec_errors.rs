@@ -308,3 +308,15 @@ fn a_spec_that_is_not_utf8_is_located_at_its_first_bad_byte() {
     let e = mcgp::spec::load(&path, &registry()).unwrap_err().to_string();
     assert!(e.contains("latin1.yaml:6:16: not UTF-8"), "{e}");
 }
+
+#[test]
+fn a_setting_a_method_would_ignore_is_refused() {
+    // VB-MNP learns the RBF precisions and holds the signal variance: learn_variance: true
+    // (the kernel's default) with hyper: learn would be silently ignored.
+    let text = format!("{GOOD}  - name: vb\n    method: vbmnp\n    hyper: learn\n");
+    let e = data_error_of(&text);
+    assert!(e.contains("method entry \"vb\" (vbmnp)") && e.contains("set kernel.learn_variance: false"), "{e}");
+    let ok = format!("{GOOD}  - name: vb\n    method: vbmnp\n    hyper: learn\n    kernel: {{ learn_variance: false }}\n");
+    let spec = parse(&ok, "ok.yaml", &registry()).unwrap();
+    mcgp::runner::check_with_data(&spec, &registry(), std::path::Path::new(env!("CARGO_MANIFEST_DIR"))).expect("accepted");
+}

@@ -147,11 +147,14 @@ pub struct Prediction {
     /// Named [m, C] per-row, per-class log-values (bounds, other estimators) that
     /// `Fitted::test_metrics` reads at the true class.
     pub log_class_values: BTreeMap<String, Array2<f64>>,
+    /// Largest diagonal jitter added to a matrix while predicting (0 when none); the runner
+    /// stores it as `diag_predict_jitter`.
+    pub jitter: f64,
 }
 
 impl Prediction {
     pub fn new(probs: Array2<f64>) -> Self {
-        Prediction { probs, log_score: None, log_class_values: BTreeMap::new() }
+        Prediction { probs, log_score: None, log_class_values: BTreeMap::new(), jitter: 0.0 }
     }
 
     pub fn with_values(mut self, name: &str, values: Array2<f64>) -> Self {

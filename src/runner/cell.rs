@@ -160,6 +160,9 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
 
     let diagnostics = fitted.diagnostics();
     let mut metrics = score(&prediction, &test.y);
+    if prediction.jitter > 0.0 {
+        metrics.insert("diag_predict_jitter".into(), prediction.jitter);
+    }
     metrics.insert("n_train".into(), train.y.len() as f64);
     metrics.insert("time_train".into(), time_train);
     metrics.insert("time_predict".into(), time_predict);

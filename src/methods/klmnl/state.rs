@@ -40,6 +40,8 @@ pub struct FitStats {
     /// was warm-started from).
     pub w_path_eta: Option<f64>,
     pub bound_trace: Vec<f64>,
+    /// Largest diagonal jitter added to factor K for the V mix (0 when none was needed).
+    pub max_jitter: f64,
 }
 
 pub(super) fn m_of(pr: &Prior, b: &[f64]) -> Vec<f64> {

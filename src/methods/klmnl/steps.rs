@@ -187,6 +187,7 @@ pub(super) fn v_mix_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, w: Vec
     // keeps the state (the bound stays monotone) and leaves the next sweep's steps to move V.
     if lk.is_none() {
         let Ok(l) = Chol::factor_with_jitter(pr.k.as_ref(), "K") else { return Ok((cur, 0.0)) };
+        stats.max_jitter = stats.max_jitter.max(l.jitter());
         *lk = Some(l);
     }
     let lkc = lk.as_ref().expect("just set");

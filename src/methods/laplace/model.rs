@@ -76,14 +76,16 @@ impl Fitted for LaplaceModel {
         }
         let (means, covs) = self.latent_predictive(x);
         let mut out = Array2::zeros((x.nrows(), C));
+        let mut jitter = 0.0f64;
         for (j, (mu, S)) in means.iter().zip(&covs).enumerate() {
             let L = Chol::factor_with_jitter(S.as_ref(), "predictive latent covariance")?;
+            jitter = jitter.max(L.jitter());
             let p = Softmax.predictive_probs(mu, L.l(), &z);
             for c in 0..C {
                 out[(j, c)] = p[c];
             }
         }
-        Ok(Prediction::new(out))
+        Ok(Prediction { jitter, ..Prediction::new(out) })
     }
 
     fn evidence(&self) -> Option<Evidence> {

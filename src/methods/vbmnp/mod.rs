@@ -72,11 +72,17 @@ impl Method for Vbmnp {
         if p.accelerate && hyper == HyperPolicy::Learn {
             return Err("vbmnp: settings.accelerate needs a fixed kernel (hyper: fixed or from)".into());
         }
+        let learns_variance = kernels.shared_kernel().and_then(|k| k.as_sqexp()).is_some_and(|k| k.learn_variance);
+        if hyper == HyperPolicy::Learn && learns_variance {
+            // Refused rather than ignored: G&R's sampler updates the precisions phi only.
+            return Err("vbmnp learns the RBF precisions only and holds the signal variance fixed: set kernel.learn_variance: false".into());
+        }
         // The VB-MNP hyper-parameter step samples the RBF precisions phi = 1/l^2 (G&R 2006 §4.4).
         super::shared_sqexp(kernels, "vbmnp").map(|_| ())
     }
 
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
         let kernel = super::shared_sqexp(kernels, "vbmnp").map_err(FitError::Unsupported)?;
         let p = &self.params;
         if p.binary_model == BinaryModel::Probit {
