@@ -92,7 +92,7 @@ fn synthetic_cells() -> Vec<CellRecord> {
 }
 
 fn paper(dataset: &str, method: &str, metric: &str, mean: f64, sd: Option<f64>, n: Option<usize>) -> PaperValue {
-    PaperValue { dataset: dataset.into(), method: method.into(), metric: metric.into(), setting: None, mean, sd, n }
+    PaperValue { dataset: dataset.into(), method: method.into(), metric: metric.into(), setting: None, mean, sd, n, also: Vec::new(), scored: true }
 }
 
 fn tables() -> Vec<TableSpec> {
@@ -110,8 +110,11 @@ fn tables() -> Vec<TableSpec> {
                 paper("alpha", "svm", "error_pct", 9.25, Some(1.0), Some(20)),
                 // run 10 ± √2.5 (n 5): tol 3·√(4/20 + 2.5/5) = 2.51, |10 − 11| = 1 → match
                 paper("alpha", "ep", "error_pct", 11.0, Some(2.0), Some(20)),
-                // run 22: |22 − 30| = 8 > 2.51 → no match
-                paper("beta", "laplace", "error_pct", 30.0, Some(2.0), Some(20)),
+                // run 22: |22 − 30| = 8 > 2.51 → no match; ep is a variant shown against the
+                // same number (beta/ep), not scored
+                PaperValue { also: vec!["ep".into()], ..paper("beta", "laplace", "error_pct", 30.0, Some(2.0), Some(20)) },
+                // a repeat of a published number: shown, not scored
+                PaperValue { scored: false, ..paper("alpha", "laplace", "error_pct", 12.0, Some(1.0), Some(20)) },
                 // run −55, no paper sd: ±10% of 52 = 5.2, |−55 + 52| = 3 → match
                 paper("alpha", "laplace", "log_pred_sum", -52.0, None, None),
                 // run (failed split) 32 − 0.5 = 31.5, sd √(5/3), n 4; paper n taken as 4:
@@ -270,7 +273,9 @@ fn report_shows_tables_figures_failures_and_score() {
         assert!(html.contains(&format!("id=\"table-{}\"", t.id)), "table {}", t.id);
         assert!(html.contains(&t.title), "table title {}", t.title);
     }
-    assert!(html.contains("Matched 3 / 4"), "tab-main per-table score (the paper-only svm value is not scored)");
+    assert!(html.contains("Matched 3 / 4"), "tab-main per-table score (the paper-only svm value, the variant and the repeat are not scored)");
+    let main = &html[html.find("id=\"table-tab-main\"").unwrap()..html.find("id=\"table-tab-evidence\"").unwrap()];
+    assert_eq!(main.matches("class=\"variant\"").count(), 2, "beta/ep (variant) and alpha/laplace (repeat)");
     assert!(html.contains("svm (paper only)") && html.contains("9.25 ± 1.00 (n = 20)"), "paper-only column");
     assert!(html.contains("Matched 2 / 4"), "tab-evidence per-table score");
     // this run, mean ± sd: alpha/ep error 10 ± √2.5; gamma/laplace 31.5 ± √(5/3) over 4 splits.

@@ -38,11 +38,11 @@ pub struct Score {
     pub experiment: String,
     pub title: String,
     pub paper: Option<String>,
-    /// Comparisons within tolerance of this run's mean.
+    /// Published numbers within tolerance of this run's mean (each counted once, against the
+    /// entry the spec names as its reproduction).
     pub matched: usize,
-    /// Comparisons of a paper value with this run, over all tables: one per paper value, except
-    /// that a paper value without a setting on a gridded method entry is held against each of the
-    /// entry's settings. A paper value with no run result counts here, unmatched.
+    /// Published numbers scored: one per paper value (variants, derived values and repeats are
+    /// shown but not scored). A paper value with no run result counts here, unmatched.
     pub compared: usize,
     pub cells_failed: usize,
     /// Cells of the spec not stored yet (a partial report of an interrupted run).
@@ -146,6 +146,7 @@ pub fn render_index(reports_dir: &Path) -> Result<(), ReportError> {
     dirs.sort();
     let mut rows = Vec::new();
     let mut problems = Vec::new();
+    let mut scores = Vec::new();
     for dir in dirs {
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let path = dir.join("score.json");
@@ -153,7 +154,9 @@ pub fn render_index(reports_dir: &Path) -> Result<(), ReportError> {
             .map_err(|e| e.to_string())
             .and_then(|text| serde_json::from_str::<Score>(&text).map_err(|e| e.to_string()));
         match parsed {
-            Ok(s) => rows.push(IndexRow {
+            Ok(s) => {
+                scores.push((s.matched, s.compared));
+                rows.push(IndexRow {
                 href: format!("{name}/index.html"),
                 experiment: s.experiment,
                 title: s.title,
@@ -162,11 +165,14 @@ pub fn render_index(reports_dir: &Path) -> Result<(), ReportError> {
                 cells_failed: s.cells_failed,
                 cells_missing: s.cells_missing,
                 finished: s.finished,
-            }),
+                })
+            }
             Err(e) => problems.push(format!("{name}/score.json: {e}")),
         }
     }
-    let html = render_template("index.html", INDEX_TEMPLATE, &IndexView { style: STYLE, rows, problems })?;
+    let (matched, compared) = scores.iter().fold((0, 0), |(m, c), s| (m + s.0, c + s.1));
+    let total = score_view(matched, compared);
+    let html = render_template("index.html", INDEX_TEMPLATE, &IndexView { style: STYLE, rows, problems, total })?;
     write_atomic(&reports_dir.join("index.html"), html.as_bytes())
 }
 
@@ -226,6 +232,8 @@ struct IndexView {
     style: &'static str,
     rows: Vec<IndexRow>,
     problems: Vec<String>,
+    /// Published numbers matched over all experiments.
+    total: ScoreView,
 }
 
 #[derive(Serialize)]

@@ -11,6 +11,10 @@ use std::collections::BTreeMap;
 /// gridded method entry is held against every setting of that entry (one comparison each).
 struct Comparison<'a> {
     paper: &'a PaperValue,
+    /// The method entry compared: the paper value's own, or one of its `also` variants.
+    method: String,
+    /// Counts in the score: the paper value's own entry, at its one setting, when `scored`.
+    scored: bool,
     /// The run's setting string compared against.
     setting: String,
     run: Option<Aggregate>,
@@ -31,6 +35,7 @@ pub struct TableView {
     pub columns: Vec<String>,
     pub rows: Vec<RowView>,
     pub rule: String,
+    /// Published numbers within tolerance, and published numbers scored (each once).
     pub matched: usize,
     pub compared: usize,
     pub note: Option<String>,
@@ -88,31 +93,34 @@ fn columns(spec: &TableSpec, methods: &[String], cells: &[CellRecord]) -> Vec<(S
     out
 }
 
+/// Every comparison of the table's paper values with this run. Each published number is scored
+/// once: against the entry it names, at its setting (or the entry's only one); its `also`
+/// variants, the other settings of a gridded entry it names no setting of, and values marked
+/// `scored: false` are compared and shown but not scored.
 fn compare<'a>(spec: &'a TableSpec, cells: &[CellRecord], aggregates: &BTreeMap<GroupKey, Aggregate>) -> Vec<Comparison<'a>> {
     let mut out = Vec::new();
     for paper in spec.paper.iter().filter(|p| !spec.paper_only.contains(&p.method)) {
-        let mut run_settings: Vec<&str> = Vec::new();
-        for c in cells.iter().filter(|c| c.method == paper.method) {
-            if !run_settings.contains(&c.setting.as_str()) {
-                run_settings.push(&c.setting);
+        for method in std::iter::once(&paper.method).chain(&paper.also) {
+            let mut run_settings: Vec<&str> = Vec::new();
+            for c in cells.iter().filter(|c| &c.method == method) {
+                if !run_settings.contains(&c.setting.as_str()) {
+                    run_settings.push(&c.setting);
+                }
             }
-        }
-        let targets: Vec<String> = match &paper.setting {
-            // Use the run's spelling of the grid point so lookups and columns agree.
-            Some(s) => vec![run_settings.iter().find(|r| settings_equal(r, s)).map_or(s.clone(), |r| r.to_string())],
-            None if run_settings.is_empty() => vec![String::new()],
-            None => run_settings.iter().map(|s| s.to_string()).collect(),
-        };
-        for setting in targets {
-            let key = GroupKey {
-                dataset: paper.dataset.clone(),
-                method: paper.method.clone(),
-                setting: setting.clone(),
-                metric: paper.metric.clone(),
+            let targets: Vec<String> = match &paper.setting {
+                // Use the run's spelling of the grid point so lookups and columns agree.
+                Some(s) => vec![run_settings.iter().find(|r| settings_equal(r, s)).map_or(s.clone(), |r| r.to_string())],
+                None if run_settings.is_empty() => vec![String::new()],
+                None => run_settings.iter().map(|s| s.to_string()).collect(),
             };
-            let run = aggregates.get(&key).copied();
-            let outcome = run.map(|r| within_tolerance(&spec.tolerance, paper, &r));
-            out.push(Comparison { paper, setting, run, outcome });
+            let one_target = targets.len() == 1;
+            for setting in targets {
+                let key = GroupKey { dataset: paper.dataset.clone(), method: method.clone(), setting: setting.clone(), metric: paper.metric.clone() };
+                let run = aggregates.get(&key).copied();
+                let outcome = run.map(|r| within_tolerance(&spec.tolerance, paper, &r));
+                let scored = paper.scored && method == &paper.method && one_target;
+                out.push(Comparison { paper, method: method.clone(), scored, setting, run, outcome });
+            }
         }
     }
     out
@@ -161,7 +169,11 @@ fn cell_view(run: Option<Aggregate>, positive: Option<usize>, group: &[&CellReco
         let p = c.paper;
         let n = p.n.map(|n| format!(" (n = {n})")).unwrap_or_default();
         view.paper = Some(format!("{}{n}", mean_sd(p.mean, p.sd)));
-        view.class = if c.matched() { "match" } else { "mismatch" };
+        view.class = match (c.scored, c.matched()) {
+            (false, _) => "variant",
+            (true, true) => "match",
+            (true, false) => "mismatch",
+        };
         match (&c.outcome, c.run) {
             (Some((_, tol, rule)), Some(r)) => {
                 view.diff = Some(match p.sd.filter(|sd| *sd > 0.0) {
@@ -209,9 +221,9 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
                         GroupKey { dataset: dataset.clone(), method: method.clone(), setting: setting.clone(), metric: metric.clone() };
                     let group: Vec<&CellRecord> =
                         input.cells.iter().filter(|c| &c.dataset == dataset && &c.method == method && &c.setting == setting).collect();
-                    let comparison = comparisons.iter().find(|c| {
-                        &c.paper.dataset == dataset && &c.paper.method == method && &c.paper.metric == metric && &c.setting == setting
-                    });
+                    // A cell shows its scored comparison where it has one, else a variant's.
+                    let here = |c: &&Comparison| &c.paper.dataset == dataset && &c.method == method && &c.paper.metric == metric && &c.setting == setting;
+                    let comparison = comparisons.iter().filter(here).find(|c| c.scored).or_else(|| comparisons.iter().find(here));
                     let positive = paired.as_ref().and_then(|p| p.get(&key)).map(|(_, k)| *k);
                     cell_view(aggregates.get(&key).copied(), positive, &group, metric, comparison)
                 })
@@ -232,13 +244,19 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
 
     let outside = comparisons
         .iter()
-        .filter(|c| !datasets.contains(&c.paper.dataset) || !spec.metrics.contains(&c.paper.metric) || !methods.contains(&c.paper.method))
+        .filter(|c| !datasets.contains(&c.paper.dataset) || !spec.metrics.contains(&c.paper.metric) || !methods.contains(&c.method))
         .map(|c| {
             let p = c.paper;
-            let what = format!("{} / {} / {}", p.dataset, method_label(&p.method, &c.setting), p.metric);
+            let what = format!("{} / {} / {}{}", p.dataset, method_label(&c.method, &c.setting), p.metric, if c.scored { "" } else { " (not scored)" });
             match (&c.outcome, c.run) {
                 (Some((ok, tol, rule)), Some(r)) => OutsideView {
-                    class: if *ok { "match" } else { "mismatch" },
+                    class: if !c.scored {
+                        "variant"
+                    } else if *ok {
+                        "match"
+                    } else {
+                        "mismatch"
+                    },
                     text: format!(
                         "{what}: run {} vs paper {} (tolerance ±{} = {rule})",
                         mean_sd(r.mean, Some(r.sd)),
@@ -257,8 +275,10 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
         columns: columns.iter().map(|(m, s)| method_label(m, s)).chain(spec.paper_only.iter().map(|m| format!("{m} (paper only)"))).collect(),
         rows,
         rule: describe(&spec.tolerance),
-        matched: comparisons.iter().filter(|c| c.matched()).count(),
-        compared: comparisons.len(),
+        matched: comparisons.iter().filter(|c| c.scored && c.matched()).count(),
+        // Every scored published number, also one without a single comparison (a gridded
+        // entry named without its setting), which then counts as not reproduced.
+        compared: spec.paper.iter().filter(|p| p.scored && !spec.paper_only.contains(&p.method)).count(),
         note: match (&spec.paired_with, &spec.note) {
             (Some(base), note) => Some(format!(
                 "Paired with {base}: every entry is the per-split difference (column minus {base}), mean ± sd over the splits both have; \"> 0 on k\" counts the splits where it is positive.{}",

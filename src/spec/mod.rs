@@ -574,6 +574,11 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
             if !raw.datasets.contains(&p.dataset) {
                 err(format!("{at}.paper[{k}].dataset"), Some(&p.dataset), format!("\"{}\" is not a dataset of this spec", p.dataset));
             }
+            for (j, a) in p.also.iter().enumerate() {
+                if !names.contains(a) {
+                    err(format!("{at}.paper[{k}].also[{j}]"), Some(a), format!("no method entry named \"{a}\"{}", suggest(a, &names)));
+                }
+            }
         }
     }
     for (i, f) in raw.figures.iter().enumerate() {

@@ -53,6 +53,23 @@ pub struct PaperValue {
     pub sd: Option<f64>,
     #[serde(default)]
     pub n: Option<usize>,
+    /// Other method entries shown against this number (variants, settings the paper did not
+    /// use): compared and marked, but not scored. The number is scored once, against `method`,
+    /// the entry the spec names as the reproduction of this paper column.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<String>,
+    /// False for a number that is not a separate published value (a difference of two
+    /// published numbers, a repeat): shown and compared, not scored.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub scored: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// The rule deciding whether this run's mean matches a published one.
