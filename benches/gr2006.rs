@@ -25,7 +25,10 @@ fn main() {
     let train = glass.subset(&split.train);
     let x = Standardizer::fit(&train.x).transform(&train.x);
     let problem = Problem { x: &x, y: &train.y, n_classes: glass.n_classes() };
-    let kernel = KernelParams { ard: true, lengthscale: mcgp::kernels::LengthScale::One(std::f64::consts::FRAC_1_SQRT_2), ..Default::default() }.build(glass.d()).expect("kernel");
+    let kernel =
+        KernelParams { ard: true, lengthscale: mcgp::kernels::LengthScale::One(std::f64::consts::FRAC_1_SQRT_2), ..Default::default() }
+            .build(glass.d())
+            .expect("kernel");
     let settings = [
         ("Table 1 vb (paper weights, 500 samples, 1% rule)", serde_json::json!({})),
         ("Table 1 vb-port (port weights, 500 samples, 0.1% rule)", serde_json::json!({"is_weight": "port", "tol": 0.001})),

@@ -5,12 +5,7 @@
 pub fn closest<'a>(name: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let lower = name.to_lowercase();
     let limit = (name.chars().count() / 2).max(2);
-    known
-        .into_iter()
-        .map(|k| (strsim::levenshtein(&lower, &k.to_lowercase()), k))
-        .min()
-        .filter(|(d, _)| *d <= limit)
-        .map(|(_, k)| k)
+    known.into_iter().map(|k| (strsim::levenshtein(&lower, &k.to_lowercase()), k)).min().filter(|(d, _)| *d <= limit).map(|(_, k)| k)
 }
 
 #[cfg(test)]

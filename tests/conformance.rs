@@ -49,7 +49,14 @@ struct Run {
     trace: Vec<mcgp::results::TracePoint>,
 }
 
-fn fit(method: &str, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, budget: Option<Budget>, x_test: &Array2<f64>) -> Result<Run, FitError> {
+fn fit(
+    method: &str,
+    problem: &Problem,
+    kernels: &KernelSet,
+    hyper: HyperPolicy,
+    budget: Option<Budget>,
+    x_test: &Array2<f64>,
+) -> Result<Run, FitError> {
     let m = build(method, &quick_settings(method)).unwrap();
     let mut rng = Pcg64::seed_from_u64(7);
     let scorer = |model: &dyn Fitted, _iter: u64| -> Result<BTreeMap<String, f64>, String> {
@@ -71,7 +78,11 @@ fn bits(p: &Prediction) -> Vec<u64> {
 
 #[test]
 fn every_registered_method_keeps_the_contract() {
-    let kernel_yamls = ["{ lengthscale: 1.0, variance: 2.0 }", "{ lengthscale: 1.0, per_class: true }", "{ type: sum, terms: [ { lengthscale: 1.0 }, { type: white, variance: 0.1 } ] }"];
+    let kernel_yamls = [
+        "{ lengthscale: 1.0, variance: 2.0 }",
+        "{ lengthscale: 1.0, per_class: true }",
+        "{ type: sum, terms: [ { lengthscale: 1.0 }, { type: white, variance: 0.1 } ] }",
+    ];
     let mut ran = BTreeMap::<&str, usize>::new();
     for &(method, _) in METHODS {
         for n_classes in [2, 3] {
@@ -131,7 +142,10 @@ fn results_are_bit_identical_on_one_and_two_threads() {
             let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
             pool.install(|| {
                 use rayon::prelude::*;
-                (0..2).into_par_iter().map(|_| bits(&fit(method, &problem, &kernels, HyperPolicy::Fixed, None, &x_test).unwrap().prediction)).collect()
+                (0..2)
+                    .into_par_iter()
+                    .map(|_| bits(&fit(method, &problem, &kernels, HyperPolicy::Fixed, None, &x_test).unwrap().prediction))
+                    .collect()
             })
         };
         let one = once(1);

@@ -45,8 +45,29 @@ fn check(spec: &Path, data: &Path) -> (Option<i32>, String, Duration) {
 }
 
 const VALUES: &[&str] = &[
-    "", "\"\"", ".inf", "-.inf", ".nan", "-1", "0", "1e400", "[]", "{}", "~", "[[[", "}", "- a", "true", "\"\\u0000\"", "99999999999999999999",
-    "{ protocol: kfold, k: 0 }", "{ from: nowhere }", "[iris, iris]", "laplace", "{ type: sum, terms: [] }", "{ per_class: true }",
+    "",
+    "\"\"",
+    ".inf",
+    "-.inf",
+    ".nan",
+    "-1",
+    "0",
+    "1e400",
+    "[]",
+    "{}",
+    "~",
+    "[[[",
+    "}",
+    "- a",
+    "true",
+    "\"\\u0000\"",
+    "99999999999999999999",
+    "{ protocol: kfold, k: 0 }",
+    "{ from: nowhere }",
+    "[iris, iris]",
+    "laplace",
+    "{ type: sum, terms: [] }",
+    "{ per_class: true }",
 ];
 
 /// One to three random edits of the text.
@@ -94,10 +115,15 @@ fn mutate(text: &str, rng: &mut Pcg64) -> String {
 
 #[test]
 fn mutated_specs_are_accepted_or_rejected_cleanly() {
-    let seeds: Vec<String> = ["experiments/quickstart.yaml", "experiments/ci/chai2012-table4.yaml", "experiments/ci/gr2006-fig6.yaml", "experiments/ci/gr2006-table1.yaml"]
-        .iter()
-        .map(|p| std::fs::read_to_string(root().join(p)).unwrap())
-        .collect();
+    let seeds: Vec<String> = [
+        "experiments/quickstart.yaml",
+        "experiments/ci/chai2012-table4.yaml",
+        "experiments/ci/gr2006-fig6.yaml",
+        "experiments/ci/gr2006-table1.yaml",
+    ]
+    .iter()
+    .map(|p| std::fs::read_to_string(root().join(p)).unwrap())
+    .collect();
     let dir = std::env::temp_dir().join(format!("mcgp-fuzz-specs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut rng = Pcg64::seed_from_u64(20261124);
@@ -190,7 +216,11 @@ fn corrupted_data_files_are_accepted_or_rejected_cleanly() {
             Some(0) => accepted += 1,
             Some(2) => {
                 rejected += 1;
-                assert!(stderr.contains(files[f]) || stderr.contains("spec.yaml"), "{} corrupted ({k}): the error names no file:\n{stderr}", files[f]);
+                assert!(
+                    stderr.contains(files[f]) || stderr.contains("spec.yaml"),
+                    "{} corrupted ({k}): the error names no file:\n{stderr}",
+                    files[f]
+                );
             }
             other => panic!("{} corrupted ({k}): exit status {other:?}:\n{stderr}", files[f]),
         }

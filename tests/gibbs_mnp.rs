@@ -107,7 +107,12 @@ fn two_class_case(variance: f64) {
         let draws = fitted.predict_per_draw(&x_test);
         let (mean, se) = draw_mean_and_se(&draws, samples / 40);
         let err = (mean[[0, 1]] - exact_p1).abs();
-        eprintln!("s = {variance}, {model}: P(t*=1) {} vs exact {exact_p1} (se {}); evidence {:?} vs {exact_log_evidence}", mean[[0, 1]], se[[0, 1]], fitted.evidence());
+        eprintln!(
+            "s = {variance}, {model}: P(t*=1) {} vs exact {exact_p1} (se {}); evidence {:?} vs {exact_log_evidence}",
+            mean[[0, 1]],
+            se[[0, 1]],
+            fitted.evidence()
+        );
         assert!(err < 4.5 * se[[0, 1]] + 1e-4, "s = {variance}, {model}: P(t*=1) {} vs exact {exact_p1} (se {})", mean[[0, 1]], se[[0, 1]]);
         // The check has power: the prior predictive (1/2) is far outside the tolerance.
         assert!((0.5 - exact_p1).abs() > 20.0 * se[[0, 1]], "{model}: test too weak");

@@ -23,10 +23,8 @@ struct Expected {
 }
 
 const DIGITS: &[&str] = &["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
-const LETTERS: &[&str] = &[
-    "A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "K", "L", "M", "N", "O", "P", "Q", "R", "S",
-    "T", "U", "V", "W", "X", "Y", "Z",
-];
+const LETTERS: &[&str] =
+    &["A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "K", "L", "M", "N", "O", "P", "Q", "R", "S", "T", "U", "V", "W", "X", "Y", "Z"];
 
 const EXPECTED: &[Expected] = &[
     Expected {
@@ -36,20 +34,8 @@ const EXPECTED: &[Expected] = &[
         train_counts: &[50, 50, 50],
         test_counts: None,
     },
-    Expected {
-        name: "thyroid",
-        features: 5,
-        class_names: &["1", "2", "3"],
-        train_counts: &[150, 35, 30],
-        test_counts: None,
-    },
-    Expected {
-        name: "wine",
-        features: 13,
-        class_names: &["1", "2", "3"],
-        train_counts: &[59, 71, 48],
-        test_counts: None,
-    },
+    Expected { name: "thyroid", features: 5, class_names: &["1", "2", "3"], train_counts: &[150, 35, 30], test_counts: None },
+    Expected { name: "wine", features: 13, class_names: &["1", "2", "3"], train_counts: &[59, 71, 48], test_counts: None },
     Expected {
         name: "glass",
         features: 9,
@@ -78,13 +64,7 @@ const EXPECTED: &[Expected] = &[
         train_counts: &[330, 330, 330, 330, 330, 330, 330],
         test_counts: None,
     },
-    Expected {
-        name: "waveform",
-        features: 21,
-        class_names: &["0", "1", "2"],
-        train_counts: &[1657, 1647, 1696],
-        test_counts: None,
-    },
+    Expected { name: "waveform", features: 21, class_names: &["0", "1", "2"], train_counts: &[1657, 1647, 1696], test_counts: None },
     Expected {
         name: "vowel",
         features: 10,
@@ -92,13 +72,7 @@ const EXPECTED: &[Expected] = &[
         train_counts: &[48; 11],
         test_counts: Some(&[42; 11]),
     },
-    Expected {
-        name: "svmguide2",
-        features: 20,
-        class_names: &["1", "2", "3"],
-        train_counts: &[221, 117, 53],
-        test_counts: None,
-    },
+    Expected { name: "svmguide2", features: 20, class_names: &["1", "2", "3"], train_counts: &[221, 117, 53], test_counts: None },
     Expected {
         name: "dna",
         features: 180,
@@ -111,18 +85,12 @@ const EXPECTED: &[Expected] = &[
         features: 16,
         class_names: LETTERS,
         train_counts: &[
-            789, 766, 736, 805, 768, 775, 773, 734, 755, 747, 739, 761, 792, 783, 753, 803, 783,
-            758, 748, 796, 813, 764, 752, 787, 786, 734,
+            789, 766, 736, 805, 768, 775, 773, 734, 755, 747, 739, 761, 792, 783, 753, 803, 783, 758, 748, 796, 813, 764, 752, 787, 786,
+            734,
         ],
         test_counts: None,
     },
-    Expected {
-        name: "abe",
-        features: 16,
-        class_names: &["A", "B", "E"],
-        train_counts: &[789, 766, 768],
-        test_counts: None,
-    },
+    Expected { name: "abe", features: 16, class_names: &["A", "B", "E"], train_counts: &[789, 766, 768], test_counts: None },
     Expected {
         name: "shuttle",
         features: 9,
@@ -176,18 +144,9 @@ fn counts(d: &Dataset, rows: std::ops::Range<usize>) -> Vec<usize> {
 }
 
 fn check(name: &str) -> Dataset {
-    let e = EXPECTED
-        .iter()
-        .find(|e| e.name == name)
-        .unwrap_or_else(|| panic!("no expectations for {name}"));
-    let rows = ROWS
-        .iter()
-        .find(|r| r.0 == name)
-        .map(|r| r.1)
-        .unwrap_or_else(|| panic!("no row count for {name}"));
-    let d = registry()
-        .load_dataset(name)
-        .unwrap_or_else(|err| panic!("{err}"));
+    let e = EXPECTED.iter().find(|e| e.name == name).unwrap_or_else(|| panic!("no expectations for {name}"));
+    let rows = ROWS.iter().find(|r| r.0 == name).map(|r| r.1).unwrap_or_else(|| panic!("no row count for {name}"));
+    let d = registry().load_dataset(name).unwrap_or_else(|err| panic!("{err}"));
 
     assert_eq!(d.name, name);
     assert_eq!(d.n(), rows, "{name}: rows");
@@ -195,25 +154,14 @@ fn check(name: &str) -> Dataset {
     assert_eq!(d.feature_names.len(), e.features, "{name}: feature names");
     assert_eq!(d.y.len(), rows, "{name}: labels");
     assert_eq!(d.class_names, e.class_names, "{name}: class names");
-    assert!(
-        d.x.iter().all(|v| v.is_finite()),
-        "{name}: non-finite value"
-    );
+    assert!(d.x.iter().all(|v| v.is_finite()), "{name}: non-finite value");
 
     let n_train: usize = e.train_counts.iter().sum();
     match e.test_counts {
         Some(test) => {
             assert_eq!(d.n_fixed_train, Some(n_train), "{name}: n_fixed_train");
-            assert_eq!(
-                counts(&d, 0..n_train),
-                e.train_counts,
-                "{name}: training class counts"
-            );
-            assert_eq!(
-                counts(&d, n_train..d.n()),
-                test,
-                "{name}: test class counts"
-            );
+            assert_eq!(counts(&d, 0..n_train), e.train_counts, "{name}: training class counts");
+            assert_eq!(counts(&d, n_train..d.n()), test, "{name}: test class counts");
         }
         None => {
             assert_eq!(d.n_fixed_train, None, "{name}: n_fixed_train");
@@ -230,7 +178,8 @@ fn every_registered_dataset_has_expectations() {
     names.sort_unstable();
     // Synthetic entries have no files or SOURCES.md facts (tested in src/data/synthetic.rs).
     let reg = registry();
-    let file_backed: Vec<String> = reg.names().into_iter().filter(|n| reg.spec(n).is_some_and(|s| s.format != mcgp::data::Format::Synthetic)).collect();
+    let file_backed: Vec<String> =
+        reg.names().into_iter().filter(|n| reg.spec(n).is_some_and(|s| s.format != mcgp::data::Format::Synthetic)).collect();
     assert_eq!(file_backed, names);
 }
 
@@ -297,10 +246,7 @@ fn svmguide2() {
 #[test]
 fn dna() {
     let d = check("dna");
-    assert!(
-        d.x.iter().all(|&v| v == 0.0 || v == 1.0),
-        "dna features are binary"
-    );
+    assert!(d.x.iter().all(|&v| v == 0.0 || v == 1.0), "dna features are binary");
 }
 
 #[test]
@@ -321,26 +267,18 @@ fn shuttle() {
 #[test]
 fn usps() {
     let d = check("usps");
-    assert!(
-        d.x.iter().all(|&v| (-1.0..=1.0).contains(&v)),
-        "usps pixels lie in [-1, 1]"
-    );
+    assert!(d.x.iter().all(|&v| (-1.0..=1.0).contains(&v)), "usps pixels lie in [-1, 1]");
 }
 
 #[test]
 fn mnist() {
     let d = check("mnist");
-    assert!(
-        d.x.iter().all(|&v| (0.0..=1.0).contains(&v)),
-        "mnist pixels are scaled to [0, 1]"
-    );
+    assert!(d.x.iter().all(|&v| (0.0..=1.0).contains(&v)), "mnist pixels are scaled to [0, 1]");
 }
 
 #[test]
 fn isolet_is_missing_with_a_clear_error() {
-    let err = registry()
-        .load_dataset("isolet")
-        .expect_err("isolet is not shipped");
+    let err = registry().load_dataset("isolet").expect_err("isolet is not shipped");
     assert!(matches!(err, DataError::MissingFile { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(msg.contains("isolet1+2+3+4.data: file not found"), "{msg}");
@@ -350,10 +288,7 @@ fn isolet_is_missing_with_a_clear_error() {
 
 #[test]
 fn unknown_dataset_suggests_a_name() {
-    let msg = registry()
-        .load_dataset("mnsit")
-        .expect_err("typo")
-        .to_string();
+    let msg = registry().load_dataset("mnsit").expect_err("typo").to_string();
     assert!(msg.contains("did you mean 'mnist'"), "{msg}");
 }
 
@@ -393,5 +328,8 @@ fn unusable_data_is_refused_naming_the_file_and_the_reason() {
     // The new label loads (it is a class of the dataset), but a fixed split refuses it.
     let data = reg.load_dataset("newlabel").unwrap();
     let e = mcgp::data::make_splits(&mcgp::data::SplitProtocol::Fixed, &data, 0, std::path::Path::new(".")).unwrap_err().to_string();
-    assert!(e.contains("'newlabel' (tr.csv, te.csv)") && e.contains("class 'c' occurs in the fixed test rows but in no training row"), "{e}");
+    assert!(
+        e.contains("'newlabel' (tr.csv, te.csv)") && e.contains("class 'c' occurs in the fixed test rows but in no training row"),
+        "{e}"
+    );
 }

@@ -38,7 +38,11 @@ fn fingerprint(method: &str) -> String {
     let xt = Array2::from_shape_fn((6, 2), |(i, k)| ((i * (k + 5)) as f64 * 0.37).cos());
     // VB-MNP learns the precisions only: its kernel says so (it held s2 fixed before it refused
     // learn_variance, so its numbers are the same).
-    let kernel = if method == "vbmnp" { "{ lengthscale: 1.2, variance: 1.5, learn_variance: false }" } else { "{ lengthscale: 1.2, variance: 1.5 }" };
+    let kernel = if method == "vbmnp" {
+        "{ lengthscale: 1.2, variance: 1.5, learn_variance: false }"
+    } else {
+        "{ lengthscale: 1.2, variance: 1.5 }"
+    };
     let kernels = serde_norway::from_str::<KernelParams>(kernel).unwrap().kernel_set(2, 3).unwrap();
     let m = build(method, &settings(method)).unwrap();
     let problem = Problem { x: &x, y: &y, n_classes: 3 };
@@ -65,7 +69,9 @@ fn no_method_changes_its_numbers_without_a_numerics_bump() {
         table.push_str(&format!("    (\"{method}\", \"{version}\", \"{print}\"),\n"));
         match RECORDED.iter().find(|r| r.0 == method) {
             Some(&(_, v, f)) if v == version && f == print => {}
-            Some(&(_, v, f)) if v == version => problems.push(format!("{method}: its numbers changed ({f} -> {print}) but its numerics version is still {v}: bump NUMERICS_VERSION")),
+            Some(&(_, v, f)) if v == version => problems.push(format!(
+                "{method}: its numbers changed ({f} -> {print}) but its numerics version is still {v}: bump NUMERICS_VERSION"
+            )),
             Some(&(_, v, _)) => problems.push(format!("{method}: numerics version {v} -> {version}: record the new fingerprint")),
             None => problems.push(format!("{method}: no recorded fingerprint")),
         }

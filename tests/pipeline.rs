@@ -164,7 +164,9 @@ fn a_killed_run_resumes_without_recomputing_and_gives_the_same_results() {
     let cells = cells_without_timing(&results);
     assert_same_cells(&cells, &cells_without_timing(&clean.join("results/small")));
     // Hyper-parameters pass down a chain of two hand-offs (learned -> handed -> handed-on).
-    let of = |method: &str, split: u64| cells.values().find(|c| c["method"] == method && c["split"] == split).unwrap()["hyperparameters"].clone();
+    let of = |method: &str, split: u64| {
+        cells.values().find(|c| c["method"] == method && c["split"] == split).unwrap()["hyperparameters"].clone()
+    };
     for split in 0..3 {
         assert_eq!(of("handed-on", split), of("learned", split), "split {split}");
         assert_ne!(of("learned", split), of("fixed", split), "split {split}: the source must have learned");
@@ -451,17 +453,24 @@ fn checkpoints_trace_test_scores_off_the_clock_without_changing_the_fit() {
     let plain = dir.join("plain.yaml");
     std::fs::write(&plain, SMALL).unwrap();
     let scored = dir.join("scored.yaml");
-    let with_checkpoints = SMALL.replace("    settings: { max_hyper_iters: 15, mc_samples: 500 }\n", "    settings: { max_hyper_iters: 15, mc_samples: 500 }\n    checkpoints: geometric\n");
+    let with_checkpoints = SMALL.replace(
+        "    settings: { max_hyper_iters: 15, mc_samples: 500 }\n",
+        "    settings: { max_hyper_iters: 15, mc_samples: 500 }\n    checkpoints: geometric\n",
+    );
     std::fs::write(&scored, with_checkpoints.replace("name: small", "name: scored")).unwrap();
     let budget = dir.join("budget.yaml");
-    let with_budget = SMALL.replace("    settings: { max_hyper_iters: 15, mc_samples: 500 }\n", "    settings: { max_hyper_iters: 15, mc_samples: 500 }\n    budget: { iterations: 3 }\n    checkpoints: { every: 1 }\n");
+    let with_budget = SMALL.replace(
+        "    settings: { max_hyper_iters: 15, mc_samples: 500 }\n",
+        "    settings: { max_hyper_iters: 15, mc_samples: 500 }\n    budget: { iterations: 3 }\n    checkpoints: { every: 1 }\n",
+    );
     std::fs::write(&budget, with_budget.replace("name: small", "name: budget")).unwrap();
     for spec in [&plain, &scored, &budget] {
         let out = run(&dir, spec, &[]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
     let learned = |exp: &str| -> Vec<Value> {
-        let mut cells: Vec<Value> = cells_without_timing(&dir.join("results").join(exp)).into_values().filter(|c| c["method"] == "learned").collect();
+        let mut cells: Vec<Value> =
+            cells_without_timing(&dir.join("results").join(exp)).into_values().filter(|c| c["method"] == "learned").collect();
         cells.sort_by_key(|c| c["split"].as_u64());
         cells
     };
@@ -472,7 +481,8 @@ fn checkpoints_trace_test_scores_off_the_clock_without_changing_the_fit() {
         assert_eq!(a["seed"], b["seed"]);
         assert_eq!(a["metrics"], b["metrics"]);
         assert_eq!(a["hyperparameters"], b["hyperparameters"]);
-        let ckpt: Vec<u64> = b["trace"].as_array().unwrap().iter().filter(|p| p["name"] == "test_error").map(|p| p["iter"].as_u64().unwrap()).collect();
+        let ckpt: Vec<u64> =
+            b["trace"].as_array().unwrap().iter().filter(|p| p["name"] == "test_error").map(|p| p["iter"].as_u64().unwrap()).collect();
         let evaluations = a["metrics"]["diag_iterations"].as_f64().unwrap() as u64;
         // Evaluations 1..9 (then 10, 15, ...) up to the last, which closes the trace.
         let want: Vec<u64> = (1..=evaluations).filter(|&i| i <= 9 || (i <= 95 && i % 5 == 0)).chain([evaluations]).collect();
@@ -484,7 +494,8 @@ fn checkpoints_trace_test_scores_off_the_clock_without_changing_the_fit() {
     // Training times of the checkpoints (read with time) never go backwards.
     for cell in std::fs::read_dir(dir.join("results/scored/cells")).unwrap() {
         let v: Value = serde_json::from_slice(&std::fs::read(cell.unwrap().path()).unwrap()).unwrap();
-        let t: Vec<f64> = v["trace"].as_array().unwrap().iter().filter(|p| p["name"] == "test_error").map(|p| p["time"].as_f64().unwrap()).collect();
+        let t: Vec<f64> =
+            v["trace"].as_array().unwrap().iter().filter(|p| p["name"] == "test_error").map(|p| p["time"].as_f64().unwrap()).collect();
         assert!(t.windows(2).all(|w| w[0] <= w[1]), "{t:?}");
     }
     // A budget of 3 evaluations is a normal stop at the best of those three.
@@ -647,7 +658,8 @@ fn a_numerics_bump_recomputes_exactly_that_method_and_its_dependants() {
     new.sort();
     assert_eq!(new, ["kl", "kl", "lap-from-kl", "lap-from-kl"]);
     let numbers = |cells: &BTreeMap<String, Value>, m: &str| -> Vec<(Value, Value)> {
-        let mut v: Vec<(Value, Value)> = cells.values().filter(|c| method_of(c) == m).map(|c| (c["seed"].clone(), c["metrics"].clone())).collect();
+        let mut v: Vec<(Value, Value)> =
+            cells.values().filter(|c| method_of(c) == m).map(|c| (c["seed"].clone(), c["metrics"].clone())).collect();
         v.sort_by_key(|(s, _)| s.as_u64());
         v
     };
@@ -663,7 +675,11 @@ fn edited_data_and_timeouts_are_recomputed() {
     std::fs::create_dir_all(&data).unwrap();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     std::fs::copy(root.join("data/iris.data"), data.join("iris.data")).unwrap();
-    std::fs::write(data.join("datasets.yaml"), "iris: { files: [iris.data], format: csv, header: false, label_column: -1, description: d, citation: c }\n").unwrap();
+    std::fs::write(
+        data.join("datasets.yaml"),
+        "iris: { files: [iris.data], format: csv, header: false, label_column: -1, description: d, citation: c }\n",
+    )
+    .unwrap();
     let spec = dir.join("small.yaml");
     std::fs::write(&spec, SMALL).unwrap();
     let args = |extra: &[&'static str]| -> Vec<String> {
@@ -687,7 +703,14 @@ fn edited_data_and_timeouts_are_recomputed() {
 
     // A timed-out cell is retried by the next run (it depends on the machine), unless kept.
     let timed = dir.join("timed.yaml");
-    std::fs::write(&timed, SMALL.replace("name: small", "name: timed").replace("seed: 7", "seed: 7\ntimeout_seconds: 0.000001").replace("repeats: 3", "repeats: 1")).unwrap();
+    std::fs::write(
+        &timed,
+        SMALL
+            .replace("name: small", "name: timed")
+            .replace("seed: 7", "seed: 7\ntimeout_seconds: 0.000001")
+            .replace("repeats: 3", "repeats: 1"),
+    )
+    .unwrap();
     let timed = timed.to_str().unwrap();
     let (_, stderr, _) = mcgp_in(&dir, &["run", timed, "--data", data.to_str().unwrap()], &[]);
     let records = cells_without_timing(&dir.join("results/timed"));

@@ -92,7 +92,17 @@ fn synthetic_cells() -> Vec<CellRecord> {
 }
 
 fn paper(dataset: &str, method: &str, metric: &str, mean: f64, sd: Option<f64>, n: Option<usize>) -> PaperValue {
-    PaperValue { dataset: dataset.into(), method: method.into(), metric: metric.into(), setting: None, mean, sd, n, also: Vec::new(), scored: true }
+    PaperValue {
+        dataset: dataset.into(),
+        method: method.into(),
+        metric: metric.into(),
+        setting: None,
+        mean,
+        sd,
+        n,
+        also: Vec::new(),
+        scored: true,
+    }
 }
 
 fn tables() -> Vec<TableSpec> {
@@ -273,7 +283,10 @@ fn report_shows_tables_figures_failures_and_score() {
         assert!(html.contains(&format!("id=\"table-{}\"", t.id)), "table {}", t.id);
         assert!(html.contains(&t.title), "table title {}", t.title);
     }
-    assert!(html.contains("Matched 3 / 4"), "tab-main per-table score (the paper-only svm value, the variant and the repeat are not scored)");
+    assert!(
+        html.contains("Matched 3 / 4"),
+        "tab-main per-table score (the paper-only svm value, the variant and the repeat are not scored)"
+    );
     let main = &html[html.find("id=\"table-tab-main\"").unwrap()..html.find("id=\"table-tab-evidence\"").unwrap()];
     assert_eq!(main.matches("class=\"variant\"").count(), 2, "beta/ep (variant) and alpha/laplace (repeat)");
     assert!(html.contains("svm (paper only)") && html.contains("9.25 ± 1.00 (n = 20)"), "paper-only column");
@@ -409,8 +422,14 @@ fn heatmap_shows_the_mean_over_splits_at_every_grid_point() {
     fig.y = Some("kernel.lengthscale".into());
     let manifest = Manifest { title: "Heatmap".into(), ..manifest() };
     let (datasets, methods) = (strings(&["alpha"]), strings(&["vb"]));
-    let input =
-        ReportInput { manifest: &manifest, tables: &[], figures: std::slice::from_ref(&fig), datasets: &datasets, methods: &methods, cells: &cells };
+    let input = ReportInput {
+        manifest: &manifest,
+        tables: &[],
+        figures: std::slice::from_ref(&fig),
+        datasets: &datasets,
+        methods: &methods,
+        cells: &cells,
+    };
     let dir = tempfile::tempdir().unwrap();
     render_experiment(&input, dir.path()).unwrap();
     let svg = read_svg(&dir.path().join("figures/fig-heat.svg"));

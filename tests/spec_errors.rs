@@ -101,16 +101,28 @@ fn hyper_keep_names_only_kernel_parameters() {
     // checked with the data, by `mcgp check` and before a run.
     let text = format!("{GOOD}  - name: sweep\n    method: laplace\n    hyper: {{ from: lap, keep: [varience] }}\n");
     let e = data_error_of(&text);
-    assert!(e.contains("bad.yaml:7:") && e.contains("methods[1]") && e.contains("\"varience\" is not a parameter of this kernel (it has: variance, lengthscale)"), "{e}");
-    let ok = format!("{GOOD}  - name: sweep\n    method: laplace\n    kernel: {{ ard: true }}\n    hyper: {{ from: lap, keep: [lengthscale] }}\n");
+    assert!(
+        e.contains("bad.yaml:7:")
+            && e.contains("methods[1]")
+            && e.contains("\"varience\" is not a parameter of this kernel (it has: variance, lengthscale)"),
+        "{e}"
+    );
+    let ok = format!(
+        "{GOOD}  - name: sweep\n    method: laplace\n    kernel: {{ ard: true }}\n    hyper: {{ from: lap, keep: [lengthscale] }}\n"
+    );
     let spec = parse(&ok, "ok.yaml", &registry()).expect("keep: [lengthscale] is valid");
-    mcgp::runner::check_with_data(&spec, &registry(), std::path::Path::new(env!("CARGO_MANIFEST_DIR"))).expect("lengthscale covers lengthscale_1..4");
+    mcgp::runner::check_with_data(&spec, &registry(), std::path::Path::new(env!("CARGO_MANIFEST_DIR")))
+        .expect("lengthscale covers lengthscale_1..4");
 }
 
 /// The error `mcgp check` gives for a spec that parses but does not fit its data.
 fn data_error_of(text: &str) -> String {
     let spec = parse(text, "bad.yaml", &registry()).expect("the text alone is valid");
-    format!("{:#}", mcgp::runner::check_with_data(&spec, &registry(), std::path::Path::new(env!("CARGO_MANIFEST_DIR"))).expect_err("spec must be rejected with the data"))
+    format!(
+        "{:#}",
+        mcgp::runner::check_with_data(&spec, &registry(), std::path::Path::new(env!("CARGO_MANIFEST_DIR")))
+            .expect_err("spec must be rejected with the data")
+    )
 }
 
 #[test]
@@ -118,8 +130,16 @@ fn an_unsupported_dataset_and_method_pair_is_a_spec_error_naming_both() {
     // The binary-probit Laplace on iris (3 classes), and a per-class kernel for Laplace.
     let text = format!("{GOOD}  - name: probit\n    method: laplace\n    settings: {{ likelihood: probit }}\n  - name: per-class\n    method: laplace\n    kernel: {{ per_class: true }}\n");
     let e = data_error_of(&text);
-    assert!(e.contains("bad.yaml:7:") && e.contains("method entry \"probit\" (laplace) on dataset \"iris\" (3 classes, 4 features): not supported") && e.contains("exactly 2 classes"), "{e}");
-    assert!(e.contains("method entry \"per-class\" (laplace) on dataset \"iris\"") && e.contains("per_class kernels are not supported"), "{e}");
+    assert!(
+        e.contains("bad.yaml:7:")
+            && e.contains("method entry \"probit\" (laplace) on dataset \"iris\" (3 classes, 4 features): not supported")
+            && e.contains("exactly 2 classes"),
+        "{e}"
+    );
+    assert!(
+        e.contains("method entry \"per-class\" (laplace) on dataset \"iris\"") && e.contains("per_class kernels are not supported"),
+        "{e}"
+    );
     assert_eq!(e.lines().count(), 2, "{e}");
 }
 
@@ -139,7 +159,9 @@ fn an_entry_restricted_to_some_datasets_names_only_spec_datasets_and_has_its_sou
     let e = error_of(&text);
     assert!(e.contains("methods[1].datasets[0]") && e.contains("\"wnie\" is not a dataset of this spec (did you mean \"wine\"?)"), "{e}");
     // A source restricted to iris cannot hand hyper-parameters to an entry that runs on wine.
-    let text = format!("{two}  - name: src\n    method: laplace\n    datasets: [iris]\n  - name: dst\n    method: laplace\n    hyper: {{ from: src }}\n");
+    let text = format!(
+        "{two}  - name: src\n    method: laplace\n    datasets: [iris]\n  - name: dst\n    method: laplace\n    hyper: {{ from: src }}\n"
+    );
     let e = error_of(&text);
     assert!(e.contains("methods[2].hyper.from") && e.contains("\"src\" does not run on dataset \"wine\", where \"dst\" needs"), "{e}");
     let ok = text.replace("hyper: { from: src }", "hyper: { from: src }\n    datasets: [iris]");
@@ -151,7 +173,8 @@ fn an_entry_restricted_to_some_datasets_names_only_spec_datasets_and_has_its_sou
     // ...and when the table lists every entry by default; restricting the table's datasets fixes it.
     let all = shown.replace(", methods: [lap, only]", "");
     assert!(error_of(&all).contains("tables[0].methods"), "{}", error_of(&all));
-    parse(&shown.replace("methods: [lap, only]", "methods: [lap, only], datasets: [iris]"), "ok.yaml", &registry()).expect("table on iris only");
+    parse(&shown.replace("methods: [lap, only]", "methods: [lap, only], datasets: [iris]"), "ok.yaml", &registry())
+        .expect("table on iris only");
 }
 
 #[test]
@@ -177,7 +200,10 @@ fn a_restricted_entry_expands_on_its_datasets_only_with_the_keys_it_has_unrestri
 fn datasets_may_have_their_own_split_protocols() {
     let two = GOOD.replace("datasets: [iris]", "datasets: [iris, wine]");
     // A dataset without any protocol is named.
-    let text = two.replace("splits: { protocol: random, train_fraction: 0.6, repeats: 2 }", "dataset_splits:\n  iris: { protocol: random, train_fraction: 0.6, repeats: 2 }");
+    let text = two.replace(
+        "splits: { protocol: random, train_fraction: 0.6, repeats: 2 }",
+        "dataset_splits:\n  iris: { protocol: random, train_fraction: 0.6, repeats: 2 }",
+    );
     let e = error_of(&text);
     assert!(e.contains("datasets[1]") && e.contains("no split protocol for \"wine\""), "{e}");
     // Unknown dataset names and bad protocols are caught with their path.
@@ -191,17 +217,12 @@ fn datasets_may_have_their_own_split_protocols() {
 fn a_per_dataset_protocol_gives_the_cells_a_spec_with_that_protocol_alone_would() {
     use std::collections::BTreeMap;
     let iris_only = parse(GOOD, "a.yaml", &registry()).unwrap();
-    let wine_only = parse(
-        &GOOD.replace("datasets: [iris]", "datasets: [wine]").replace("repeats: 2", "repeats: 3"),
-        "b.yaml",
-        &registry(),
-    )
-    .unwrap();
+    let wine_only =
+        parse(&GOOD.replace("datasets: [iris]", "datasets: [wine]").replace("repeats: 2", "repeats: 3"), "b.yaml", &registry()).unwrap();
     let both = parse(
-        &GOOD.replace("datasets: [iris]", "datasets: [iris, wine]").replace(
-            "methods:",
-            "dataset_splits:\n  wine: { protocol: random, train_fraction: 0.6, repeats: 3 }\nmethods:",
-        ),
+        &GOOD
+            .replace("datasets: [iris]", "datasets: [iris, wine]")
+            .replace("methods:", "dataset_splits:\n  wine: { protocol: random, train_fraction: 0.6, repeats: 3 }\nmethods:"),
         "c.yaml",
         &registry(),
     )
@@ -210,7 +231,11 @@ fn a_per_dataset_protocol_gives_the_cells_a_spec_with_that_protocol_alone_would(
     assert_ne!(both.raw.splits_of("iris").label(), both.raw.splits_of("wine").label());
     let n: BTreeMap<String, usize> = [("iris".to_string(), 2), ("wine".to_string(), 3)].into();
     let merged = mcgp::spec::expand(&both, &n, &Default::default()).unwrap();
-    let separate: Vec<_> = mcgp::spec::expand(&iris_only, &n, &Default::default()).unwrap().into_iter().chain(mcgp::spec::expand(&wine_only, &n, &Default::default()).unwrap()).collect();
+    let separate: Vec<_> = mcgp::spec::expand(&iris_only, &n, &Default::default())
+        .unwrap()
+        .into_iter()
+        .chain(mcgp::spec::expand(&wine_only, &n, &Default::default()).unwrap())
+        .collect();
     assert_eq!(merged.len(), 5);
     for c in &merged {
         let s = separate.iter().find(|s| s.dataset == c.dataset && s.split == c.split).unwrap();
@@ -224,7 +249,12 @@ fn dataset_settings_override_one_datasets_cells_only() {
     use std::collections::BTreeMap;
     let two = GOOD.replace("datasets: [iris]", "datasets: [iris, wine]");
     let plain = parse(&two, "a.yaml", &registry()).unwrap();
-    let with = parse(&format!("{two}    settings: {{ max_hyper_iters: 5 }}\n    dataset_settings: {{ wine: {{ max_hyper_iters: 9 }} }}\n"), "b.yaml", &registry()).unwrap();
+    let with = parse(
+        &format!("{two}    settings: {{ max_hyper_iters: 5 }}\n    dataset_settings: {{ wine: {{ max_hyper_iters: 9 }} }}\n"),
+        "b.yaml",
+        &registry(),
+    )
+    .unwrap();
     let n: BTreeMap<String, usize> = [("iris".to_string(), 1), ("wine".to_string(), 1)].into();
     let cells = mcgp::spec::expand(&with, &n, &Default::default()).unwrap();
     let setting = |d: &str| cells.iter().find(|c| c.dataset == d).unwrap().entry.settings["max_hyper_iters"].clone();
@@ -259,7 +289,11 @@ methods:
     dataset_settings: { wine: { extra_classes: 1 } }
 ";
     let e = error_of(spec);
-    assert!(e.contains("methods[0].dataset_settings.wine [settings.binary_model=probit]") && e.contains("extra_classes needs binary_model: multinomial"), "{e}");
+    assert!(
+        e.contains("methods[0].dataset_settings.wine [settings.binary_model=probit]")
+            && e.contains("extra_classes needs binary_model: multinomial"),
+        "{e}"
+    );
     assert!(!e.contains("binary_model=multinomial]"), "only the bad point is named: {e}");
     parse(&spec.replace("extra_classes: 1", "extra_classes: 0"), "ok.yaml", &registry()).expect("valid without the extra class");
 }

@@ -29,7 +29,8 @@ fn gibbs_sampler_and_vb_agree_on_a_tiny_problem() {
     // Four independent chains: their spread gives the Monte Carlo error of the Gibbs estimate.
     let chains: Vec<Array2<f64>> = (0..4)
         .map(|s| {
-            let g = fit("gibbs_mnp", serde_json::json!({ "burn_in": 500, "samples": 1000, "evidence_samples": 0 }), &x, &y, &kernel, 10 + s);
+            let g =
+                fit("gibbs_mnp", serde_json::json!({ "burn_in": 500, "samples": 1000, "evidence_samples": 0 }), &x, &y, &kernel, 10 + s);
             g.predict_proba(&xt, &mut Pcg64::seed_from_u64(s)).unwrap()
         })
         .collect();

@@ -12,7 +12,11 @@ const QUICKSTART: &str = include_str!("../../experiments/quickstart.yaml");
 const QUICKSTART_PATH: &str = "experiments/quickstart.yaml";
 
 #[derive(Parser)]
-#[command(name = "mcgp", version, about = "Multi-class Gaussian process classification: reproduce papers, compare methods, write HTML reports")]
+#[command(
+    name = "mcgp",
+    version,
+    about = "Multi-class Gaussian process classification: reproduce papers, compare methods, write HTML reports"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -61,13 +65,28 @@ enum Command {
         paths: Paths,
     },
     /// Which of a spec's cells are stored, missing, or stored for older code or data (stale).
-    Status { spec: PathBuf, #[command(flatten)] paths: Paths },
+    Status {
+        spec: PathBuf,
+        #[command(flatten)]
+        paths: Paths,
+    },
     /// Check a spec without running it.
-    Check { spec: PathBuf, #[command(flatten)] paths: Paths },
+    Check {
+        spec: PathBuf,
+        #[command(flatten)]
+        paths: Paths,
+    },
     /// Re-render the report of a spec from its stored cells.
-    Report { spec: PathBuf, #[command(flatten)] paths: Paths },
+    Report {
+        spec: PathBuf,
+        #[command(flatten)]
+        paths: Paths,
+    },
     /// List the datasets and methods known.
-    List { #[command(flatten)] paths: Paths },
+    List {
+        #[command(flatten)]
+        paths: Paths,
+    },
 }
 
 fn main() -> ExitCode {
@@ -94,7 +113,14 @@ fn load_spec(path: Option<&Path>, registry: &Registry) -> anyhow::Result<Spec> {
     }
 }
 
-fn options(paths: &Paths, registry: &Registry, threads: Option<usize>, retry_failed: bool, recompute: bool, render_report: bool) -> RunOptions {
+fn options(
+    paths: &Paths,
+    registry: &Registry,
+    threads: Option<usize>,
+    retry_failed: bool,
+    recompute: bool,
+    render_report: bool,
+) -> RunOptions {
     let data_dir = registry.data_dir().to_path_buf();
     let project_root = data_dir.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
     RunOptions {
@@ -114,8 +140,16 @@ fn options(paths: &Paths, registry: &Registry, threads: Option<usize>, retry_fai
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let default_paths = Paths { results: "results".into(), reports: "reports".into(), data: None };
-    let command =
-        cli.command.unwrap_or(Command::Run { spec: None, threads: None, retry_failed: false, keep_failed: false, recompute: false, datasets: Vec::new(), no_report: false, paths: default_paths });
+    let command = cli.command.unwrap_or(Command::Run {
+        spec: None,
+        threads: None,
+        retry_failed: false,
+        keep_failed: false,
+        recompute: false,
+        datasets: Vec::new(),
+        no_report: false,
+        paths: default_paths,
+    });
     match command {
         Command::Run { spec, threads, retry_failed, keep_failed, recompute, datasets, no_report, paths } => {
             let registry = registry(&paths)?;
@@ -156,7 +190,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let spec = load_spec(Some(&spec), &registry)?;
             let opts = options(&paths, &registry, None, false, false, false);
             let status = runner::status(&spec, &registry, &opts)?;
-            println!("{}: {} cells: {} stored, {} missing, {} stale", spec.file, status.total, status.current, status.missing, status.stale.len());
+            println!(
+                "{}: {} cells: {} stored, {} missing, {} stale",
+                spec.file,
+                status.total,
+                status.current,
+                status.missing,
+                status.stale.len()
+            );
             for s in &status.stale {
                 println!("  stale: {s}");
             }

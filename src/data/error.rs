@@ -20,19 +20,11 @@ pub enum DataError {
         "{path}: file not found (needed by dataset '{dataset}': {description}). \
          SOURCES.md in the data folder lists which datasets are available offline."
     )]
-    MissingFile {
-        path: String,
-        dataset: String,
-        description: String,
-    },
+    MissingFile { path: String, dataset: String, description: String },
 
     /// A problem at one line of a text file.
     #[error("{path}:{line}: {message}")]
-    Parse {
-        path: String,
-        line: usize,
-        message: String,
-    },
+    Parse { path: String, line: usize, message: String },
 
     /// A problem with a whole file (binary headers, row counts, column counts across files).
     #[error("{path}: {message}")]
@@ -69,24 +61,14 @@ pub(crate) fn show(path: &Path) -> String {
 
 impl DataError {
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
-        DataError::Io {
-            path: show(path),
-            source,
-        }
+        DataError::Io { path: show(path), source }
     }
 
     pub(crate) fn parse(path: &Path, line: usize, message: impl Into<String>) -> Self {
-        DataError::Parse {
-            path: show(path),
-            line,
-            message: message.into(),
-        }
+        DataError::Parse { path: show(path), line, message: message.into() }
     }
 
     pub(crate) fn invalid(path: &Path, message: impl Into<String>) -> Self {
-        DataError::Invalid {
-            path: show(path),
-            message: message.into(),
-        }
+        DataError::Invalid { path: show(path), message: message.into() }
     }
 }

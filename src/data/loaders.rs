@@ -24,11 +24,7 @@ pub(crate) fn load(name: &str, spec: &DatasetSpec, dir: &Path) -> Result<Dataset
     for file in spec.files.iter().chain(test_files) {
         let path = dir.join(file);
         if !path.exists() {
-            return Err(DataError::MissingFile {
-                path: show(&path),
-                dataset: name.to_string(),
-                description: spec.description.clone(),
-            });
+            return Err(DataError::MissingFile { path: show(&path), dataset: name.to_string(), description: spec.description.clone() });
         }
     }
 
@@ -40,22 +36,17 @@ pub(crate) fn load(name: &str, spec: &DatasetSpec, dir: &Path) -> Result<Dataset
     let d = table.width.unwrap_or(0);
     let n = table.labels.len();
     if n == 0 {
-        let files = spec
-            .files
-            .iter()
-            .chain(test_files)
-            .map(|f| show(&dir.join(f)))
-            .collect::<Vec<_>>();
-        return Err(DataError::invalid(
-            dir,
-            format!("dataset '{name}' has no rows in {}", files.join(", ")),
-        ));
+        let files = spec.files.iter().chain(test_files).map(|f| show(&dir.join(f))).collect::<Vec<_>>();
+        return Err(DataError::invalid(dir, format!("dataset '{name}' has no rows in {}", files.join(", "))));
     }
     let files = || spec.files.iter().chain(test_files).map(|f| show(&dir.join(f))).collect::<Vec<_>>().join(", ");
     // A dataset a classifier cannot use is an error here, naming its files, not a puzzling
     // split or fit failure later (binary garbage once loaded as a one-row dataset).
     if d == 0 {
-        return Err(DataError::invalid(dir, format!("dataset '{name}' has no feature columns in {} (every column dropped, or only the label)", files())));
+        return Err(DataError::invalid(
+            dir,
+            format!("dataset '{name}' has no feature columns in {} (every column dropped, or only the label)", files()),
+        ));
     }
     if n < 2 {
         return Err(DataError::invalid(dir, format!("dataset '{name}' has {n} row in {}: at least 2 are needed", files())));
@@ -64,16 +55,9 @@ pub(crate) fn load(name: &str, spec: &DatasetSpec, dir: &Path) -> Result<Dataset
     if class_names.len() < 2 {
         return Err(DataError::invalid(dir, format!("dataset '{name}' has one class only ({:?}) in {}", class_names, files())));
     }
-    let feature_names = table
-        .feature_names
-        .take()
-        .unwrap_or_else(|| (1..=d).map(|j| format!("x{j}")).collect());
-    let x = Array2::from_shape_vec((n, d), std::mem::take(&mut table.values)).map_err(|e| {
-        DataError::invalid(
-            dir,
-            format!("dataset '{name}': cannot shape {n} x {d} matrix: {e}"),
-        )
-    })?;
+    let feature_names = table.feature_names.take().unwrap_or_else(|| (1..=d).map(|j| format!("x{j}")).collect());
+    let x = Array2::from_shape_vec((n, d), std::mem::take(&mut table.values))
+        .map_err(|e| DataError::invalid(dir, format!("dataset '{name}': cannot shape {n} x {d} matrix: {e}")))?;
     Ok(Dataset {
         name: name.to_string(),
         x,
@@ -85,12 +69,7 @@ pub(crate) fn load(name: &str, spec: &DatasetSpec, dir: &Path) -> Result<Dataset
     })
 }
 
-fn read_files(
-    table: &mut Table,
-    files: &[String],
-    spec: &DatasetSpec,
-    dir: &Path,
-) -> Result<(), DataError> {
+fn read_files(table: &mut Table, files: &[String], spec: &DatasetSpec, dir: &Path) -> Result<(), DataError> {
     match spec.format {
         Format::Idx => {
             for pair in files.chunks(2) {
@@ -106,9 +85,7 @@ fn read_files(
                 match format {
                     Format::Csv => read_csv(table, &path, bytes, spec)?,
                     Format::Whitespace => read_whitespace(table, &path, &bytes, spec)?,
-                    Format::Libsvm => {
-                        read_libsvm(table, &path, &bytes, spec.n_features.unwrap_or(0))?
-                    }
+                    Format::Libsvm => read_libsvm(table, &path, &bytes, spec.n_features.unwrap_or(0))?,
                     // Idx is read above; synthetic entries have no files (Registry generates them).
                     Format::Idx | Format::Synthetic => {}
                 }
@@ -137,21 +114,10 @@ struct Table {
 
 impl Table {
     /// Starts a new file with `d` features; all files of a dataset must agree on `d`.
-    fn begin_file(
-        &mut self,
-        path: &Path,
-        d: usize,
-        names: Option<Vec<String>>,
-    ) -> Result<(), DataError> {
+    fn begin_file(&mut self, path: &Path, d: usize, names: Option<Vec<String>>) -> Result<(), DataError> {
         match self.width {
             Some(w) if w != d => {
-                return Err(DataError::invalid(
-                    path,
-                    format!(
-                        "expected {w} features (like {}), found {d}",
-                        self.width_from
-                    ),
-                ))
+                return Err(DataError::invalid(path, format!("expected {w} features (like {}), found {d}", self.width_from)))
             }
             Some(_) => {}
             None => {
@@ -187,10 +153,7 @@ fn read_bytes(path: &Path) -> Result<Vec<u8>, DataError> {
 
 fn to_text<'a>(path: &Path, bytes: &'a [u8]) -> Result<&'a str, DataError> {
     std::str::from_utf8(bytes).map_err(|e| {
-        let line = 1 + bytes[..e.valid_up_to()]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count();
+        let line = 1 + bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count();
         DataError::parse(path, line, "not UTF-8 text")
     })
 }
@@ -200,52 +163,25 @@ fn parse_value(path: &Path, line: usize, column: usize, text: &str) -> Result<f6
     let t = text.trim();
     match t.parse::<f64>() {
         Ok(v) if v.is_finite() => Ok(v),
-        _ => Err(DataError::parse(
-            path,
-            line,
-            format!("column {column}: expected a finite number, found '{t}'"),
-        )),
+        _ => Err(DataError::parse(path, line, format!("column {column}: expected a finite number, found '{t}'"))),
     }
 }
 
 /// Which raw columns are features, and which one is the label, for a file with `n_cols` columns.
-fn layout(
-    path: &Path,
-    line: usize,
-    n_cols: usize,
-    spec: &DatasetSpec,
-) -> Result<(usize, Vec<usize>), DataError> {
+fn layout(path: &Path, line: usize, n_cols: usize, spec: &DatasetSpec) -> Result<(usize, Vec<usize>), DataError> {
     let label = spec.label_index(n_cols).ok_or_else(|| {
-        DataError::parse(
-            path,
-            line,
-            format!(
-                "label_column {} is out of range for {n_cols} columns",
-                spec.label_column.unwrap_or(-1)
-            ),
-        )
+        DataError::parse(path, line, format!("label_column {} is out of range for {n_cols} columns", spec.label_column.unwrap_or(-1)))
     })?;
     if let Some(c) = spec.drop_columns.iter().find(|&&c| c >= n_cols) {
-        return Err(DataError::parse(
-            path,
-            line,
-            format!("drop_columns has column {c}, but the file has only {n_cols} columns"),
-        ));
+        return Err(DataError::parse(path, line, format!("drop_columns has column {c}, but the file has only {n_cols} columns")));
     }
-    let features = (0..n_cols)
-        .filter(|c| *c != label && !spec.drop_columns.contains(c))
-        .collect();
+    let features = (0..n_cols).filter(|c| *c != label && !spec.drop_columns.contains(c)).collect();
     Ok((label, features))
 }
 
 /// Comma-separated text, parsed by polars with every column read as text; values are then
 /// converted here so a bad value is reported with its file and line.
-fn read_csv(
-    table: &mut Table,
-    path: &Path,
-    bytes: Vec<u8>,
-    spec: &DatasetSpec,
-) -> Result<(), DataError> {
+fn read_csv(table: &mut Table, path: &Path, bytes: Vec<u8>, spec: &DatasetSpec) -> Result<(), DataError> {
     // Pre-pass: drop blank lines (iris ends with one) and CR line ends, remember each kept line's
     // number, and check the column count so a short row gets "file:line: expected .. columns"
     // rather than a silent null. Lines with quotes are left to polars (a quoted comma is data).
@@ -261,13 +197,7 @@ fn read_csv(
             let cols = 1 + line.iter().filter(|&&b| b == b',').count();
             match expected {
                 None => expected = Some(cols),
-                Some(e) if e != cols => {
-                    return Err(DataError::parse(
-                        path,
-                        i + 1,
-                        format!("expected {e} columns, found {cols}"),
-                    ))
-                }
+                Some(e) if e != cols => return Err(DataError::parse(path, i + 1, format!("expected {e} columns, found {cols}"))),
                 Some(_) => {}
             }
         }
@@ -277,11 +207,7 @@ fn read_csv(
     }
     drop(bytes);
     let first_line = line_numbers.first().copied().unwrap_or(1);
-    let data_lines = if spec.header {
-        line_numbers.get(1..).unwrap_or(&[])
-    } else {
-        &line_numbers[..]
-    };
+    let data_lines = if spec.header { line_numbers.get(1..).unwrap_or(&[]) } else { &line_numbers[..] };
     if data_lines.is_empty() {
         return Err(DataError::invalid(path, "no data rows"));
     }
@@ -295,44 +221,27 @@ fn read_csv(
     if df.height() != data_lines.len() {
         return Err(DataError::invalid(
             path,
-            format!(
-                "polars read {} rows, expected {} non-blank data lines",
-                df.height(),
-                data_lines.len()
-            ),
+            format!("polars read {} rows, expected {} non-blank data lines", df.height(), data_lines.len()),
         ));
     }
     let (label, features) = layout(path, first_line, df.width(), spec)?;
-    let names = spec.header.then(|| {
-        features
-            .iter()
-            .map(|&c| df.columns()[c].name().to_string())
-            .collect::<Vec<_>>()
-    });
+    let names = spec.header.then(|| features.iter().map(|&c| df.columns()[c].name().to_string()).collect::<Vec<_>>());
     table.begin_file(path, features.len(), names)?;
 
-    let text_column = |c: usize| {
-        df.columns()[c]
-            .str()
-            .map_err(|e| DataError::invalid(path, format!("column {c} is not text: {e}")))
-    };
+    let text_column = |c: usize| df.columns()[c].str().map_err(|e| DataError::invalid(path, format!("column {c} is not text: {e}")));
     let d = features.len();
     let start = table.values.len();
     table.values.resize(start + data_lines.len() * d, 0.0);
     for (j, &c) in features.iter().enumerate() {
         for (i, value) in text_column(c)?.iter().enumerate() {
             let line = data_lines[i];
-            let text = value.ok_or_else(|| {
-                DataError::parse(path, line, format!("column {c}: missing value"))
-            })?;
+            let text = value.ok_or_else(|| DataError::parse(path, line, format!("column {c}: missing value")))?;
             table.values[start + i * d + j] = parse_value(path, line, c, text)?;
         }
     }
     for (i, value) in text_column(label)?.iter().enumerate() {
         let line = data_lines[i];
-        let text = value.ok_or_else(|| {
-            DataError::parse(path, line, format!("column {label}: missing label"))
-        })?;
+        let text = value.ok_or_else(|| DataError::parse(path, line, format!("column {label}: missing label")))?;
         table.push_label(text.trim().to_string(), line);
     }
     Ok(())
@@ -340,30 +249,14 @@ fn read_csv(
 
 /// Text whose columns are separated by runs of blanks (polars needs a single-byte separator, and
 /// some files end lines with a trailing space).
-fn read_whitespace(
-    table: &mut Table,
-    path: &Path,
-    bytes: &[u8],
-    spec: &DatasetSpec,
-) -> Result<(), DataError> {
+fn read_whitespace(table: &mut Table, path: &Path, bytes: &[u8], spec: &DatasetSpec) -> Result<(), DataError> {
     let text = to_text(path, bytes)?;
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .map(|(i, l)| (i + 1, l))
-        .filter(|(_, l)| !l.trim().is_empty())
-        .peekable();
-    let header: Option<Vec<&str>> = if spec.header {
-        lines.next().map(|(_, l)| l.split_whitespace().collect())
-    } else {
-        None
-    };
+    let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l)).filter(|(_, l)| !l.trim().is_empty()).peekable();
+    let header: Option<Vec<&str>> = if spec.header { lines.next().map(|(_, l)| l.split_whitespace().collect()) } else { None };
     let Some(&(first_line, first)) = lines.peek() else {
         return Err(DataError::invalid(path, "no data rows"));
     };
-    let n_cols = header
-        .as_ref()
-        .map_or_else(|| first.split_whitespace().count(), Vec::len);
+    let n_cols = header.as_ref().map_or_else(|| first.split_whitespace().count(), Vec::len);
     let (label, features) = layout(path, first_line, n_cols, spec)?;
     let names = header.map(|h| features.iter().map(|&c| h[c].to_string()).collect());
     table.begin_file(path, features.len(), names)?;
@@ -373,11 +266,7 @@ fn read_whitespace(
         fields.clear();
         fields.extend(l.split_whitespace());
         if fields.len() != n_cols {
-            return Err(DataError::parse(
-                path,
-                line,
-                format!("expected {n_cols} columns, found {}", fields.len()),
-            ));
+            return Err(DataError::parse(path, line, format!("expected {n_cols} columns, found {}", fields.len())));
         }
         for &c in &features {
             let v = parse_value(path, line, c, fields[c])?;
@@ -389,12 +278,7 @@ fn read_whitespace(
 }
 
 /// LIBSVM sparse text: `label idx:val idx:val ...`, 1-based indices, absent entries are 0.
-fn read_libsvm(
-    table: &mut Table,
-    path: &Path,
-    bytes: &[u8],
-    n_features: usize,
-) -> Result<(), DataError> {
+fn read_libsvm(table: &mut Table, path: &Path, bytes: &[u8], n_features: usize) -> Result<(), DataError> {
     let text = to_text(path, bytes)?;
     table.begin_file(path, n_features, None)?;
     for (i, l) in text.lines().enumerate() {
@@ -402,27 +286,15 @@ fn read_libsvm(
         let mut tokens = l.split_whitespace();
         let Some(label) = tokens.next() else { continue };
         if label.contains(':') {
-            return Err(DataError::parse(
-                path,
-                line,
-                format!("expected a label before the index:value pairs, found '{label}'"),
-            ));
+            return Err(DataError::parse(path, line, format!("expected a label before the index:value pairs, found '{label}'")));
         }
         let start = table.values.len();
         table.values.resize(start + n_features, 0.0);
         let mut given = vec![false; n_features];
         for token in tokens {
-            let bad = |what: &str| {
-                DataError::parse(
-                    path,
-                    line,
-                    format!("expected index:value, found '{token}' ({what})"),
-                )
-            };
+            let bad = |what: &str| DataError::parse(path, line, format!("expected index:value, found '{token}' ({what})"));
             let (index, value) = token.split_once(':').ok_or_else(|| bad("no ':'"))?;
-            let index: usize = index
-                .parse()
-                .map_err(|_| bad("index is not a positive integer"))?;
+            let index: usize = index.parse().map_err(|_| bad("index is not a positive integer"))?;
             if index == 0 || index > n_features {
                 return Err(DataError::parse(
                     path,
@@ -449,11 +321,7 @@ fn be_u32(bytes: &[u8], at: usize) -> Option<u32> {
 }
 
 /// One MNIST-style (images, labels) pair of IDX files; pixels are scaled to [0, 1] by /255.
-fn read_idx_pair(
-    table: &mut Table,
-    images_path: &Path,
-    labels_path: &Path,
-) -> Result<(), DataError> {
+fn read_idx_pair(table: &mut Table, images_path: &Path, labels_path: &Path) -> Result<(), DataError> {
     let images = read_bytes(images_path)?;
     let labels = read_bytes(labels_path)?;
 
@@ -464,13 +332,8 @@ fn read_idx_pair(
             format!("expected an IDX image file (magic {IDX_IMAGES_MAGIC}), found magic {magic:?}; idx files are listed as (images, labels) pairs"),
         ));
     }
-    let (Some(count), Some(rows), Some(cols)) =
-        (be_u32(&images, 4), be_u32(&images, 8), be_u32(&images, 12))
-    else {
-        return Err(DataError::invalid(
-            images_path,
-            "IDX header is shorter than 16 bytes",
-        ));
+    let (Some(count), Some(rows), Some(cols)) = (be_u32(&images, 4), be_u32(&images, 8), be_u32(&images, 12)) else {
+        return Err(DataError::invalid(images_path, "IDX header is shorter than 16 bytes"));
     };
     let (n, d) = (count as usize, rows as usize * cols as usize);
     // Checked: a corrupt header must give an error, not a wrapped size.
@@ -493,14 +356,16 @@ fn read_idx_pair(
     if label_count != Some(n) || labels.len() != 8 + n {
         return Err(DataError::invalid(
             labels_path,
-            format!("expected {n} labels (one per image in {}), found {label_count:?} in the header and {} label bytes", show(images_path), labels.len().saturating_sub(8)),
+            format!(
+                "expected {n} labels (one per image in {}), found {label_count:?} in the header and {} label bytes",
+                show(images_path),
+                labels.len().saturating_sub(8)
+            ),
         ));
     }
 
     table.begin_file(images_path, d, None)?;
-    table
-        .values
-        .extend(images[16..].iter().map(|&p| f64::from(p) / 255.0));
+    table.values.extend(images[16..].iter().map(|&p| f64::from(p) / 255.0));
     for (i, &label) in labels[8..].iter().enumerate() {
         // "line" of an IDX row = 1-based record number.
         table.push_label(label.to_string(), i + 1);
@@ -524,8 +389,7 @@ pub(crate) fn normalize_label(raw: &str) -> String {
 fn numeric_label(t: &str) -> Option<f64> {
     let plain = !t.is_empty()
         && t.chars().any(|c| c.is_ascii_digit())
-        && t.chars()
-            .all(|c| c.is_ascii_digit() || matches!(c, '.' | '+' | '-' | 'e' | 'E'));
+        && t.chars().all(|c| c.is_ascii_digit() || matches!(c, '.' | '+' | '-' | 'e' | 'E'));
     if !plain {
         return None;
     }
@@ -534,11 +398,7 @@ fn numeric_label(t: &str) -> Option<f64> {
 
 /// Class names and per-row class indices. Default order: numeric when every label is a number,
 /// otherwise lexicographic; `class_order` overrides it.
-fn assign_classes(
-    table: &Table,
-    class_order: Option<&[String]>,
-    dir: &Path,
-) -> Result<(Vec<String>, Vec<usize>), DataError> {
+fn assign_classes(table: &Table, class_order: Option<&[String]>, dir: &Path) -> Result<(Vec<String>, Vec<usize>), DataError> {
     // Normalise each distinct raw text once (MNIST has 70000 rows but 10 texts).
     let mut normal: HashMap<&str, String> = HashMap::new();
     for raw in &table.labels {
@@ -553,17 +413,11 @@ fn assign_classes(
             for (row, raw) in table.labels.iter().enumerate() {
                 if !names.contains(&normal[raw.as_str()]) {
                     let (file, line) = table.origins[row];
-                    let path = table
-                        .files
-                        .get(file)
-                        .map_or_else(|| show(dir), Clone::clone);
+                    let path = table.files.get(file).map_or_else(|| show(dir), Clone::clone);
                     return Err(DataError::Parse {
                         path,
                         line,
-                        message: format!(
-                            "label '{raw}' is not in the registry's class_order [{}]",
-                            order.join(", ")
-                        ),
+                        message: format!("label '{raw}' is not in the registry's class_order [{}]", order.join(", ")),
                     });
                 }
             }
@@ -583,16 +437,8 @@ fn assign_classes(
         }
     };
 
-    let index: HashMap<&str, usize> = class_names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.as_str(), i))
-        .collect();
-    let y = table
-        .labels
-        .iter()
-        .map(|raw| index[normal[raw.as_str()].as_str()])
-        .collect();
+    let index: HashMap<&str, usize> = class_names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
+    let y = table.labels.iter().map(|raw| index[normal[raw.as_str()].as_str()]).collect();
     Ok((class_names, y))
 }
 
@@ -655,20 +501,13 @@ mod tests {
         assert_eq!(names, ["bus", "opel", "van"]);
         assert_eq!(y, [2, 0, 1]);
 
-        let order = vec![
-            "van".to_string(),
-            "opel".into(),
-            "bus".into(),
-            "saab".into(),
-        ];
+        let order = vec!["van".to_string(), "opel".into(), "bus".into(), "saab".into()];
         let (names, y) = assign_classes(&t, Some(&order), p()).expect("classes");
         assert_eq!(names, ["van", "opel", "bus", "saab"]);
         assert_eq!(y, [0, 2, 1]);
 
         let short = vec!["van".to_string()];
-        let msg = assign_classes(&t, Some(&short), p())
-            .expect_err("bus not listed")
-            .to_string();
+        let msg = assign_classes(&t, Some(&short), p()).expect_err("bus not listed").to_string();
         assert!(msg.starts_with("f:1: label 'bus'"), "{msg}");
     }
 
@@ -689,27 +528,12 @@ mod tests {
         assert_eq!(t.values, [1.0, 2.0, 3.0, 4.0]);
         assert_eq!(t.labels, ["x", "y"]);
 
-        let msg = read_whitespace(
-            &mut Table::default(),
-            p(),
-            b"1 2 a\n1 2 3 a\n",
-            &spec(Format::Whitespace),
-        )
-        .expect_err("ragged")
-        .to_string();
+        let msg =
+            read_whitespace(&mut Table::default(), p(), b"1 2 a\n1 2 3 a\n", &spec(Format::Whitespace)).expect_err("ragged").to_string();
         assert_eq!(msg, "mem.txt:2: expected 3 columns, found 4");
-        let msg = read_whitespace(
-            &mut Table::default(),
-            p(),
-            b"1 2 a\n1 ? a\n",
-            &spec(Format::Whitespace),
-        )
-        .expect_err("bad value")
-        .to_string();
-        assert_eq!(
-            msg,
-            "mem.txt:2: column 1: expected a finite number, found '?'"
-        );
+        let msg =
+            read_whitespace(&mut Table::default(), p(), b"1 2 a\n1 ? a\n", &spec(Format::Whitespace)).expect_err("bad value").to_string();
+        assert_eq!(msg, "mem.txt:2: column 1: expected a finite number, found '?'");
     }
 
     #[test]
@@ -721,24 +545,12 @@ mod tests {
         assert_eq!(t.labels, ["+1", "-1", "2"]);
         assert_eq!(t.origins, [(0, 1), (0, 2), (0, 4)]);
 
-        let msg = read_libsvm(&mut Table::default(), p(), b"1 1:1\n1 4:1\n", 3)
-            .expect_err("index")
-            .to_string();
-        assert!(
-            msg.starts_with("mem.txt:2: feature index 4 is outside 1..=3"),
-            "{msg}"
-        );
-        let msg = read_libsvm(&mut Table::default(), p(), b"1:1 2:1\n", 3)
-            .expect_err("no label")
-            .to_string();
+        let msg = read_libsvm(&mut Table::default(), p(), b"1 1:1\n1 4:1\n", 3).expect_err("index").to_string();
+        assert!(msg.starts_with("mem.txt:2: feature index 4 is outside 1..=3"), "{msg}");
+        let msg = read_libsvm(&mut Table::default(), p(), b"1:1 2:1\n", 3).expect_err("no label").to_string();
         assert!(msg.starts_with("mem.txt:1: expected a label"), "{msg}");
-        let msg = read_libsvm(&mut Table::default(), p(), b"1 1=1\n", 3)
-            .expect_err("syntax")
-            .to_string();
-        assert!(
-            msg.starts_with("mem.txt:1: expected index:value, found '1=1'"),
-            "{msg}"
-        );
+        let msg = read_libsvm(&mut Table::default(), p(), b"1 1=1\n", 3).expect_err("syntax").to_string();
+        assert!(msg.starts_with("mem.txt:1: expected index:value, found '1=1'"), "{msg}");
     }
 
     #[test]
@@ -752,52 +564,19 @@ mod tests {
         read_csv(&mut t, p(), text, &s).expect("parse");
         assert_eq!(t.values, [0.5, 2.0, -1.0, 30.0]);
         assert_eq!(t.labels, ["+1", "2."]);
-        assert_eq!(
-            t.feature_names.as_deref(),
-            Some(&["a".to_string(), "b".to_string()][..])
-        );
+        assert_eq!(t.feature_names.as_deref(), Some(&["a".to_string(), "b".to_string()][..]));
 
-        let msg = read_csv(
-            &mut Table::default(),
-            p(),
-            b"1,2,3\n\n1,2\n".to_vec(),
-            &spec(Format::Csv),
-        )
-        .expect_err("short row")
-        .to_string();
+        let msg = read_csv(&mut Table::default(), p(), b"1,2,3\n\n1,2\n".to_vec(), &spec(Format::Csv)).expect_err("short row").to_string();
         assert_eq!(msg, "mem.txt:3: expected 3 columns, found 2");
-        let msg = read_csv(
-            &mut Table::default(),
-            p(),
-            b"1,2,a\n1,x,b\n".to_vec(),
-            &spec(Format::Csv),
-        )
-        .expect_err("bad value")
-        .to_string();
-        assert_eq!(
-            msg,
-            "mem.txt:2: column 1: expected a finite number, found 'x'"
-        );
+        let msg = read_csv(&mut Table::default(), p(), b"1,2,a\n1,x,b\n".to_vec(), &spec(Format::Csv)).expect_err("bad value").to_string();
+        assert_eq!(msg, "mem.txt:2: column 1: expected a finite number, found 'x'");
     }
 
     #[test]
     fn files_must_agree_on_width() {
         let mut t = Table::default();
-        read_whitespace(
-            &mut t,
-            Path::new("a.txt"),
-            b"1 2 a\n",
-            &spec(Format::Whitespace),
-        )
-        .expect("first");
-        let msg = read_whitespace(
-            &mut t,
-            Path::new("b.txt"),
-            b"1 a\n",
-            &spec(Format::Whitespace),
-        )
-        .expect_err("width")
-        .to_string();
+        read_whitespace(&mut t, Path::new("a.txt"), b"1 2 a\n", &spec(Format::Whitespace)).expect("first");
+        let msg = read_whitespace(&mut t, Path::new("b.txt"), b"1 a\n", &spec(Format::Whitespace)).expect_err("width").to_string();
         assert_eq!(msg, "b.txt: expected 2 features (like a.txt), found 1");
     }
 
@@ -816,12 +595,7 @@ mod tests {
         assert_eq!(t.values, [0.0, 1.0, 0.2, 0.4]);
         assert_eq!(t.labels, ["7", "3"]);
         // Swapped pair: a clear error about the magic number.
-        let msg = read_idx_pair(&mut Table::default(), &labels, &images)
-            .expect_err("swapped")
-            .to_string();
-        assert!(
-            msg.contains("expected an IDX image file (magic 2051)"),
-            "{msg}"
-        );
+        let msg = read_idx_pair(&mut Table::default(), &labels, &images).expect_err("swapped").to_string();
+        assert!(msg.contains("expected an IDX image file (magic 2051)"), "{msg}");
     }
 }

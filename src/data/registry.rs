@@ -107,9 +107,7 @@ impl DatasetSpec {
         }
         if let Some(t) = &self.test_files {
             if t.is_empty() {
-                return Err(
-                    "`test_files` is empty (leave it out if there are no test files)".into(),
-                );
+                return Err("`test_files` is empty (leave it out if there are no test files)".into());
             }
         }
         let tabular = matches!(self.format, Format::Csv | Format::Whitespace);
@@ -129,9 +127,7 @@ impl DatasetSpec {
             (Format::Libsvm, None) => return Err("format libsvm needs `n_features`".into()),
             (Format::Libsvm, Some(0)) => return Err("`n_features` must be at least 1".into()),
             (Format::Libsvm, Some(_)) | (_, None) => {}
-            (_, Some(_)) => {
-                return Err(format!("`n_features` is only for format libsvm, not {fmt}"))
-            }
+            (_, Some(_)) => return Err(format!("`n_features` is only for format libsvm, not {fmt}")),
         }
         if self.format == Format::Idx {
             let test_len = self.test_files.as_ref().map_or(0, Vec::len);
@@ -141,9 +137,7 @@ impl DatasetSpec {
         }
         if let Some(c) = self.label_column {
             if c < -1 {
-                return Err(format!(
-                    "`label_column` must be a 0-based column index or -1 (last), found {c}"
-                ));
+                return Err(format!("`label_column` must be a 0-based column index or -1 (last), found {c}"));
             }
             if c >= 0 && self.drop_columns.contains(&(c as usize)) {
                 return Err(format!("`drop_columns` contains the label column {c}"));
@@ -171,7 +165,12 @@ impl DatasetSpec {
         if !self.files.is_empty() || self.test_files.is_some() {
             return Err("format synthetic takes no `files` or `test_files`".into());
         }
-        if self.header || self.label_column.is_some() || !self.drop_columns.is_empty() || self.n_features.is_some() || self.class_order.is_some() {
+        if self.header
+            || self.label_column.is_some()
+            || !self.drop_columns.is_empty()
+            || self.n_features.is_some()
+            || self.class_order.is_some()
+        {
             return Err("format synthetic allows only `generator`, `n`, `seed`, `description` and `citation`".into());
         }
         match self.generator.as_deref() {
@@ -200,30 +199,19 @@ impl Registry {
     /// Reads and checks `<data_dir>/datasets.yaml`.
     pub fn load(data_dir: &Path) -> Result<Registry, DataError> {
         let path = data_dir.join(REGISTRY_FILE);
-        let registry_error = |message: String| DataError::Registry {
-            path: show(&path),
-            message,
-        };
+        let registry_error = |message: String| DataError::Registry { path: show(&path), message };
         let text = std::fs::read_to_string(&path).map_err(|e| {
-            registry_error(format!(
-                "cannot read the dataset registry ({e}); set MCGP_DATA_DIR to the folder that holds {REGISTRY_FILE}"
-            ))
+            registry_error(format!("cannot read the dataset registry ({e}); set MCGP_DATA_DIR to the folder that holds {REGISTRY_FILE}"))
         })?;
-        let entries: BTreeMap<String, DatasetSpec> = serde_norway::from_str(&text)
-            .map_err(|e| registry_error(format!("invalid registry: {e}")))?;
+        let entries: BTreeMap<String, DatasetSpec> =
+            serde_norway::from_str(&text).map_err(|e| registry_error(format!("invalid registry: {e}")))?;
         for (name, spec) in &entries {
             if name.trim().is_empty() || name.chars().any(char::is_whitespace) {
-                return Err(registry_error(format!(
-                    "dataset name '{name}' must be non-empty without spaces"
-                )));
+                return Err(registry_error(format!("dataset name '{name}' must be non-empty without spaces")));
             }
-            spec.check()
-                .map_err(|m| registry_error(format!("dataset '{name}': {m}")))?;
+            spec.check().map_err(|m| registry_error(format!("dataset '{name}': {m}")))?;
         }
-        Ok(Registry {
-            dir: data_dir.to_path_buf(),
-            entries,
-        })
+        Ok(Registry { dir: data_dir.to_path_buf(), entries })
     }
 
     /// The data folder the registry was read from (dataset files are relative to it).
@@ -255,18 +243,9 @@ impl Registry {
         if let Some(test) = &spec.test_files {
             files.push_str(&format!("; test: {}", test.join(" + ")));
         }
-        let missing: Vec<&str> = spec
-            .files
-            .iter()
-            .chain(spec.test_files.iter().flatten())
-            .filter(|f| !self.dir.join(f).exists())
-            .map(String::as_str)
-            .collect();
-        let mut line = format!(
-            "{name}: {} [{} {files}]",
-            spec.description,
-            spec.format.name()
-        );
+        let missing: Vec<&str> =
+            spec.files.iter().chain(spec.test_files.iter().flatten()).filter(|f| !self.dir.join(f).exists()).map(String::as_str).collect();
+        let mut line = format!("{name}: {} [{} {files}]", spec.description, spec.format.name());
         if !missing.is_empty() {
             line.push_str(&format!(" (MISSING: {})", missing.join(", ")));
         }
@@ -331,59 +310,37 @@ mod tests {
         let msg = reg.load_dataset("irsi").expect_err("unknown").to_string();
         assert!(msg.contains("did you mean 'iris'"), "{msg}");
         assert!(msg.contains("known datasets: iris, wine"), "{msg}");
-        let msg = reg
-            .load_dataset("completely-different")
-            .expect_err("unknown")
-            .to_string();
+        let msg = reg.load_dataset("completely-different").expect_err("unknown").to_string();
         assert!(!msg.contains("did you mean"), "{msg}");
     }
 
     #[test]
     fn unknown_fields_and_bad_entries_are_rejected() {
-        let dir = write_registry(
-            "iris: {files: [a], format: csv, description: d, citation: c, colour: red}\n",
-        );
-        let msg = Registry::load(dir.path())
-            .expect_err("unknown field")
-            .to_string();
+        let dir = write_registry("iris: {files: [a], format: csv, description: d, citation: c, colour: red}\n");
+        let msg = Registry::load(dir.path()).expect_err("unknown field").to_string();
         assert!(msg.contains("colour"), "{msg}");
 
-        let dir =
-            write_registry("dna: {files: [a], format: libsvm, description: d, citation: c}\n");
-        let msg = Registry::load(dir.path())
-            .expect_err("no n_features")
-            .to_string();
-        assert!(
-            msg.contains("dataset 'dna'") && msg.contains("n_features"),
-            "{msg}"
-        );
+        let dir = write_registry("dna: {files: [a], format: libsvm, description: d, citation: c}\n");
+        let msg = Registry::load(dir.path()).expect_err("no n_features").to_string();
+        assert!(msg.contains("dataset 'dna'") && msg.contains("n_features"), "{msg}");
 
         let dir = write_registry("x: {files: [a], format: csv, label_column: 0, drop_columns: [0], description: d, citation: c}\n");
-        let msg = Registry::load(dir.path())
-            .expect_err("label dropped")
-            .to_string();
+        let msg = Registry::load(dir.path()).expect_err("label dropped").to_string();
         assert!(msg.contains("label column 0"), "{msg}");
     }
 
     #[test]
     fn class_order_accepts_numbers_and_strings() {
-        let dir = write_registry(
-            "x: {files: [a], format: csv, class_order: [3, '+1', 2.0], description: d, citation: c}\n",
-        );
+        let dir = write_registry("x: {files: [a], format: csv, class_order: [3, '+1', 2.0], description: d, citation: c}\n");
         let reg = Registry::load(dir.path()).expect("registry");
-        let order = reg
-            .spec("x")
-            .and_then(|s| s.class_order.clone())
-            .expect("class_order");
+        let order = reg.spec("x").and_then(|s| s.class_order.clone()).expect("class_order");
         let normalised: Vec<String> = order.iter().map(|l| loaders::normalize_label(l)).collect();
         assert_eq!(normalised, ["3", "1", "2"]);
     }
 
     #[test]
     fn synthetic_entries_generate_and_are_checked() {
-        let dir = write_registry(
-            "toy: {format: synthetic, generator: gr2006-toy, n: 90, seed: 5, description: d, citation: c}\n",
-        );
+        let dir = write_registry("toy: {format: synthetic, generator: gr2006-toy, n: 90, seed: 5, description: d, citation: c}\n");
         let reg = Registry::load(dir.path()).expect("registry");
         let d = reg.load_dataset("toy").expect("generated");
         assert_eq!((d.n(), d.d(), d.n_classes()), (90, 10, 3));
@@ -405,15 +362,10 @@ mod tests {
 
     #[test]
     fn describe_flags_missing_files() {
-        let dir = write_registry(
-            "iris: {files: [iris.data], format: csv, description: Fisher's iris, citation: c}\n",
-        );
+        let dir = write_registry("iris: {files: [iris.data], format: csv, description: Fisher's iris, citation: c}\n");
         let reg = Registry::load(dir.path()).expect("registry");
         let line = reg.describe("iris").expect("known");
-        assert!(
-            line.starts_with("iris: Fisher's iris [csv iris.data]"),
-            "{line}"
-        );
+        assert!(line.starts_with("iris: Fisher's iris [csv iris.data]"), "{line}");
         assert!(line.contains("MISSING: iris.data"), "{line}");
         assert!(reg.describe("nope").is_none());
     }

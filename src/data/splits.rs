@@ -69,17 +69,9 @@ impl SplitProtocol {
     /// Checks the parameters that do not depend on the data; Err names the field and the rule.
     pub fn validate(&self) -> Result<(), String> {
         match self {
-            SplitProtocol::Random {
-                train_fraction,
-                repeats,
-                train_size,
-                test_size,
-                ..
-            } => {
+            SplitProtocol::Random { train_fraction, repeats, train_size, test_size, .. } => {
                 if !(*train_fraction > 0.0 && *train_fraction < 1.0) {
-                    return Err(format!(
-                        "train_fraction must be in (0, 1), found {train_fraction}"
-                    ));
+                    return Err(format!("train_fraction must be in (0, 1), found {train_fraction}"));
                 }
                 if *repeats < 1 {
                     return Err("repeats must be at least 1, found 0".into());
@@ -112,16 +104,8 @@ impl SplitProtocol {
     /// Short canonical description, e.g. `random[train_fraction=0.6,repeats=50,stratify=false]`.
     pub fn label(&self) -> String {
         match self {
-            SplitProtocol::Random {
-                train_fraction,
-                repeats,
-                stratify,
-                train_size,
-                test_size,
-            } => {
-                let mut s = format!(
-                    "random[train_fraction={train_fraction},repeats={repeats},stratify={stratify}"
-                );
+            SplitProtocol::Random { train_fraction, repeats, stratify, train_size, test_size } => {
+                let mut s = format!("random[train_fraction={train_fraction},repeats={repeats},stratify={stratify}");
                 if let Some(t) = train_size {
                     s.push_str(&format!(",train_size={t}"));
                 }
@@ -131,11 +115,7 @@ impl SplitProtocol {
                 s.push(']');
                 s
             }
-            SplitProtocol::Kfold {
-                k,
-                repeats,
-                stratify,
-            } => {
+            SplitProtocol::Kfold { k, repeats, stratify } => {
                 format!("kfold[k={k},repeats={repeats},stratify={stratify}]")
             }
             SplitProtocol::Fixed => "fixed".into(),
@@ -153,15 +133,14 @@ impl SplitProtocol {
                 fixed_boundary(data).map_err(|m| self.error(data, m))?;
                 Ok(1)
             }
-            SplitProtocol::File { path } => {
-                Ok(read_splits(&resolve(path, project_root), data.n())?.len())
-            }
+            SplitProtocol::File { path } => Ok(read_splits(&resolve(path, project_root), data.n())?.len()),
         }
     }
 
     fn error(&self, data: &Dataset, message: String) -> DataError {
         // The dataset with its files, so a message about row counts points at the data.
-        let dataset = if data.source.is_empty() { format!("'{}'", data.name) } else { format!("'{}' ({})", data.name, data.source.join(", ")) };
+        let dataset =
+            if data.source.is_empty() { format!("'{}'", data.name) } else { format!("'{}' ({})", data.name, data.source.join(", ")) };
         DataError::Split { protocol: self.label(), dataset, message }
     }
 }
@@ -186,50 +165,26 @@ fn fixed_boundary(data: &Dataset) -> Result<usize, String> {
             }
             Ok(t)
         }
-        Some(t) => Err(format!(
-            "the fixed split has {t} training rows of {}; both parts must be non-empty",
-            data.n()
-        )),
+        Some(t) => Err(format!("the fixed split has {t} training rows of {}; both parts must be non-empty", data.n())),
         None => Err("the dataset has no fixed test files (no `test_files` in the registry)".into()),
     }
 }
 
 /// All splits of `data` under `protocol`, deterministic in `seed`.
-pub fn make_splits(
-    protocol: &SplitProtocol,
-    data: &Dataset,
-    seed: u64,
-    project_root: &Path,
-) -> Result<Vec<Split>, DataError> {
+pub fn make_splits(protocol: &SplitProtocol, data: &Dataset, seed: u64, project_root: &Path) -> Result<Vec<Split>, DataError> {
     protocol.validate().map_err(|m| protocol.error(data, m))?;
     let n = data.n();
     match protocol {
-        SplitProtocol::Random {
-            train_fraction,
-            repeats,
-            stratify,
-            train_size,
-            test_size,
-        } => {
-            let n_train =
-                train_size.unwrap_or_else(|| (train_fraction * n as f64).round() as usize);
+        SplitProtocol::Random { train_fraction, repeats, stratify, train_size, test_size } => {
+            let n_train = train_size.unwrap_or_else(|| (train_fraction * n as f64).round() as usize);
             if n_train < 1 || n_train >= n {
-                return Err(protocol.error(
-                    data,
-                    format!(
-                        "{n_train} training rows of {n}: need at least 1 training and 1 test row"
-                    ),
-                ));
+                return Err(protocol.error(data, format!("{n_train} training rows of {n}: need at least 1 training and 1 test row")));
             }
             if let Some(m) = test_size {
                 if *m > n - n_train {
-                    return Err(protocol.error(
-                        data,
-                        format!(
-                            "test_size {m} exceeds the {} rows left after {n_train} training rows",
-                            n - n_train
-                        ),
-                    ));
+                    return Err(
+                        protocol.error(data, format!("test_size {m} exceeds the {} rows left after {n_train} training rows", n - n_train))
+                    );
                 }
             }
             Ok((0..*repeats)
@@ -239,16 +194,9 @@ pub fn make_splits(
                 })
                 .collect())
         }
-        SplitProtocol::Kfold {
-            k,
-            repeats,
-            stratify,
-        } => {
+        SplitProtocol::Kfold { k, repeats, stratify } => {
             if *k > n {
-                return Err(protocol.error(
-                    data,
-                    format!("k = {k} folds need at least {k} rows, found {n}"),
-                ));
+                return Err(protocol.error(data, format!("k = {k} folds need at least {k} rows, found {n}")));
             }
             let mut splits = Vec::with_capacity(k * repeats);
             for r in 0..*repeats {
@@ -261,24 +209,15 @@ pub fn make_splits(
                     fold_of[row] = pos % k;
                 }
                 for fold in 0..*k {
-                    let (test, train): (Vec<usize>, Vec<usize>) =
-                        (0..n).partition(|&i| fold_of[i] == fold);
-                    splits.push(Split {
-                        index: r * k + fold,
-                        train,
-                        test,
-                    });
+                    let (test, train): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| fold_of[i] == fold);
+                    splits.push(Split { index: r * k + fold, train, test });
                 }
             }
             Ok(splits)
         }
         SplitProtocol::Fixed => {
             let t = fixed_boundary(data).map_err(|m| protocol.error(data, m))?;
-            Ok(vec![Split {
-                index: 0,
-                train: (0..t).collect(),
-                test: (t..n).collect(),
-            }])
+            Ok(vec![Split { index: 0, train: (0..t).collect(), test: (t..n).collect() }])
         }
         SplitProtocol::File { path } => read_splits(&resolve(path, project_root), n),
     }
@@ -299,9 +238,7 @@ fn splitmix64(x: u64) -> u64 {
 
 /// Row indices of each class, in class order (empty classes included).
 fn rows_by_class(data: &Dataset) -> Vec<Vec<usize>> {
-    let n_classes = data
-        .n_classes()
-        .max(data.y.iter().map(|&c| c + 1).max().unwrap_or(0));
+    let n_classes = data.n_classes().max(data.y.iter().map(|&c| c + 1).max().unwrap_or(0));
     let mut groups = vec![Vec::new(); n_classes];
     for (i, &c) in data.y.iter().enumerate() {
         groups[c].push(i);
@@ -324,14 +261,7 @@ fn shuffled_rows(data: &Dataset, stratify: bool, rng: &mut Pcg64) -> Vec<usize> 
     }
 }
 
-fn random_split(
-    index: usize,
-    data: &Dataset,
-    n_train: usize,
-    test_size: Option<usize>,
-    stratify: bool,
-    rng: &mut Pcg64,
-) -> Split {
+fn random_split(index: usize, data: &Dataset, n_train: usize, test_size: Option<usize>, stratify: bool, rng: &mut Pcg64) -> Split {
     let (mut train, mut test) = if stratify {
         let mut groups = rows_by_class(data);
         for g in &mut groups {
@@ -350,10 +280,7 @@ fn random_split(
             Some(m) => {
                 let rest_sizes: Vec<usize> = rest.iter().map(|r| r.len()).collect();
                 let take = allocate(m, &rest_sizes);
-                rest.iter()
-                    .zip(&take)
-                    .flat_map(|(r, t)| r[..*t].iter().copied())
-                    .collect()
+                rest.iter().zip(&take).flat_map(|(r, t)| r[..*t].iter().copied()).collect()
             }
         };
         (train, test)
@@ -377,15 +304,8 @@ fn allocate(total: usize, sizes: &[usize]) -> Vec<usize> {
         return vec![0; sizes.len()];
     }
     let t = total as u128;
-    let mut parts: Vec<usize> = sizes
-        .iter()
-        .map(|&s| (t * s as u128 / n) as usize)
-        .collect();
-    let mut by_remainder: Vec<(u128, usize)> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &s)| (t * s as u128 % n, i))
-        .collect();
+    let mut parts: Vec<usize> = sizes.iter().map(|&s| (t * s as u128 / n) as usize).collect();
+    let mut by_remainder: Vec<(u128, usize)> = sizes.iter().enumerate().map(|(i, &s)| (t * s as u128 % n, i)).collect();
     by_remainder.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     let short = total - parts.iter().sum::<usize>();
     for &(_, i) in by_remainder.iter().take(short) {
@@ -418,19 +338,8 @@ pub fn read_splits(path: &Path, n_rows: usize) -> Result<Vec<Split>, DataError> 
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
     match lines.next() {
         Some((_, h)) if h == SPLITS_HEADER => {}
-        Some((_, h)) => {
-            return Err(DataError::parse(
-                path,
-                1,
-                format!("expected header '{SPLITS_HEADER}', found '{h}'"),
-            ))
-        }
-        None => {
-            return Err(DataError::invalid(
-                path,
-                format!("empty file, expected header '{SPLITS_HEADER}'"),
-            ))
-        }
+        Some((_, h)) => return Err(DataError::parse(path, 1, format!("expected header '{SPLITS_HEADER}', found '{h}'"))),
+        None => return Err(DataError::invalid(path, format!("empty file, expected header '{SPLITS_HEADER}'"))),
     }
     // Per split: the rows and, per dataset row, where it was seen (0 = not yet, else its line).
     struct Building {
@@ -444,59 +353,33 @@ pub fn read_splits(path: &Path, n_rows: usize) -> Result<Vec<Split>, DataError> 
         }
         let fields: Vec<&str> = l.split(',').map(str::trim).collect();
         let [split, role, row] = fields[..] else {
-            return Err(DataError::parse(
-                path,
-                line,
-                format!("expected 3 fields (split,role,row), found {}", fields.len()),
-            ));
+            return Err(DataError::parse(path, line, format!("expected 3 fields (split,role,row), found {}", fields.len())));
         };
-        let split: usize = split.parse().map_err(|_| {
-            DataError::parse(
-                path,
-                line,
-                format!("split must be a non-negative integer, found '{split}'"),
-            )
-        })?;
-        let row: usize = row.parse().map_err(|_| {
-            DataError::parse(
-                path,
-                line,
-                format!("row must be a non-negative integer, found '{row}'"),
-            )
-        })?;
+        let split: usize =
+            split.parse().map_err(|_| DataError::parse(path, line, format!("split must be a non-negative integer, found '{split}'")))?;
+        let row: usize =
+            row.parse().map_err(|_| DataError::parse(path, line, format!("row must be a non-negative integer, found '{row}'")))?;
         if row >= n_rows {
-            return Err(DataError::parse(
-                path,
-                line,
-                format!("row {row} is out of range: the dataset has {n_rows} rows (0..{n_rows})"),
-            ));
+            return Err(DataError::parse(path, line, format!("row {row} is out of range: the dataset has {n_rows} rows (0..{n_rows})")));
         }
-        let b = splits.entry(split).or_insert_with(|| Building {
-            split: Split {
-                index: split,
-                train: Vec::new(),
-                test: Vec::new(),
-            },
-            seen: vec![0; n_rows],
-        });
+        let b = splits
+            .entry(split)
+            .or_insert_with(|| Building { split: Split { index: split, train: Vec::new(), test: Vec::new() }, seen: vec![0; n_rows] });
         if b.seen[row] != 0 {
             return Err(DataError::parse(
                 path,
                 line,
-                format!("row {row} of split {split} was already listed at line {}; a row may appear once per split (train or test)", b.seen[row]),
+                format!(
+                    "row {row} of split {split} was already listed at line {}; a row may appear once per split (train or test)",
+                    b.seen[row]
+                ),
             ));
         }
         b.seen[row] = line;
         match role {
             "train" => b.split.train.push(row),
             "test" => b.split.test.push(row),
-            other => {
-                return Err(DataError::parse(
-                    path,
-                    line,
-                    format!("role must be 'train' or 'test', found '{other}'"),
-                ))
-            }
+            other => return Err(DataError::parse(path, line, format!("role must be 'train' or 'test', found '{other}'"))),
         }
     }
     if splits.is_empty() {
@@ -507,14 +390,7 @@ pub fn read_splits(path: &Path, n_rows: usize) -> Result<Vec<Split>, DataError> 
         if b.split.train.is_empty() || b.split.test.is_empty() {
             return Err(DataError::invalid(
                 path,
-                format!(
-                    "split {index} has no {} rows",
-                    if b.split.train.is_empty() {
-                        "train"
-                    } else {
-                        "test"
-                    }
-                ),
+                format!("split {index} has no {} rows", if b.split.train.is_empty() { "train" } else { "test" }),
             ));
         }
         out.push(b.split);
@@ -529,11 +405,7 @@ mod tests {
 
     /// A dataset with the given class sizes (classes in blocks).
     fn data(sizes: &[usize]) -> Dataset {
-        let y: Vec<usize> = sizes
-            .iter()
-            .enumerate()
-            .flat_map(|(c, &s)| std::iter::repeat_n(c, s))
-            .collect();
+        let y: Vec<usize> = sizes.iter().enumerate().flat_map(|(c, &s)| std::iter::repeat_n(c, s)).collect();
         let n = y.len();
         Dataset {
             name: "toy".into(),
@@ -547,13 +419,7 @@ mod tests {
     }
 
     fn random(train_fraction: f64, repeats: usize, stratify: bool) -> SplitProtocol {
-        SplitProtocol::Random {
-            train_fraction,
-            repeats,
-            stratify,
-            train_size: None,
-            test_size: None,
-        }
+        SplitProtocol::Random { train_fraction, repeats, stratify, train_size: None, test_size: None }
     }
 
     fn root() -> &'static Path {
@@ -563,12 +429,7 @@ mod tests {
     fn assert_partition(s: &Split, n: usize) {
         let mut all: Vec<usize> = s.train.iter().chain(&s.test).copied().collect();
         all.sort_unstable();
-        assert_eq!(
-            all,
-            (0..n).collect::<Vec<_>>(),
-            "split {} must partition the rows",
-            s.index
-        );
+        assert_eq!(all, (0..n).collect::<Vec<_>>(), "split {} must partition the rows", s.index);
     }
 
     fn class_counts(d: &Dataset, rows: &[usize]) -> Vec<usize> {
@@ -623,13 +484,7 @@ mod tests {
     fn train_size_and_test_size() {
         let d = data(&[50, 30, 20]);
         for stratify in [false, true] {
-            let p = SplitProtocol::Random {
-                train_fraction: 0.5,
-                repeats: 3,
-                stratify,
-                train_size: Some(10),
-                test_size: Some(40),
-            };
+            let p = SplitProtocol::Random { train_fraction: 0.5, repeats: 3, stratify, train_size: Some(10), test_size: Some(40) };
             for s in make_splits(&p, &d, 3, root()).expect("splits") {
                 assert_eq!(s.train.len(), 10);
                 assert_eq!(s.test.len(), 40);
@@ -641,31 +496,16 @@ mod tests {
                 }
             }
         }
-        let too_big = SplitProtocol::Random {
-            train_fraction: 0.5,
-            repeats: 1,
-            stratify: false,
-            train_size: Some(90),
-            test_size: Some(11),
-        };
-        let msg = make_splits(&too_big, &d, 3, root())
-            .expect_err("too big")
-            .to_string();
-        assert!(
-            msg.contains("test_size 11 exceeds the 10 rows left"),
-            "{msg}"
-        );
+        let too_big = SplitProtocol::Random { train_fraction: 0.5, repeats: 1, stratify: false, train_size: Some(90), test_size: Some(11) };
+        let msg = make_splits(&too_big, &d, 3, root()).expect_err("too big").to_string();
+        assert!(msg.contains("test_size 11 exceeds the 10 rows left"), "{msg}");
     }
 
     #[test]
     fn kfold_each_row_tested_once_per_repeat() {
         let d = data(&[23, 11, 9]);
         for stratify in [false, true] {
-            let p = SplitProtocol::Kfold {
-                k: 5,
-                repeats: 2,
-                stratify,
-            };
+            let p = SplitProtocol::Kfold { k: 5, repeats: 2, stratify };
             let splits = make_splits(&p, &d, 11, root()).expect("splits");
             assert_eq!(splits.len(), 10);
             assert_eq!(p.n_splits(&d, root()).expect("n"), 10);
@@ -675,23 +515,14 @@ mod tests {
                     let s = &splits[r * 5 + f];
                     assert_eq!(s.index, r * 5 + f);
                     assert_partition(s, d.n());
-                    assert!(
-                        s.test.len() == 8 || s.test.len() == 9,
-                        "fold sizes {}",
-                        s.test.len()
-                    );
+                    assert!(s.test.len() == 8 || s.test.len() == 9, "fold sizes {}", s.test.len());
                     for &i in &s.test {
                         tested[i] += 1;
                     }
                     if stratify {
                         // 23 rows over 5 folds: 4 or 5 per fold, and so on.
                         let c = class_counts(&d, &s.test);
-                        assert!(
-                            (4..=5).contains(&c[0])
-                                && (2..=3).contains(&c[1])
-                                && (1..=2).contains(&c[2]),
-                            "{c:?}"
-                        );
+                        assert!((4..=5).contains(&c[0]) && (2..=3).contains(&c[1]) && (1..=2).contains(&c[2]), "{c:?}");
                     }
                 }
                 assert!(tested.iter().all(|&t| t == 1));
@@ -708,33 +539,10 @@ mod tests {
             let b = make_splits(&random(0.7, 10, stratify), &d, 42, root()).expect("b");
             let c = make_splits(&random(0.7, 3, stratify), &d, 43, root()).expect("c");
             assert_eq!(a[..], b[..3]);
-            assert_eq!(
-                a,
-                make_splits(&random(0.7, 3, stratify), &d, 42, root()).expect("again")
-            );
+            assert_eq!(a, make_splits(&random(0.7, 3, stratify), &d, 42, root()).expect("again"));
             assert_ne!(a, c);
-            let k1 = make_splits(
-                &SplitProtocol::Kfold {
-                    k: 4,
-                    repeats: 1,
-                    stratify,
-                },
-                &d,
-                5,
-                root(),
-            )
-            .expect("k1");
-            let k3 = make_splits(
-                &SplitProtocol::Kfold {
-                    k: 4,
-                    repeats: 3,
-                    stratify,
-                },
-                &d,
-                5,
-                root(),
-            )
-            .expect("k3");
+            let k1 = make_splits(&SplitProtocol::Kfold { k: 4, repeats: 1, stratify }, &d, 5, root()).expect("k1");
+            let k3 = make_splits(&SplitProtocol::Kfold { k: 4, repeats: 3, stratify }, &d, 5, root()).expect("k3");
             assert_eq!(k1[..], k3[..4]);
         }
     }
@@ -742,129 +550,53 @@ mod tests {
     #[test]
     fn fixed_split() {
         let mut d = data(&[5, 5]);
-        let msg = make_splits(&SplitProtocol::Fixed, &d, 0, root())
-            .expect_err("no fixed")
-            .to_string();
+        let msg = make_splits(&SplitProtocol::Fixed, &d, 0, root()).expect_err("no fixed").to_string();
         assert!(msg.contains("no fixed test files"), "{msg}");
         d.n_fixed_train = Some(6);
         let s = make_splits(&SplitProtocol::Fixed, &d, 0, root()).expect("fixed");
-        assert_eq!(
-            s,
-            [Split {
-                index: 0,
-                train: (0..6).collect(),
-                test: (6..10).collect()
-            }]
-        );
+        assert_eq!(s, [Split { index: 0, train: (0..6).collect(), test: (6..10).collect() }]);
         assert_eq!(SplitProtocol::Fixed.n_splits(&d, root()).expect("n"), 1);
     }
 
     #[test]
     fn validate_and_label() {
         assert!(random(0.6, 50, false).validate().is_ok());
-        assert_eq!(
-            random(0.6, 50, false).label(),
-            "random[train_fraction=0.6,repeats=50,stratify=false]"
-        );
-        assert!(random(1.0, 5, false)
-            .validate()
-            .expect_err("fraction")
-            .contains("train_fraction"));
-        assert!(random(0.5, 0, false)
-            .validate()
-            .expect_err("repeats")
-            .contains("repeats"));
-        let p = SplitProtocol::Kfold {
-            k: 1,
-            repeats: 1,
-            stratify: false,
-        };
-        assert!(p
-            .validate()
-            .expect_err("k")
-            .contains("k must be at least 2"));
-        assert_eq!(
-            SplitProtocol::Kfold {
-                k: 10,
-                repeats: 1,
-                stratify: true
-            }
-            .label(),
-            "kfold[k=10,repeats=1,stratify=true]"
-        );
+        assert_eq!(random(0.6, 50, false).label(), "random[train_fraction=0.6,repeats=50,stratify=false]");
+        assert!(random(1.0, 5, false).validate().expect_err("fraction").contains("train_fraction"));
+        assert!(random(0.5, 0, false).validate().expect_err("repeats").contains("repeats"));
+        let p = SplitProtocol::Kfold { k: 1, repeats: 1, stratify: false };
+        assert!(p.validate().expect_err("k").contains("k must be at least 2"));
+        assert_eq!(SplitProtocol::Kfold { k: 10, repeats: 1, stratify: true }.label(), "kfold[k=10,repeats=1,stratify=true]");
         assert_eq!(SplitProtocol::Fixed.label(), "fixed");
     }
 
     #[test]
     fn serde_from_yaml() {
         let p: SplitProtocol = serde_norway::from_str("protocol: kfold\nk: 5\n").expect("kfold");
-        assert_eq!(
-            p,
-            SplitProtocol::Kfold {
-                k: 5,
-                repeats: 1,
-                stratify: false
-            }
-        );
-        let p: SplitProtocol = serde_norway::from_str(
-            "protocol: random\ntrain_fraction: 0.6\nrepeats: 50\ntrain_size: 300\n",
-        )
-        .expect("random");
-        assert_eq!(
-            p,
-            SplitProtocol::Random {
-                train_fraction: 0.6,
-                repeats: 50,
-                stratify: false,
-                train_size: Some(300),
-                test_size: None
-            }
-        );
+        assert_eq!(p, SplitProtocol::Kfold { k: 5, repeats: 1, stratify: false });
+        let p: SplitProtocol =
+            serde_norway::from_str("protocol: random\ntrain_fraction: 0.6\nrepeats: 50\ntrain_size: 300\n").expect("random");
+        assert_eq!(p, SplitProtocol::Random { train_fraction: 0.6, repeats: 50, stratify: false, train_size: Some(300), test_size: None });
         let p: SplitProtocol = serde_norway::from_str("protocol: fixed\n").expect("fixed");
         assert_eq!(p, SplitProtocol::Fixed);
-        let p: SplitProtocol =
-            serde_norway::from_str("protocol: file\npath: splits/x.csv\n").expect("file");
-        assert_eq!(
-            p,
-            SplitProtocol::File {
-                path: "splits/x.csv".into()
-            }
-        );
-        assert!(
-            serde_norway::from_str::<SplitProtocol>("protocol: kfold\nk: 5\nfolds: 3\n").is_err()
-        );
+        let p: SplitProtocol = serde_norway::from_str("protocol: file\npath: splits/x.csv\n").expect("file");
+        assert_eq!(p, SplitProtocol::File { path: "splits/x.csv".into() });
+        assert!(serde_norway::from_str::<SplitProtocol>("protocol: kfold\nk: 5\nfolds: 3\n").is_err());
     }
 
     #[test]
     fn write_read_round_trip_and_file_protocol() {
         let dir = tempfile::tempdir().expect("temp dir");
         let d = data(&[30, 20]);
-        let splits = make_splits(
-            &SplitProtocol::Kfold {
-                k: 3,
-                repeats: 2,
-                stratify: true,
-            },
-            &d,
-            9,
-            root(),
-        )
-        .expect("splits");
+        let splits = make_splits(&SplitProtocol::Kfold { k: 3, repeats: 2, stratify: true }, &d, 9, root()).expect("splits");
         let path = dir.path().join("sub/splits.csv");
         write_splits(&path, &splits).expect("write");
         assert_eq!(read_splits(&path, d.n()).expect("read"), splits);
-        let p = SplitProtocol::File {
-            path: "sub/splits.csv".into(),
-        };
+        let p = SplitProtocol::File { path: "sub/splits.csv".into() };
         assert_eq!(p.n_splits(&d, dir.path()).expect("n"), 6);
         assert_eq!(make_splits(&p, &d, 0, dir.path()).expect("file"), splits);
         // No temp files left beside it.
-        assert_eq!(
-            std::fs::read_dir(dir.path().join("sub"))
-                .expect("dir")
-                .count(),
-            1
-        );
+        assert_eq!(std::fs::read_dir(dir.path().join("sub")).expect("dir").count(), 1);
     }
 
     #[test]
@@ -876,34 +608,15 @@ mod tests {
             read_splits(&path, 10).expect_err("should fail").to_string()
         };
         let f = path.display().to_string();
-        assert_eq!(
-            case("split,row\n"),
-            format!("{f}:1: expected header 'split,role,row', found 'split,row'")
-        );
+        assert_eq!(case("split,row\n"), format!("{f}:1: expected header 'split,role,row', found 'split,row'"));
         assert_eq!(
             case("split,role,row\n0,train,1\n0,test,10\n"),
             format!("{f}:3: row 10 is out of range: the dataset has 10 rows (0..10)")
         );
-        assert!(
-            case("split,role,row\n0,train,1\n0,test,1\n").starts_with(&format!(
-                "{f}:3: row 1 of split 0 was already listed at line 2"
-            ))
-        );
-        assert_eq!(
-            case("split,role,row\n0,valid,1\n"),
-            format!("{f}:2: role must be 'train' or 'test', found 'valid'")
-        );
-        assert_eq!(
-            case("split,role,row\n0,train\n"),
-            format!("{f}:2: expected 3 fields (split,role,row), found 2")
-        );
-        assert_eq!(
-            case("split,role,row\nx,train,1\n"),
-            format!("{f}:2: split must be a non-negative integer, found 'x'")
-        );
-        assert_eq!(
-            case("split,role,row\n0,train,1\n"),
-            format!("{f}: split 0 has no test rows")
-        );
+        assert!(case("split,role,row\n0,train,1\n0,test,1\n").starts_with(&format!("{f}:3: row 1 of split 0 was already listed at line 2")));
+        assert_eq!(case("split,role,row\n0,valid,1\n"), format!("{f}:2: role must be 'train' or 'test', found 'valid'"));
+        assert_eq!(case("split,role,row\n0,train\n"), format!("{f}:2: expected 3 fields (split,role,row), found 2"));
+        assert_eq!(case("split,role,row\nx,train,1\n"), format!("{f}:2: split must be a non-negative integer, found 'x'"));
+        assert_eq!(case("split,role,row\n0,train,1\n"), format!("{f}: split 0 has no test rows"));
     }
 }

@@ -22,11 +22,7 @@ impl Standardizer {
         let mut mean = Vec::with_capacity(x.ncols());
         let mut scale = Vec::with_capacity(x.ncols());
         for col in x.axis_iter(Axis(1)) {
-            let (lo, hi) = col
-                .iter()
-                .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
-                    (lo.min(v), hi.max(v))
-                });
+            let (lo, hi) = col.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
             // Test constancy on the values, not on sd == 0: the mean of n copies of 0.1 need not
             // be exactly 0.1, which would leave tiny nonzero outputs.
             if x.nrows() == 0 || lo == hi {
@@ -45,13 +41,7 @@ impl Standardizer {
 
     /// Applies the fitted statistics to `x`, which must have the fitted number of columns.
     pub fn transform(&self, x: &Array2<f64>) -> Array2<f64> {
-        assert_eq!(
-            x.ncols(),
-            self.mean.len(),
-            "Standardizer fitted on {} columns applied to {} columns",
-            self.mean.len(),
-            x.ncols()
-        );
+        assert_eq!(x.ncols(), self.mean.len(), "Standardizer fitted on {} columns applied to {} columns", self.mean.len(), x.ncols());
         let mut out = x.clone();
         for (j, mut col) in out.axis_iter_mut(Axis(1)).enumerate() {
             let (m, s) = (self.mean[j], self.scale[j]);
@@ -68,12 +58,7 @@ mod tests {
 
     #[test]
     fn training_columns_get_mean_zero_sd_one() {
-        let x = array![
-            [1.0, 10.0, 0.1],
-            [2.0, 20.0, 0.1],
-            [3.0, 30.0, 0.1],
-            [6.0, -5.0, 0.1]
-        ];
+        let x = array![[1.0, 10.0, 0.1], [2.0, 20.0, 0.1], [3.0, 30.0, 0.1], [6.0, -5.0, 0.1]];
         let s = Standardizer::fit(&x);
         let z = s.transform(&x);
         for j in 0..2 {

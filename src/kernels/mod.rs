@@ -86,7 +86,12 @@ impl Clone for Box<dyn Kernel> {
 /// `lengthscale_1 .. lengthscale_d`, `se.lengthscale` covers `se.lengthscale_2`. A name without a
 /// class prefix covers every class of a per-class set (`variance` covers `c2.variance`).
 pub fn name_matches(keep: &str, name: &str) -> bool {
-    let same = |n: &str| n == keep || n.strip_prefix(keep).and_then(|r| r.strip_prefix('_')).is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()));
+    let same = |n: &str| {
+        n == keep
+            || n.strip_prefix(keep)
+                .and_then(|r| r.strip_prefix('_'))
+                .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+    };
     same(name) || (class_suffix(keep).is_none() && class_suffix(name).is_some_and(same))
 }
 

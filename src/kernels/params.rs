@@ -101,7 +101,8 @@ impl KernelParams {
             return Err(format!("{at}.variance must be a positive number, got {}", self.variance));
         }
         if self.kind != KernelKind::Se && (self.ard || self.lengthscale != one_lengthscale()) {
-            return Err(format!("{at}: a {:?} kernel has no length-scales (kernel.ard / kernel.lengthscale apply to type se)", self.kind).to_lowercase());
+            return Err(format!("{at}: a {:?} kernel has no length-scales (kernel.ard / kernel.lengthscale apply to type se)", self.kind)
+                .to_lowercase());
         }
         if self.kind == KernelKind::Sum {
             if self.terms.len() < 2 {

@@ -102,9 +102,10 @@ impl KernelSet {
             if keep.iter().any(|k| name_matches(k, name)) {
                 continue;
             }
-            let j = names.iter().position(|n| n == name).ok_or_else(|| {
-                format!("the source cell has no hyper-parameter \"{name}\" (it has: {})", names.join(", "))
-            })?;
+            let j = names
+                .iter()
+                .position(|n| n == name)
+                .ok_or_else(|| format!("the source cell has no hyper-parameter \"{name}\" (it has: {})", names.join(", ")))?;
             p[i] = log_values[j];
         }
         Ok(self.with_log_params(&p))

@@ -115,7 +115,6 @@ impl SqExp {
     }
 }
 
-
 impl Kernel for SqExp {
     fn kind(&self) -> &'static str {
         "se"

@@ -72,7 +72,11 @@ impl Kernel for Sum {
         self.terms.iter().flat_map(|t| t.free_mask()).collect()
     }
     fn param_names(&self) -> Vec<String> {
-        self.terms.iter().zip(self.labels()).flat_map(|(t, label)| t.param_names().into_iter().map(move |n| format!("{label}.{n}"))).collect()
+        self.terms
+            .iter()
+            .zip(self.labels())
+            .flat_map(|(t, label)| t.param_names().into_iter().map(move |n| format!("{label}.{n}")))
+            .collect()
     }
     fn cross(&self, x1: &Array2<f64>, x2: &Array2<f64>) -> Mat<f64> {
         self.add(|t| t.cross(x1, x2))

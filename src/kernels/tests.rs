@@ -14,9 +14,15 @@ fn naive_sqexp(s2: f64, ls: &[f64], a: &[f64], b: &[f64]) -> f64 {
 #[test]
 fn gram_matches_naive_formula() {
     let x = array![[0.0, 1.0], [0.5, -0.3], [2.0, 0.1]];
-    let kern = KernelParams { ard: true, lengthscale: LengthScale::PerFeature(vec![0.7, 1.9]), variance: 2.5, learn_variance: true, ..Default::default() }
-        .build(2)
-        .unwrap();
+    let kern = KernelParams {
+        ard: true,
+        lengthscale: LengthScale::PerFeature(vec![0.7, 1.9]),
+        variance: 2.5,
+        learn_variance: true,
+        ..Default::default()
+    }
+    .build(2)
+    .unwrap();
     let k = kern.gram(&x);
     for i in 0..3 {
         for j in 0..3 {
@@ -30,7 +36,9 @@ fn gram_matches_naive_formula() {
 fn gradients_match_central_differences() {
     let x = array![[0.0, 1.0, 0.2], [0.5, -0.3, 1.1], [2.0, 0.1, -0.4], [-1.0, 0.4, 0.0]];
     for ard in [false, true] {
-        let kern = KernelParams { ard, lengthscale: LengthScale::One(1.3), variance: 0.8, learn_variance: true, ..Default::default() }.build(3).unwrap();
+        let kern = KernelParams { ard, lengthscale: LengthScale::One(1.3), variance: 0.8, learn_variance: true, ..Default::default() }
+            .build(3)
+            .unwrap();
         let p0 = kern.log_params();
         let k = kern.gram(&x);
         let grads = kern.gram_grads(&x, &k);
@@ -54,7 +62,6 @@ fn bad_kernel_params_are_named() {
     let p = KernelParams { ard: true, lengthscale: LengthScale::PerFeature(vec![1.0, 2.0]), ..Default::default() };
     assert!(p.build(3).unwrap_err().contains("3 features"));
 }
-
 
 /// Central-difference check of `gram_grads` for any kernel.
 fn assert_grads_match_differences(kern: &dyn Kernel, x: &Array2<f64>, what: &str) {
@@ -174,7 +181,10 @@ fn keep_names_cover_per_dimension_parameters_only() {
 fn kernel_kinds_are_checked_with_the_field_named() {
     assert!(parse("{ type: linear, lengthscale: 2.0 }").validate().unwrap_err().contains("length-scales"));
     assert!(parse("{ type: sum, terms: [ { lengthscale: 1.0 } ] }").validate().unwrap_err().contains("kernel.terms"));
-    assert!(parse("{ type: sum, terms: [ { lengthscale: 1.0 }, { variance: -2.0 } ] }").validate().unwrap_err().contains("kernel.terms[1].variance"));
+    assert!(parse("{ type: sum, terms: [ { lengthscale: 1.0 }, { variance: -2.0 } ] }")
+        .validate()
+        .unwrap_err()
+        .contains("kernel.terms[1].variance"));
     assert!(parse("{ ard: true, lengthscale: [] }").validate().unwrap_err().contains("empty"));
     assert!(parse("{ type: white }").build(2).unwrap_err().contains("squared-exponential"));
     // A squared-exponential entry serialises as before the other kinds existed (cell keys).

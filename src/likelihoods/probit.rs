@@ -237,8 +237,7 @@ pub fn truncated_moments(m: &[f64], t: usize) -> TruncatedMoments {
 pub fn log_predictive_class_prob(mean: &[f64], var: &[f64], k: usize) -> f64 {
     assert_eq!(mean.len(), var.len());
     let v: Vec<f64> = var.iter().map(|s| (1.0 + s.max(0.0)).sqrt()).collect();
-    let (a, b): (Vec<f64>, Vec<f64>) =
-        (0..mean.len()).filter(|&j| j != k).map(|j| (v[k] / v[j], (mean[k] - mean[j]) / v[j])).unzip();
+    let (a, b): (Vec<f64>, Vec<f64>) = (0..mean.len()).filter(|&j| j != k).map(|j| (v[k] / v[j], (mean[k] - mean[j]) / v[j])).unzip();
     log_concave_rule(&a, &b).log_total
 }
 
@@ -455,9 +454,8 @@ mod tests {
         let n = 400_000;
         let mut counts = [0usize; 3];
         for _ in 0..n {
-            let y: Vec<f64> = (0..3)
-                .map(|j| mu[j] + ((1.0 + var[j]) as f64).sqrt() * rng.sample::<f64, _>(rand_distr::StandardNormal))
-                .collect();
+            let y: Vec<f64> =
+                (0..3).map(|j| mu[j] + ((1.0 + var[j]) as f64).sqrt() * rng.sample::<f64, _>(rand_distr::StandardNormal)).collect();
             counts[crate::linalg::argmax(&y)] += 1;
         }
         for k in 0..3 {

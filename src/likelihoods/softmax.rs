@@ -28,9 +28,7 @@ impl Softmax {
     /// Negative Hessian of log p(y | f) in f: W = diag(pi) - pi pi^T (independent of y).
     pub fn neg_hessian(&self, f: &[f64]) -> Vec<Vec<f64>> {
         let p = self.probs(f);
-        (0..p.len())
-            .map(|i| (0..p.len()).map(|j| if i == j { p[i] - p[i] * p[j] } else { -p[i] * p[j] }).collect())
-            .collect()
+        (0..p.len()).map(|i| (0..p.len()).map(|j| if i == j { p[i] - p[i] * p[j] } else { -p[i] * p[j] }).collect()).collect()
     }
 }
 

@@ -8,9 +8,9 @@ pub mod small;
 
 pub use kron::{kron, kron_matvec};
 
-use faer::linalg::triangular_solve::{solve_lower_triangular_in_place, solve_upper_triangular_in_place};
 use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch, LltError};
+use faer::linalg::triangular_solve::{solve_lower_triangular_in_place, solve_upper_triangular_in_place};
 use faer::{Mat, MatMut, MatRef, Par, Side};
 
 /// Relative jitters tried in turn (times the mean diagonal) when a matrix is not
@@ -77,7 +77,11 @@ impl Chol {
         if (0..n).any(|j| (j..n).any(|i| !a[(i, j)].is_finite())) {
             return Err(LinalgError::NonFinite { what: what.to_string() });
         }
-        llt_lower_in_place(a.as_mut()).map_err(|pivot| LinalgError::NotPositiveDefinite { what: what.to_string(), pivot, last_jitter: 0.0 })?;
+        llt_lower_in_place(a.as_mut()).map_err(|pivot| LinalgError::NotPositiveDefinite {
+            what: what.to_string(),
+            pivot,
+            last_jitter: 0.0,
+        })?;
         Ok(Chol { L: a, jitter: 0.0 })
     }
 
@@ -101,8 +105,11 @@ impl Chol {
             }
         }
         self.jitter = 0.0;
-        llt_lower_in_place(self.L.as_mut())
-            .map_err(|pivot| LinalgError::NotPositiveDefinite { what: what.to_string(), pivot, last_jitter: 0.0 })
+        llt_lower_in_place(self.L.as_mut()).map_err(|pivot| LinalgError::NotPositiveDefinite {
+            what: what.to_string(),
+            pivot,
+            last_jitter: 0.0,
+        })
     }
 
     pub fn dim(&self) -> usize {
@@ -246,7 +253,8 @@ impl SymPencil {
         let x = la.solve_l(d); // L^{-1} D
         let y = la.solve_l(x.transpose()); // L^{-1} D^T L^{-T} = L^{-1} D L^{-T}
         let y = Mat::from_fn(y.nrows(), y.ncols(), |i, j| 0.5 * (y[(i, j)] + y[(j, i)]));
-        let lambda = y.self_adjoint_eigenvalues(Side::Lower).map_err(|_| LinalgError::NonFinite { what: format!("L^-1 D L^-T of {what}") })?;
+        let lambda =
+            y.self_adjoint_eigenvalues(Side::Lower).map_err(|_| LinalgError::NonFinite { what: format!("L^-1 D L^-T of {what}") })?;
         Ok(SymPencil { lambda })
     }
 
@@ -382,12 +390,23 @@ mod tests {
             let mut work = Chol::workspace(n);
             for seed in 0..3 {
                 let a = random_spd(n, 20 + seed);
-                work.refactor_lower("A", |j, col| col.copy_from_slice(a.col(j).try_as_col_major().unwrap().as_slice().split_at(j).1)).unwrap();
+                work.refactor_lower("A", |j, col| col.copy_from_slice(a.col(j).try_as_col_major().unwrap().as_slice().split_at(j).1))
+                    .unwrap();
                 let fresh = Chol::factor(a.as_ref(), "A").unwrap();
                 assert!((work.l() - fresh.l()).norm_max() < 1e-12, "n = {n}, seed {seed}: differs from a fresh factor");
                 assert!((0..n).all(|j| (0..j).all(|i| work.l()[(i, j)] == 0.0)), "upper triangle written");
                 // An indefinite matrix (pivot 2 fails) and a NaN are reported, and the next call works.
-                let err = work.refactor_lower("B", |j, col| col.iter_mut().enumerate().for_each(|(k, v)| *v = if k > 0 { 0.0 } else if j == 2 { -1.0 } else { 1.0 }));
+                let err = work.refactor_lower("B", |j, col| {
+                    col.iter_mut().enumerate().for_each(|(k, v)| {
+                        *v = if k > 0 {
+                            0.0
+                        } else if j == 2 {
+                            -1.0
+                        } else {
+                            1.0
+                        }
+                    })
+                });
                 assert!(matches!(err, Err(LinalgError::NotPositiveDefinite { pivot: 2, .. })), "{err:?}");
                 let err = work.refactor_lower("B", |_, col| col.fill(f64::NAN));
                 assert!(matches!(err, Err(LinalgError::NonFinite { .. })), "{err:?}");

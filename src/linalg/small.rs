@@ -29,7 +29,9 @@ pub fn eigh(a: &Mat<f64>) -> Result<(Vec<f64>, Mat<f64>), LinalgError> {
     if a.nrows() <= 12 {
         return jacobi_eigh(a);
     }
-    let e = sym(a).self_adjoint_eigen(Side::Lower).map_err(|e| LinalgError::NoConvergence { what: format!("symmetric eigendecomposition ({e:?})") })?;
+    let e = sym(a)
+        .self_adjoint_eigen(Side::Lower)
+        .map_err(|e| LinalgError::NoConvergence { what: format!("symmetric eigendecomposition ({e:?})") })?;
     let s = e.S().column_vector();
     Ok(((0..a.nrows()).map(|i| s[i]).collect(), e.U().to_owned()))
 }

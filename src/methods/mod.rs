@@ -65,7 +65,8 @@ pub fn numerics_version(method: &str) -> Option<String> {
         "gibbs_mnp" => format!("gibbs_mnp={}", gibbs_mnp::NUMERICS_VERSION),
         _ => return None,
     };
-    let bumped = std::env::var("MCGP_TEST_BUMP_NUMERICS").is_ok_and(|m| v.split(',').any(|part| part.split('=').next() == Some(m.as_str())));
+    let bumped =
+        std::env::var("MCGP_TEST_BUMP_NUMERICS").is_ok_and(|m| v.split(',').any(|part| part.split('=').next() == Some(m.as_str())));
     Some(if bumped { format!("{v}+test-bump") } else { v })
 }
 

@@ -126,7 +126,14 @@ pub fn minimize_lbfgs(f: &CostAndGrad<'_>, x0: &[f64], free: &[bool], max_iters:
     let z0: Vec<f64> = free_idx.iter().map(|&i| x0[i]).collect();
     if z0.is_empty() || max_iters == 0 {
         let (value, _) = f(x0)?;
-        return Ok(Minimum { x: x0.to_vec(), value, iterations: 0, evaluations: 1, stop_reason: "nothing to optimise".into(), stopped_by: None });
+        return Ok(Minimum {
+            x: x0.to_vec(),
+            value,
+            iterations: 0,
+            evaluations: 1,
+            stop_reason: "nothing to optimise".into(),
+            stopped_by: None,
+        });
     }
     let problem = |offset: Vec<f64>, scale: f64| Problem { f, x0: x0.to_vec(), free: free_idx.clone(), offset, scale, cache: &cache };
     // The first evaluation must succeed: there is no fallback point without it.

@@ -466,7 +466,9 @@ fn errorbar(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> 
     if non_positive > 0 {
         notes.push(format!("{non_positive} cells with {x_key} ≤ 0 cannot be shown on the log axis."));
     }
-    raw.sort_by(|a, b| a.0 .2.cmp(&b.0 .2).then(sel.method_index(&a.0 .1).cmp(&sel.method_index(&b.0 .1))).then_with(|| a.0 .0.cmp(&b.0 .0)));
+    raw.sort_by(|a, b| {
+        a.0 .2.cmp(&b.0 .2).then(sel.method_index(&a.0 .1).cmp(&sel.method_index(&b.0 .1))).then_with(|| a.0 .0.cmp(&b.0 .0))
+    });
 
     let mut series: Vec<Series> = Vec::new();
     for ((label, method, mi), xs) in raw {
@@ -522,7 +524,8 @@ fn errorbar(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> 
         Interval::Ci95 => ("mean, 95% CI", "Mean over splits with the 95% confidence interval of the mean (Student t, n − 1 d.o.f.)"),
     };
     let y_name = if several { "value".to_string() } else { metric_label(metric) };
-    let y_range = padded(series.iter().flat_map(|s| s.points.iter().flat_map(|(_, a)| [a.mean - hw(a), a.mean + hw(a)]))).ok_or("no finite values")?;
+    let y_range = padded(series.iter().flat_map(|s| s.points.iter().flat_map(|(_, a)| [a.mean - hw(a), a.mean + hw(a)])))
+        .ok_or("no finite values")?;
     let y_axis = Axis::linear(legend_room(y_range, series.len()), format!("{y_name} ({bar_name})"));
     let cap = 0.01 * (x_axis.hi - x_axis.lo);
 
@@ -981,7 +984,8 @@ fn heatmap(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> R
         return Ok(Plot::NoData(format!("no finished cell has `{metric}` with numeric `{xk}` and `{yk}` settings")));
     }
     // One colour scale for every panel, so panels compare at a glance.
-    let (lo, hi) = panels.iter().flat_map(|p| p.means.iter().map(|m| m.2)).fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
+    let (lo, hi) =
+        panels.iter().flat_map(|p| p.means.iter().map(|m| m.2)).fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(v), b.max(v)));
     let scale = |v: f64| if hi > lo { (v - lo) / (hi - lo) } else { 0.5 };
 
     let cols = panels.len().min(3);

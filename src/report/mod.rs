@@ -157,14 +157,14 @@ pub fn render_index(reports_dir: &Path) -> Result<(), ReportError> {
             Ok(s) => {
                 scores.push((s.matched, s.compared));
                 rows.push(IndexRow {
-                href: format!("{name}/index.html"),
-                experiment: s.experiment,
-                title: s.title,
-                paper: s.paper,
-                score: score_view(s.matched, s.compared),
-                cells_failed: s.cells_failed,
-                cells_missing: s.cells_missing,
-                finished: s.finished,
+                    href: format!("{name}/index.html"),
+                    experiment: s.experiment,
+                    title: s.title,
+                    paper: s.paper,
+                    score: score_view(s.matched, s.compared),
+                    cells_failed: s.cells_failed,
+                    cells_missing: s.cells_missing,
+                    finished: s.finished,
                 })
             }
             Err(e) => problems.push(format!("{name}/score.json: {e}")),

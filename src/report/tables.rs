@@ -115,7 +115,12 @@ fn compare<'a>(spec: &'a TableSpec, cells: &[CellRecord], aggregates: &BTreeMap<
             };
             let one_target = targets.len() == 1;
             for setting in targets {
-                let key = GroupKey { dataset: paper.dataset.clone(), method: method.clone(), setting: setting.clone(), metric: paper.metric.clone() };
+                let key = GroupKey {
+                    dataset: paper.dataset.clone(),
+                    method: method.clone(),
+                    setting: setting.clone(),
+                    metric: paper.metric.clone(),
+                };
                 let run = aggregates.get(&key).copied();
                 let outcome = run.map(|r| within_tolerance(&spec.tolerance, paper, &r));
                 let scored = paper.scored && method == &paper.method && one_target;
@@ -136,7 +141,13 @@ fn evidence_label(kind: EvidenceKind) -> &'static str {
 }
 
 /// `positive`: in a paired table, the number of splits with a positive difference.
-fn cell_view(run: Option<Aggregate>, positive: Option<usize>, group: &[&CellRecord], metric: &str, comparison: Option<&Comparison>) -> CellView {
+fn cell_view(
+    run: Option<Aggregate>,
+    positive: Option<usize>,
+    group: &[&CellRecord],
+    metric: &str,
+    comparison: Option<&Comparison>,
+) -> CellView {
     let failed = group.iter().filter(|c| c.status == Status::Failed).count();
     let (run_text, n_text) = match run {
         Some(a) => {
@@ -207,7 +218,8 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
     let columns = columns(spec, methods, input.cells);
     // A paired table shows (and compares with the paper) per-split differences from its base.
     let paired = spec.paired_with.as_deref().map(|base| paired_aggregate(input.cells, base));
-    let paired_means: Option<BTreeMap<GroupKey, Aggregate>> = paired.as_ref().map(|p| p.iter().map(|(k, (a, _))| (k.clone(), *a)).collect());
+    let paired_means: Option<BTreeMap<GroupKey, Aggregate>> =
+        paired.as_ref().map(|p| p.iter().map(|(k, (a, _))| (k.clone(), *a)).collect());
     let aggregates = paired_means.as_ref().unwrap_or(aggregates);
     let comparisons = compare(spec, input.cells, aggregates);
 
@@ -222,7 +234,9 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
                     let group: Vec<&CellRecord> =
                         input.cells.iter().filter(|c| &c.dataset == dataset && &c.method == method && &c.setting == setting).collect();
                     // A cell shows its scored comparison where it has one, else a variant's.
-                    let here = |c: &&Comparison| &c.paper.dataset == dataset && &c.method == method && &c.paper.metric == metric && &c.setting == setting;
+                    let here = |c: &&Comparison| {
+                        &c.paper.dataset == dataset && &c.method == method && &c.paper.metric == metric && &c.setting == setting
+                    };
                     let comparison = comparisons.iter().filter(here).find(|c| c.scored).or_else(|| comparisons.iter().find(here));
                     let positive = paired.as_ref().and_then(|p| p.get(&key)).map(|(_, k)| *k);
                     cell_view(aggregates.get(&key).copied(), positive, &group, metric, comparison)
@@ -247,7 +261,13 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
         .filter(|c| !datasets.contains(&c.paper.dataset) || !spec.metrics.contains(&c.paper.metric) || !methods.contains(&c.method))
         .map(|c| {
             let p = c.paper;
-            let what = format!("{} / {} / {}{}", p.dataset, method_label(&c.method, &c.setting), p.metric, if c.scored { "" } else { " (not scored)" });
+            let what = format!(
+                "{} / {} / {}{}",
+                p.dataset,
+                method_label(&c.method, &c.setting),
+                p.metric,
+                if c.scored { "" } else { " (not scored)" }
+            );
             match (&c.outcome, c.run) {
                 (Some((ok, tol, rule)), Some(r)) => OutsideView {
                     class: if !c.scored {

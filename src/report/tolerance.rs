@@ -51,7 +51,17 @@ mod tests {
     use super::*;
 
     fn paper(mean: f64, sd: Option<f64>, n: Option<usize>) -> PaperValue {
-        PaperValue { dataset: "d".into(), method: "m".into(), metric: "error_pct".into(), setting: None, mean, sd, n, also: Vec::new(), scored: true }
+        PaperValue {
+            dataset: "d".into(),
+            method: "m".into(),
+            metric: "error_pct".into(),
+            setting: None,
+            mean,
+            sd,
+            n,
+            also: Vec::new(),
+            scored: true,
+        }
     }
 
     fn run(mean: f64, sd: f64, n: usize) -> Aggregate {

@@ -26,11 +26,7 @@ impl Aggregate {
             return (n_nonfinite > 0).then_some(Aggregate { mean: f64::NAN, sd: f64::NAN, se: f64::NAN, n: 0, n_nonfinite });
         }
         let mean = v.iter().sum::<f64>() / n as f64;
-        let sd = if n > 1 {
-            (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
-        } else {
-            0.0
-        };
+        let sd = if n > 1 { (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt() } else { 0.0 };
         Some(Aggregate { mean, sd, se: sd / (n as f64).sqrt(), n, n_nonfinite })
     }
 }
@@ -55,12 +51,7 @@ pub fn aggregate(cells: &[CellRecord]) -> BTreeMap<GroupKey, Aggregate> {
     let mut groups: BTreeMap<GroupKey, Vec<f64>> = BTreeMap::new();
     for cell in cells.iter().filter(|c| c.status == Status::Ok) {
         for (metric, value) in values(cell) {
-            let key = GroupKey {
-                dataset: cell.dataset.clone(),
-                method: cell.method.clone(),
-                setting: cell.setting.clone(),
-                metric,
-            };
+            let key = GroupKey { dataset: cell.dataset.clone(), method: cell.method.clone(), setting: cell.setting.clone(), metric };
             groups.entry(key).or_default().push(value);
         }
     }
@@ -80,15 +71,14 @@ pub fn paired_aggregate(cells: &[CellRecord], base: &str) -> BTreeMap<GroupKey, 
         let key = |setting| (cell.dataset.as_str(), cell.split, setting);
         let Some(b) = bases.get(&key(cell.setting.as_str())).or_else(|| bases.get(&key(""))) else { continue };
         for (metric, value) in values(cell) {
-            let Some(bv) = b.metrics.get(&metric).or_else(|| metric.strip_prefix("hp_").and_then(|h| b.hyperparameters.get(h))) else { continue };
+            let Some(bv) = b.metrics.get(&metric).or_else(|| metric.strip_prefix("hp_").and_then(|h| b.hyperparameters.get(h))) else {
+                continue;
+            };
             let key = GroupKey { dataset: cell.dataset.clone(), method: cell.method.clone(), setting: cell.setting.clone(), metric };
             groups.entry(key).or_default().push(value - bv);
         }
     }
-    groups
-        .into_iter()
-        .filter_map(|(k, d)| Aggregate::of(&d).map(|a| (k, (a, d.iter().filter(|v| **v > 0.0).count()))))
-        .collect()
+    groups.into_iter().filter_map(|(k, d)| Aggregate::of(&d).map(|a| (k, (a, d.iter().filter(|v| **v > 0.0).count())))).collect()
 }
 
 #[cfg(test)]
@@ -151,7 +141,12 @@ mod tests {
             cell("b", 0, "s=1", 0.5),
         ];
         let p = paired_aggregate(&cells, "base");
-        let key = |m: &str, s: &str, metric: &str| GroupKey { dataset: "iris".into(), method: m.into(), setting: s.into(), metric: metric.into() };
+        let key = |m: &str, s: &str, metric: &str| GroupKey {
+            dataset: "iris".into(),
+            method: m.into(),
+            setting: s.into(),
+            metric: metric.into(),
+        };
         let (a, pos) = p[&key("a", "", "log_evidence")];
         assert_eq!((a.n, pos), (3, 2));
         assert!((a.mean - 1.0).abs() < 1e-15 && (a.sd - 2.0).abs() < 1e-15);

@@ -117,17 +117,18 @@ mod tests {
     fn every_special_value_survives_a_round_trip_and_finite_ones_are_plain_numbers() {
         let specials = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0, 1.5e-310, f64::MAX, f64::MIN_POSITIVE, -2.5];
         for &x in &specials {
-            let h = Holder {
-                a: x,
-                v: vec![x, 1.0],
-                m: [("k".to_string(), x)].into(),
-                vm: [("w".to_string(), vec![x])].into(),
-            };
+            let h = Holder { a: x, v: vec![x, 1.0], m: [("k".to_string(), x)].into(), vm: [("w".to_string(), vec![x])].into() };
             let text = serde_json::to_string(&h).unwrap();
             let back: Holder = serde_json::from_str(&text).unwrap();
-            assert!(same_bits(back.a, x) && same_bits(back.v[0], x) && same_bits(back.m["k"], x) && same_bits(back.vm["w"][0], x), "{x} via {text}");
+            assert!(
+                same_bits(back.a, x) && same_bits(back.v[0], x) && same_bits(back.m["k"], x) && same_bits(back.vm["w"][0], x),
+                "{x} via {text}"
+            );
             if x.is_finite() {
-                assert_eq!(text, serde_json::to_string(&serde_json::json!({"a": x, "v": [x, 1.0], "m": {"k": x}, "vm": {"w": [x]}})).unwrap());
+                assert_eq!(
+                    text,
+                    serde_json::to_string(&serde_json::json!({"a": x, "v": [x, 1.0], "m": {"k": x}, "vm": {"w": [x]}})).unwrap()
+                );
             }
         }
         // Older records hold null where a NaN was; a bad string is an error naming what is expected.

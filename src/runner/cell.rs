@@ -2,8 +2,8 @@
 //! rows and score them. The method never sees test labels.
 use super::Prepared;
 use crate::data::Standardizer;
-use crate::linalg::argmax;
 use crate::kernels::KernelSet;
+use crate::linalg::argmax;
 use crate::methods::{self, FitContext, Fitted, Prediction, Problem};
 use crate::results::{CellRecord, EvidenceKind, Handoff, Status, TracePoint};
 use crate::spec::{Cell, HyperSpec, Spec};
@@ -26,15 +26,14 @@ struct Outcome {
 pub fn run_cell(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&CellRecord>, commit: Option<&str>) -> CellRecord {
     let wall = Instant::now();
     let cpu = cpu_time::ThreadTime::now();
-    let result = catch_unwind(AssertUnwindSafe(|| fit_and_score(spec, cell, prepared, source)))
-        .unwrap_or_else(|panic| {
-            let msg = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(CellFailure::from(format!("panicked: {msg}")))
-        });
+    let result = catch_unwind(AssertUnwindSafe(|| fit_and_score(spec, cell, prepared, source))).unwrap_or_else(|panic| {
+        let msg = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(CellFailure::from(format!("panicked: {msg}")))
+    });
     let mut record = CellRecord {
         key: cell.key.clone(),
         experiment: spec.name().to_string(),
@@ -71,7 +70,14 @@ pub fn run_cell(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&C
         Err(CellFailure { message, timed_out }) => {
             record.status = Status::Failed;
             record.timed_out = timed_out;
-            record.error = Some(format!("cell {}/{}{}/split {} ({}): {message}", cell.dataset, cell.entry.name, setting_suffix(cell), cell.split, spec.file));
+            record.error = Some(format!(
+                "cell {}/{}{}/split {} ({}): {message}",
+                cell.dataset,
+                cell.entry.name,
+                setting_suffix(cell),
+                cell.split,
+                spec.file
+            ));
         }
     }
     record.wall_seconds = wall.elapsed().as_secs_f64();
@@ -123,7 +129,10 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
         let rec = source.ok_or_else(|| format!("the cell of \"{src}\" it takes hyper-parameters from is missing"))?;
         if rec.status != Status::Ok {
             // A source that timed out is retried by the next run, and so must this cell be.
-            return Err(CellFailure { message: format!("the cell of \"{src}\" it takes hyper-parameters from failed"), timed_out: rec.timed_out });
+            return Err(CellFailure {
+                message: format!("the cell of \"{src}\" it takes hyper-parameters from failed"),
+                timed_out: rec.timed_out,
+            });
         }
         kernels = take_over(&kernels, &rec.handoff, keep).map_err(|e| format!("hyper.from \"{src}\": {e}"))?;
     }

@@ -116,7 +116,10 @@ fn check_owner(spec: &Spec, store: &Store) -> anyhow::Result<()> {
 /// Each dataset's shape as `Method::supports` sees it (rows: all of them, an upper bound on a
 /// split's training rows).
 pub fn problem_shapes(datasets: &BTreeMap<String, Dataset>) -> BTreeMap<String, ProblemShape> {
-    datasets.iter().map(|(name, d)| (name.clone(), ProblemShape { n_classes: d.n_classes(), n_features: d.d(), n_train: d.y.len() })).collect()
+    datasets
+        .iter()
+        .map(|(name, d)| (name.clone(), ProblemShape { n_classes: d.n_classes(), n_features: d.d(), n_train: d.y.len() }))
+        .collect()
 }
 
 /// `mcgp check` beyond the spec text: everything a run does before its first cell (load the
@@ -198,7 +201,12 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
         match cell.depends_on.as_deref() {
             Some(d) if !done.contains_key(d) => {
                 if !pending_keys.contains(d) {
-                    anyhow::bail!("cell {} {} split {} waits on a cell that is neither stored nor scheduled (spec dependency bug)", cell.dataset, cell.entry.name, cell.split);
+                    anyhow::bail!(
+                        "cell {} {} split {} waits on a cell that is neither stored nor scheduled (spec dependency bug)",
+                        cell.dataset,
+                        cell.entry.name,
+                        cell.split
+                    );
                 }
                 dependants.entry(d).or_default().push(cell);
             }
@@ -217,8 +225,21 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
         },
     };
     let every = std::time::Duration::from_secs_f64(every);
-    let log = (!opts.progress).then(|| Mutex::new(ProgressLog { started: Instant::now(), last: Instant::now(), every, total: pending.len(), failed: 0 }));
-    let scheduler = Scheduler { spec, prepared: &prepared, store: &store, bar: &bar, log, done: Mutex::new(done), dependants, failure: Mutex::new(None), stored: Mutex::new(0), abort_after, commit: code.label() };
+    let log = (!opts.progress)
+        .then(|| Mutex::new(ProgressLog { started: Instant::now(), last: Instant::now(), every, total: pending.len(), failed: 0 }));
+    let scheduler = Scheduler {
+        spec,
+        prepared: &prepared,
+        store: &store,
+        bar: &bar,
+        log,
+        done: Mutex::new(done),
+        dependants,
+        failure: Mutex::new(None),
+        stored: Mutex::new(0),
+        abort_after,
+        commit: code.label(),
+    };
     pool.scope_fifo(|scope| {
         for cell in roots {
             let scheduler = &scheduler;
@@ -240,7 +261,14 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     let missing = prepared.cells.len() - cells.len();
     let this_commit = code.label();
     let older_code = cells.iter().filter(|c| c.commit.is_some() && c.commit != this_commit).count();
-    let counts = CellCounts { total: prepared.cells.len(), computed: cells.len() - cached, cached, reused: reused_count(&cells), older_code, missing };
+    let counts = CellCounts {
+        total: prepared.cells.len(),
+        computed: cells.len() - cached,
+        cached,
+        reused: reused_count(&cells),
+        older_code,
+        missing,
+    };
     let manifest = manifest(spec, code, &cells, started, wall.elapsed().as_secs_f64(), threads, counts);
     store.write_manifest(&manifest)?;
     if opts.render_report {
@@ -298,7 +326,13 @@ impl<'a> Scheduler<'a> {
         };
         self.bar.inc(1);
         if record.status == Status::Failed {
-            self.bar.println(format!("failed: {} {} split {}: {}", cell.dataset, cell.entry.name, cell.split, record.error.as_deref().unwrap_or("")));
+            self.bar.println(format!(
+                "failed: {} {} split {}: {}",
+                cell.dataset,
+                cell.entry.name,
+                cell.split,
+                record.error.as_deref().unwrap_or("")
+            ));
         }
         if let Some(log) = &self.log {
             log.lock().expect("no panic holds the lock").cell_done(n, record.status == Status::Failed);
@@ -418,7 +452,14 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyho
         Some(m) if missing == 0 && m.spec_hash == spec.hash => m,
         old => {
             let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-            let counts = CellCounts { total: prepared.cells.len(), computed: 0, cached: cells.len(), reused: reused_count(&cells), older_code: 0, missing };
+            let counts = CellCounts {
+                total: prepared.cells.len(),
+                computed: 0,
+                cached: cells.len(),
+                reused: reused_count(&cells),
+                older_code: 0,
+                missing,
+            };
             let mut fresh = manifest(spec, CodeVersion::of(&opts.project_root), &cells, now, 0.0, 0, counts);
             // Every cell is stored but the spec text changed (say, a note): the spec provenance
             // is new; the code that computed the cells and the run's timing are the earlier run's.
@@ -474,12 +515,26 @@ impl CodeVersion {
 
     /// `abc1234...` or `abc1234...+dirty`; None outside a git checkout.
     fn label(&self) -> Option<String> {
-        (!self.commit.is_empty() && self.commit != "unknown").then(|| if self.dirty { format!("{}+dirty", self.commit) } else { self.commit.clone() })
+        (!self.commit.is_empty() && self.commit != "unknown").then(|| {
+            if self.dirty {
+                format!("{}+dirty", self.commit)
+            } else {
+                self.commit.clone()
+            }
+        })
     }
 }
 
 /// Provenance of the stored `cells` of `spec`, computed by `code`.
-fn manifest(spec: &Spec, code: CodeVersion, cells: &[CellRecord], started: String, wall_seconds: f64, threads: usize, counts: CellCounts) -> Manifest {
+fn manifest(
+    spec: &Spec,
+    code: CodeVersion,
+    cells: &[CellRecord],
+    started: String,
+    wall_seconds: f64,
+    threads: usize,
+    counts: CellCounts,
+) -> Manifest {
     Manifest {
         experiment: spec.name().to_string(),
         title: spec.raw.title.clone().unwrap_or_else(|| spec.name().to_string()),

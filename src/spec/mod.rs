@@ -246,7 +246,8 @@ impl Spec {
 /// Read and check a spec file.
 pub fn load(path: &std::path::Path, registry: &Registry) -> Result<Spec, SpecError> {
     let file = path.display().to_string();
-    let fail = |line, column, message| SpecError { file: file.clone(), issues: vec![SpecIssue { line, column, path: String::new(), message }] };
+    let fail =
+        |line, column, message| SpecError { file: file.clone(), issues: vec![SpecIssue { line, column, path: String::new(), message }] };
     let bytes = std::fs::read(path).map_err(|e| fail(0, 0, format!("cannot read: {e}")))?;
     let text = String::from_utf8(bytes).map_err(|e| {
         // Point at the first byte that is not UTF-8.
@@ -360,7 +361,10 @@ pub fn check_supports(spec: &Spec, shapes: &BTreeMap<String, crate::methods::Pro
             for (label, point) in &points {
                 let entry = point.on_dataset(dataset);
                 let at = if label.is_empty() { format!("methods[{i}]") } else { format!("methods[{i}] [{label}]") };
-                let what = format!("method entry \"{}\" ({}) on dataset \"{dataset}\" ({} classes, {} features)", m.name, m.method, shape.n_classes, shape.n_features);
+                let what = format!(
+                    "method entry \"{}\" ({}) on dataset \"{dataset}\" ({} classes, {} features)",
+                    m.name, m.method, shape.n_classes, shape.n_features
+                );
                 let mut fail = |msg: String| issues.push((at.clone(), Some(m.name.clone()), format!("{what}: {msg}")));
                 let kernels = match entry.kernel.kernel_set(shape.n_features, shape.n_classes) {
                     Ok(k) => k,
@@ -434,7 +438,11 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
     }
     for (name, protocol) in &raw.dataset_splits {
         if !raw.datasets.contains(name) {
-            err(format!("dataset_splits.{name}"), Some(name), format!("\"{name}\" is not a dataset of this spec{}", suggest(name, &raw.datasets)));
+            err(
+                format!("dataset_splits.{name}"),
+                Some(name),
+                format!("\"{name}\" is not a dataset of this spec{}", suggest(name, &raw.datasets)),
+            );
         }
         if let Err(e) = protocol.validate() {
             err(format!("dataset_splits.{name}"), Some(name), e);
@@ -443,7 +451,11 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
     if raw.splits.is_none() {
         for (i, d) in raw.datasets.iter().enumerate() {
             if !raw.dataset_splits.contains_key(d) {
-                err(format!("datasets[{i}]"), Some(d), format!("no split protocol for \"{d}\": give `splits` (all datasets) or `dataset_splits.{d}`"));
+                err(
+                    format!("datasets[{i}]"),
+                    Some(d),
+                    format!("no split protocol for \"{d}\": give `splits` (all datasets) or `dataset_splits.{d}`"),
+                );
             }
         }
     }
@@ -524,10 +536,14 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
             match raw.methods.iter().find(|s| &s.name == src) {
                 None => err(format!("{at}.hyper.from"), Some(src), format!("no method entry named \"{src}\"{}", suggest(src, &names))),
 
-                Some(s) if !s.grid.is_empty() => {
-                    err(format!("{at}.hyper.from"), Some(src), format!("\"{src}\" has a grid, so it has no single fit per split to take hyper-parameters from"))
+                Some(s) if !s.grid.is_empty() => err(
+                    format!("{at}.hyper.from"),
+                    Some(src),
+                    format!("\"{src}\" has a grid, so it has no single fit per split to take hyper-parameters from"),
+                ),
+                Some(_) if src == &m.name => {
+                    err(format!("{at}.hyper.from"), Some(src), "a method cannot take hyper-parameters from itself".into())
                 }
-                Some(_) if src == &m.name => err(format!("{at}.hyper.from"), Some(src), "a method cannot take hyper-parameters from itself".into()),
                 Some(s) => {
                     if let Some(d) = raw.datasets.iter().find(|d| m.runs_on(d) && !s.runs_on(d)) {
                         let msg = format!("\"{src}\" does not run on dataset \"{d}\", where \"{}\" needs its hyper-parameters", m.name);
@@ -559,7 +575,11 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
         }
         for (k, col) in t.paper_only.iter().enumerate() {
             if names.contains(col) {
-                err(format!("{at}.paper_only[{k}]"), Some(col), format!("\"{col}\" is a method entry of this spec; paper_only is for methods it does not run"));
+                err(
+                    format!("{at}.paper_only[{k}]"),
+                    Some(col),
+                    format!("\"{col}\" is a method entry of this spec; paper_only is for methods it does not run"),
+                );
             }
         }
         for (k, p) in t.paper.iter().enumerate() {
@@ -590,7 +610,9 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
         check_refs(&mut err, &at, &f.datasets, &raw.datasets, "datasets", "dataset of this spec");
         check_coverage(&mut err, &at, &f.methods, None, &f.datasets, raw);
         match f.kind {
-            FigureKind::Trace if f.trace.is_none() => err(format!("{at}.trace"), Some(&f.id), "a trace figure needs `trace` (the traced quantity)".into()),
+            FigureKind::Trace if f.trace.is_none() => {
+                err(format!("{at}.trace"), Some(&f.id), "a trace figure needs `trace` (the traced quantity)".into())
+            }
             FigureKind::Trace => {}
             FigureKind::Heatmap if f.x.is_none() || f.y.is_none() || f.metric.is_none() => {
                 err(format!("{at}"), Some(&f.id), "a heatmap figure needs `metric`, `x` and `y` (grid keys)".into())
@@ -599,8 +621,12 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
                 err(format!("{at}.metric"), Some(&f.id), "an errorbar figure needs either `metric` or `metrics` (a list), not both".into())
             }
             FigureKind::Errorbar => {}
-            _ if !f.metrics.is_empty() => err(format!("{at}.metrics"), Some(&f.id), "only errorbar figures take `metrics`; use `metric`".into()),
-            _ if f.metric.is_none() => err(format!("{at}.metric"), Some(&f.id), format!("a {:?} figure needs `metric`", f.kind).to_lowercase()),
+            _ if !f.metrics.is_empty() => {
+                err(format!("{at}.metrics"), Some(&f.id), "only errorbar figures take `metrics`; use `metric`".into())
+            }
+            _ if f.metric.is_none() => {
+                err(format!("{at}.metric"), Some(&f.id), format!("a {:?} figure needs `metric`", f.kind).to_lowercase())
+            }
             FigureKind::Scatter if f.methods.len() != 2 => {
                 err(format!("{at}.methods"), Some(&f.id), "a scatter figure needs exactly two methods (x, y)".into())
             }
@@ -610,14 +636,7 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
     out
 }
 
-fn check_refs(
-    err: &mut impl FnMut(String, Option<&str>, String),
-    at: &str,
-    used: &[String],
-    known: &[String],
-    field: &str,
-    what: &str,
-) {
+fn check_refs(err: &mut impl FnMut(String, Option<&str>, String), at: &str, used: &[String], known: &[String], field: &str, what: &str) {
     for (k, u) in used.iter().enumerate() {
         if !known.contains(u) {
             err(format!("{at}.{field}[{k}]"), Some(u), format!("\"{u}\" is not a {what}{}", suggest(u, known)));
@@ -639,7 +658,11 @@ fn check_coverage(
     let shown: Vec<(String, &MethodEntry)> = if methods.is_empty() {
         raw.methods.iter().map(|m| ("methods".to_string(), m)).collect()
     } else {
-        methods.iter().enumerate().filter_map(|(k, name)| raw.methods.iter().find(|m| &m.name == name).map(|m| (format!("methods[{k}]"), m))).collect()
+        methods
+            .iter()
+            .enumerate()
+            .filter_map(|(k, name)| raw.methods.iter().find(|m| &m.name == name).map(|m| (format!("methods[{k}]"), m)))
+            .collect()
     };
     let base = base.and_then(|b| raw.methods.iter().find(|m| m.name == b)).map(|m| ("paired_with".to_string(), m));
     for (field, entry) in shown.into_iter().chain(base) {
@@ -647,7 +670,11 @@ fn check_coverage(
             err(
                 format!("{at}.{field}"),
                 Some(&entry.name),
-                format!("\"{}\" runs only on [{}], not on \"{d}\": give this table or figure `datasets:` among those", entry.name, entry.datasets.join(", ")),
+                format!(
+                    "\"{}\" runs only on [{}], not on \"{d}\": give this table or figure `datasets:` among those",
+                    entry.name,
+                    entry.datasets.join(", ")
+                ),
             );
         }
     }

@@ -44,7 +44,9 @@ pub use crate::stats::EvidenceEstimate;
 pub use model::GibbsMnpModel;
 pub use params::{GibbsMnp, GibbsMnpParams};
 
-use super::{parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape, StopReason};
+use super::{
+    parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape, StopReason,
+};
 use crate::kernels::{KernelSet, SqExp};
 use crate::likelihoods::probit::BinaryModel;
 use crate::likelihoods::truncated::{sample_cone, sample_std_normal_above};

@@ -70,7 +70,13 @@ pub(super) fn eigen(C: &Mat<f64>) -> Result<Eigen, FitError> {
 
 impl GibbsMnp {
     /// `Method::fit` with the concrete model type.
-    pub fn fit_model(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<GibbsMnpModel, FitError> {
+    pub fn fit_model(
+        &self,
+        problem: &Problem,
+        kernel: &SqExp,
+        hyper: HyperPolicy,
+        ctx: &mut FitContext,
+    ) -> Result<GibbsMnpModel, FitError> {
         if hyper == HyperPolicy::Learn {
             return Err(FitError::Unsupported(
                 "gibbs_mnp samples with fixed hyper-parameters only (G&R 2006 App. D); use `hyper: fixed` or take them from another cell with `hyper: {from: <entry>}`".into(),
@@ -187,7 +193,8 @@ impl GibbsMnp {
 
         let m_mean = m_sum * faer::Scale(1.0 / n_kept as f64);
         // Numbers only (no wall-clock times: a record must be the same bits on every run).
-        let mut diagnostics = Diagnostics { iterations: Some(total as u64), stop_reason: Some(StopReason::MaxIterations), ..Default::default() };
+        let mut diagnostics =
+            Diagnostics { iterations: Some(total as u64), stop_reason: Some(StopReason::MaxIterations), ..Default::default() };
         diagnostics
             .number("burn_in", p.burn_in as f64)
             .number("kept_samples", n_kept as f64)

@@ -1,6 +1,6 @@
 //! The Gibbs sampler: exact draws against their distributions, the estimators, the fit.
-use crate::likelihoods::truncated::*;
 use super::*;
+use crate::likelihoods::truncated::*;
 use crate::methods::FromSettings;
 use crate::special::{d_log_normal_cdf, normal_pdf};
 use rand::SeedableRng;
@@ -17,10 +17,13 @@ fn assert_mean(xs: &[f64], expected: f64, what: &str) {
 fn ks(xs: &mut [f64], cdf: impl Fn(f64) -> f64) -> f64 {
     xs.sort_by(|a, b| a.total_cmp(b));
     let n = xs.len() as f64;
-    xs.iter().enumerate().map(|(i, &x)| {
-        let f = cdf(x);
-        (f - i as f64 / n).abs().max((f - (i + 1) as f64 / n).abs())
-    }).fold(0.0, f64::max)
+    xs.iter()
+        .enumerate()
+        .map(|(i, &x)| {
+            let f = cdf(x);
+            (f - i as f64 / n).abs().max((f - (i + 1) as f64 / n).abs())
+        })
+        .fold(0.0, f64::max)
 }
 
 #[test]
@@ -87,15 +90,19 @@ fn cone_winner_marginal_passes_a_ks_test() {
     let mut rng = Pcg64::seed_from_u64(3);
     let n = 40_000;
     let mut y = vec![0.0; 4];
-    let mut xs: Vec<f64> = (0..n).map(|_| {
-        sample_cone(&m, t, &mut y, &mut rng);
-        y[t]
-    }).collect();
+    let mut xs: Vec<f64> = (0..n)
+        .map(|_| {
+            sample_cone(&m, t, &mut y, &mut rng);
+            y[t]
+        })
+        .collect();
     let (lo, step, nodes) = (-8.0, 1e-3, 20_001);
-    let dens: Vec<f64> = (0..nodes).map(|i| {
-        let v = lo + i as f64 * step;
-        normal_pdf(v - m[t]) * (0..4).filter(|&j| j != t).map(|j| normal_cdf(v - m[j])).product::<f64>()
-    }).collect();
+    let dens: Vec<f64> = (0..nodes)
+        .map(|i| {
+            let v = lo + i as f64 * step;
+            normal_pdf(v - m[t]) * (0..4).filter(|&j| j != t).map(|j| normal_cdf(v - m[j])).product::<f64>()
+        })
+        .collect();
     let mut cum = vec![0.0; nodes];
     for i in 1..nodes {
         cum[i] = cum[i - 1] + 0.5 * step * (dens[i] + dens[i - 1]);

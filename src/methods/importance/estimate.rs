@@ -3,7 +3,13 @@
 use super::*;
 
 impl Importance {
-    pub fn fit_model(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<ImportanceModel, FitError> {
+    pub fn fit_model(
+        &self,
+        problem: &Problem,
+        kernel: &SqExp,
+        hyper: HyperPolicy,
+        ctx: &mut FitContext,
+    ) -> Result<ImportanceModel, FitError> {
         let km = self.klmnl.fit_model(problem, kernel, hyper, ctx)?;
         let (n, c) = (problem.y.len(), km.n_model_classes());
         let p = n * c;
@@ -77,7 +83,8 @@ impl Importance {
         let mut acc = WeightAcc::new(0);
         let mut log_w = Vec::with_capacity(self.params.n_samples);
         // The samples the predictive may use: the first n_test.
-        let n_test = if self.params.n_test_samples == 0 { self.params.n_samples } else { self.params.n_test_samples.min(self.params.n_samples) };
+        let n_test =
+            if self.params.n_test_samples == 0 { self.params.n_samples } else { self.params.n_test_samples.min(self.params.n_samples) };
         // (index, scale, generator state) of every kept sample among them, to redraw its z.
         let mut replay = Vec::new();
         let mut half = None;

@@ -19,9 +19,9 @@ mod estimate;
 mod params;
 mod predictive;
 mod proposal;
-mod weights;
 #[cfg(test)]
 mod tests;
+mod weights;
 
 pub use params::{ImportanceParams, Lik};
 pub use predictive::ImportanceModel;

@@ -84,7 +84,10 @@ impl ImportanceParams {
         }
         if !(self.negligible_log_weight >= 36.8) {
             // Below ln 2^53 a skipped weight could still change the sum's last bit.
-            return Err(format!("settings.negligible_log_weight must be at least 36.8 (ln 2^53; .inf disables the skip), got {}", self.negligible_log_weight));
+            return Err(format!(
+                "settings.negligible_log_weight must be at least 36.8 (ln 2^53; .inf disables the skip), got {}",
+                self.negligible_log_weight
+            ));
         }
         if self.klmnl.predictive != "eq25" {
             return Err("settings.klmnl.predictive must be eq25 here".into());

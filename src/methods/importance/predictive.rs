@@ -84,7 +84,6 @@ impl ImportanceModel {
         }
         Ok((0..mt).map(|j| (0..c).map(|q| acc.pred[j * c + q] / acc.sum).collect()).collect())
     }
-
 }
 
 impl Fitted for ImportanceModel {

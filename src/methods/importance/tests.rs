@@ -112,7 +112,14 @@ fn the_batched_probit_is_the_u_sample_average_of_products_of_phi() {
 fn softmax_rows_is_the_softmax_of_each_row() {
     let c = 5;
     let mut x: Vec<f64> = (0..37 * c).map(|k| ((k * 7919) % 101) as f64 * 0.31 - 15.0).collect();
-    let want: Vec<f64> = x.chunks(c).flat_map(|row| { let mut r = row.to_vec(); softmax_in_place(&mut r); r }).collect();
+    let want: Vec<f64> = x
+        .chunks(c)
+        .flat_map(|row| {
+            let mut r = row.to_vec();
+            softmax_in_place(&mut r);
+            r
+        })
+        .collect();
     softmax_rows(&mut x, c);
     for (g, w) in x.iter().zip(&want) {
         assert!((g - w).abs() <= 1e-13 * w + 1e-300, "{g} vs {w}");
@@ -154,8 +161,17 @@ fn the_visiting_order_changes_no_weight_and_no_skip_decision() {
             let (a, s) = (weights(&datum, floor), weights(&sorted, floor));
             let mut skipped = 0;
             for b in 0..300 {
-                assert_eq!(a[b] == f64::NEG_INFINITY, s[b] == f64::NEG_INFINITY, "{lik:?} u={u_samples} {scale}: sample {b}, floor {floor}");
-                assert!(a[b] == s[b] || (a[b] - s[b]).abs() < 1e-12 * a[b].abs(), "{lik:?} u={u_samples} {scale}: sample {b}: {} vs {}", a[b], s[b]);
+                assert_eq!(
+                    a[b] == f64::NEG_INFINITY,
+                    s[b] == f64::NEG_INFINITY,
+                    "{lik:?} u={u_samples} {scale}: sample {b}, floor {floor}"
+                );
+                assert!(
+                    a[b] == s[b] || (a[b] - s[b]).abs() < 1e-12 * a[b].abs(),
+                    "{lik:?} u={u_samples} {scale}: sample {b}: {} vs {}",
+                    a[b],
+                    s[b]
+                );
                 // A kept weight is the full one.
                 assert!(a[b] == f64::NEG_INFINITY || (a[b] - full[b]).abs() < 1e-12 * full[b].abs());
                 skipped += (a[b] == f64::NEG_INFINITY) as usize;

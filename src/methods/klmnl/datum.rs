@@ -72,7 +72,15 @@ pub(super) fn s_fixed_point(lv: &Chol, a: &Mat<f64>) -> Result<Mat<f64>, FitErro
 }
 
 /// One S-step for one datum (Sec. 3.2, App. C.1). Returns the new S and its terms.
-pub(super) fn s_step(m: &[f64], v: &Mat<f64>, lv: &Chol, b: &[f64], s: &Mat<f64>, cur: DatumTerms, basis: Basis) -> Result<(Mat<f64>, DatumTerms, bool), FitError> {
+pub(super) fn s_step(
+    m: &[f64],
+    v: &Mat<f64>,
+    lv: &Chol,
+    b: &[f64],
+    s: &Mat<f64>,
+    cur: DatumTerms,
+    basis: Basis,
+) -> Result<(Mat<f64>, DatumTerms, bool), FitError> {
     let ldv = lv.log_det();
     let s_fx = s_fixed_point(lv, &cur.a_in_basis)?;
     if let Ok(t) = datum_terms(m, v, ldv, b, &s_fx, basis) {
@@ -103,7 +111,14 @@ pub(super) fn s_step(m: &[f64], v: &Mat<f64>, lv: &Chol, b: &[f64], s: &Mat<f64>
 
 /// One b-step for one datum (Sec. 3.1): fixed point b = g-bar, else Newton with a
 /// false-position step on the directional derivative.
-pub(super) fn b_step(m: &[f64], v: &Mat<f64>, ldv: f64, b: &[f64], s: &Mat<f64>, cur: DatumTerms) -> Result<(Vec<f64>, DatumTerms), FitError> {
+pub(super) fn b_step(
+    m: &[f64],
+    v: &Mat<f64>,
+    ldv: f64,
+    b: &[f64],
+    s: &Mat<f64>,
+    cur: DatumTerms,
+) -> Result<(Vec<f64>, DatumTerms), FitError> {
     let c = m.len();
     let b_fx = cur.gbar.clone();
     let t = datum_terms(m, v, ldv, &b_fx, s, Basis::CLASS)?;

@@ -51,7 +51,12 @@ impl WarmStart {
 }
 
 /// Block coordinate ascent to convergence (notes D§2.4.8), from the E.3 initialisation or `warm`.
-pub(super) fn fit_variational(pr: &Prior, params: &KlmnlParams, warm: Option<&WarmStart>, ctx: Option<&FitContext>) -> Result<VarFit, FitError> {
+pub(super) fn fit_variational(
+    pr: &Prior,
+    params: &KlmnlParams,
+    warm: Option<&WarmStart>,
+    ctx: Option<&FitContext>,
+) -> Result<VarFit, FitError> {
     let c = pr.c;
     let mut st = match warm {
         Some(WarmStart { w: w_class, b, .. }) => {

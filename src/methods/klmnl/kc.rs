@@ -95,9 +95,9 @@ pub(super) fn kc_gradient(env: &Envelope, model: &str, rho: &[f64]) -> Vec<f64> 
 #[cfg(test)]
 mod kc_tests {
     use super::*;
+    use rand::RngExt;
     use rand::SeedableRng;
     use rand_distr::StandardNormal;
-    use rand::RngExt;
 
     #[test]
     fn kc_models_keep_the_trace_and_their_gradients_match_finite_differences() {
@@ -113,7 +113,9 @@ mod kc_tests {
             let kc = kc_of(model, &rho, c);
             let tr: f64 = (0..c).map(|i| kc[(i, i)]).sum();
             assert!((tr - c as f64).abs() < 1e-12, "{model}: tr {tr}");
-            let at = |rh: &[f64]| fit_variational(&Prior::new(kern.gram(&x), kc_of(model, rh, c), &y).unwrap(), &params, None, None).unwrap().log_zh;
+            let at = |rh: &[f64]| {
+                fit_variational(&Prior::new(kern.gram(&x), kc_of(model, rh, c), &y).unwrap(), &params, None, None).unwrap().log_zh
+            };
             let pr = Prior::new(kern.gram(&x), kc, &y).unwrap();
             let fit = fit_variational(&pr, &params, None, None).unwrap();
             let g = kc_gradient(&envelope(&pr, &fit, true), model, &rho);

@@ -27,7 +27,10 @@ impl Klmnl {
         let mut rho = kc_init(&model, c);
         let mut kc = kc_of(&model, &rho, c);
         if self.params.kc_from_source {
-            let v = ctx.source.and_then(|h| h.vectors.get("kc")).ok_or_else(|| FitError::Unsupported("kc_from_source: the source cell handed over no \"kc\"".into()))?;
+            let v = ctx
+                .source
+                .and_then(|h| h.vectors.get("kc"))
+                .ok_or_else(|| FitError::Unsupported("kc_from_source: the source cell handed over no \"kc\"".into()))?;
             if v.len() != c * c {
                 return Err(FitError::Unsupported(format!("kc_from_source: \"kc\" has {} entries, expected {}", v.len(), c * c)));
             }
@@ -103,7 +106,8 @@ impl Klmnl {
             diagnostics.note("hyper_stop", res.stop_reason.clone()).number("hyper_iterations", res.iterations as f64);
             diagnostics.iterations = Some(hyper_evals as u64);
             let at_limit = res.iterations >= self.params.max_hyper_iters;
-            diagnostics.stop_reason = Some(res.stopped_by.unwrap_or(if at_limit { StopReason::MaxIterations } else { StopReason::Converged }));
+            diagnostics.stop_reason =
+                Some(res.stopped_by.unwrap_or(if at_limit { StopReason::MaxIterations } else { StopReason::Converged }));
         }
         let kx = kernel.gram(problem.x);
         let pr = Prior::new(kx, kc, problem.y)?;

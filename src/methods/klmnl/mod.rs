@@ -37,7 +37,9 @@ pub use model::{KlmnlModel, PredCache};
 pub use params::{Klmnl, KlmnlParams};
 
 use super::optimize::{false_position, minimize_lbfgs};
-use super::{parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape, StopReason};
+use super::{
+    parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape, StopReason,
+};
 use crate::kernels::{KernelSet, SqExp};
 use crate::linalg::small::{eigh, eye, jacobi_eigh, psd_factor, sym, trace_prod};
 use crate::linalg::{kron, leading_columns, log_sum_exp, matvec, softmax_in_place, Chol, SymPencil};

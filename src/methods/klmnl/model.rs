@@ -139,7 +139,8 @@ impl Fitted for KlmnlModel {
             }
         }
         let log_p24 = leading_columns(&logs.log_p24, cp);
-        let mut prediction = Prediction::new(out).with_values("log_pred24", log_p24.clone()).with_values("log_pred25", leading_columns(&logs.log_p25, cp));
+        let mut prediction =
+            Prediction::new(out).with_values("log_pred24", log_p24.clone()).with_values("log_pred25", leading_columns(&logs.log_p25, cp));
         if self.predictive == "eq24" {
             prediction.log_score = Some(log_p24);
         }

@@ -213,7 +213,11 @@ pub(super) fn whitened_gram(pr: &Prior, lb: &Chol, cols: &[(usize, Mat<f64>)], o
         for i0 in (0..n).step_by(GROUP) {
             let (o, width) = (offs[i0], (n - i0).min(GROUP) * c);
             if o < r {
-                solve_lower_triangular_in_place(lb.l().submatrix(o, o, r - o, r - o), zm.as_mut().submatrix_mut(o, i0 * c, r - o, width), Par::Seq);
+                solve_lower_triangular_in_place(
+                    lb.l().submatrix(o, o, r - o, r - o),
+                    zm.as_mut().submatrix_mut(o, i0 * c, r - o, width),
+                    Par::Seq,
+                );
             }
         }
     }

@@ -73,7 +73,14 @@ pub(super) fn p_times(pr: &Prior, terms: &[DatumTerms], v: &[f64]) -> Vec<f64> {
 
 /// The joint Newton step on b and m = K (y - b) along [`newton_direction`], with false position
 /// on the step length when the full step lowers the bound (App. C.2).
-pub(super) fn joint_b_step(pr: &Prior, st: &mut State, m: &mut Vec<f64>, cur: f64, terms: &[DatumTerms], stats: &mut FitStats) -> Result<f64, FitError> {
+pub(super) fn joint_b_step(
+    pr: &Prior,
+    st: &mut State,
+    m: &mut Vec<f64>,
+    cur: f64,
+    terms: &[DatumTerms],
+    stats: &mut FitStats,
+) -> Result<f64, FitError> {
     let (n, c) = (pr.n, pr.c);
     let nc = n * c;
     let d = newton_direction(pr, &st.b, terms)?;
@@ -117,7 +124,14 @@ pub(super) fn joint_b_step(pr: &Prior, st: &mut State, m: &mut Vec<f64>, cur: f6
 
 /// The V-step: V^fx = (K^{-1} + W)^{-1} with W_i = S_i - V_i^{-1} (eq. 28, E.2.1); if the bound
 /// falls, false position on the convex mix T^cc = (1 - eta) T_old + eta T_new (App. C.3).
-pub(super) fn v_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, lk: &mut Option<Chol>, stats: &mut FitStats) -> Result<f64, FitError> {
+pub(super) fn v_step(
+    pr: &Prior,
+    st: &mut State,
+    m: &[f64],
+    cur: f64,
+    lk: &mut Option<Chol>,
+    stats: &mut FitStats,
+) -> Result<f64, FitError> {
     let w = current_w(pr, st)?;
     // First the natural-gradient step of the bound maximised over S: V = (K^{-1} + W^fx)^{-1}
     // with every S_i re-optimised at the new V before the bound is compared. S and V are
@@ -175,7 +189,15 @@ pub(super) fn v_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, lk: &mut O
 /// T^cc = (1 - eta) T + eta T^fx (V^cc is the same mix of V and V^fx), at fixed S; taken only when
 /// the cheaper proposals of [`v_step`] lowered the bound. Returns the bound and eta (the state
 /// moves only when the bound does not fall).
-pub(super) fn v_mix_step(pr: &Prior, st: &mut State, m: &[f64], cur: f64, w: Vec<Mat<f64>>, lk: &mut Option<Chol>, stats: &mut FitStats) -> Result<(f64, f64), FitError> {
+pub(super) fn v_mix_step(
+    pr: &Prior,
+    st: &mut State,
+    m: &[f64],
+    cur: f64,
+    w: Vec<Mat<f64>>,
+    lk: &mut Option<Chol>,
+    stats: &mut FitStats,
+) -> Result<(f64, f64), FitError> {
     let vnew = v_from_w(pr, &w)?;
     stats.v_line_searches += 1;
     // Where the mix is no ascent direction, false position stops at eta = 0: skip the O(p^3) work.

@@ -2,9 +2,9 @@
 use super::learn::inner_params;
 use super::*;
 use crate::methods::FromSettings;
+use faer::linalg::solvers::DenseSolveCore;
 use rand::{RngExt, SeedableRng};
 use rand_distr::StandardNormal;
-use faer::linalg::solvers::DenseSolveCore;
 
 fn rng(seed: u64) -> Pcg64 {
     Pcg64::seed_from_u64(seed)
@@ -69,10 +69,15 @@ fn bound_chain_j9_j10_le_max_h_le_expected_loglik_le_upper() {
         let h = hcore + m[y];
         let ey = |k: usize| -> Vec<f64> { (0..c).map(|q| if q == k { 1.0 } else { 0.0 }).collect() };
         let quad = |d: &[f64]| -> f64 { (0..c).map(|p| (0..c).map(|q| d[p] * v[(p, q)] * d[q]).sum::<f64>()).sum() };
-        let j9 = m[y] - log_sum_exp(&(0..c).map(|k| {
-            let d: Vec<f64> = ey(y).iter().zip(ey(k)).map(|(a, b)| a - b).collect();
-            m[k] + 0.5 * quad(&d)
-        }).collect::<Vec<_>>());
+        let j9 = m[y]
+            - log_sum_exp(
+                &(0..c)
+                    .map(|k| {
+                        let d: Vec<f64> = ey(y).iter().zip(ey(k)).map(|(a, b)| a - b).collect();
+                        m[k] + 0.5 * quad(&d)
+                    })
+                    .collect::<Vec<_>>(),
+            );
         let j10 = m[y] - log_sum_exp(&(0..c).map(|k| m[k] + 0.5 * v[(k, k)]).collect::<Vec<_>>());
         let upper = m[y] - log_sum_exp(&m);
         // Monte Carlo l = E log softmax(f)_y, f ~ N(m, V)
@@ -156,7 +161,12 @@ fn an_unreachable_b_tol_stops_at_the_floor_with_the_same_optimum() {
     let params = KlmnlParams { b_tol: 1e-30, max_sweeps: 400, ..KlmnlParams::default() };
     let floor = fit_variational(&pr, &params, None, None).unwrap();
     assert!(floor.stats.converged && floor.stats.stopped_at_floor, "{:?}", floor.stats);
-    assert!(floor.stats.sweeps <= normal.stats.sweeps + FLAT_SWEEPS_AT_FLOOR + 1, "{} vs {} sweeps", floor.stats.sweeps, normal.stats.sweeps);
+    assert!(
+        floor.stats.sweeps <= normal.stats.sweeps + FLAT_SWEEPS_AT_FLOOR + 1,
+        "{} vs {} sweeps",
+        floor.stats.sweeps,
+        normal.stats.sweeps
+    );
     assert!((floor.log_zh - normal.log_zh).abs() < 1e-9 * normal.log_zh.abs(), "{} vs {}", floor.log_zh, normal.log_zh);
 }
 
@@ -202,7 +212,9 @@ fn full_fit_is_monotone_stationary_and_matches_the_dense_bound() {
         let e = 1e-5;
         let mp: Vec<f64> = fit.m.iter().zip(&dir).map(|(a, b)| a + e * b).collect();
         let mm: Vec<f64> = fit.m.iter().zip(&dir).map(|(a, b)| a - e * b).collect();
-        let g = (dense_bound(&pr.k, &mp, &v, &fit.st.b, &fit.st.s, &pr.y1, 3) - dense_bound(&pr.k, &mm, &v, &fit.st.b, &fit.st.s, &pr.y1, 3)) / (2.0 * e);
+        let g = (dense_bound(&pr.k, &mp, &v, &fit.st.b, &fit.st.s, &pr.y1, 3)
+            - dense_bound(&pr.k, &mm, &v, &fit.st.b, &fit.st.s, &pr.y1, 3))
+            / (2.0 * e);
         assert!(g.abs() < 1e-5, "directional derivative in m {g}");
     }
     // and V is optimal: a small symmetric perturbation of V (kept PD) does not raise the bound
@@ -252,7 +264,13 @@ fn a_non_diagonal_kc_fit_matches_the_dense_bound_in_the_class_basis() {
 
 #[test]
 fn the_softmax_hessian_factor_reproduces_diag_g_minus_g_g_t() {
-    for g in [vec![0.7, 0.3], vec![0.2, 0.5, 0.3], vec![1e-12, 0.25, 0.5, 0.25 - 1e-12], vec![0.0, 0.1, 0.0, 0.6, 0.3], vec![0.999999, 1e-6, 0.0]] {
+    for g in [
+        vec![0.7, 0.3],
+        vec![0.2, 0.5, 0.3],
+        vec![1e-12, 0.25, 0.5, 0.25 - 1e-12],
+        vec![0.0, 0.1, 0.0, 0.6, 0.3],
+        vec![0.999999, 1e-6, 0.0],
+    ] {
         let c = g.len();
         let f = softmax_hessian_factor(&g);
         assert_eq!((f.nrows(), f.ncols()), (c, c - 1));

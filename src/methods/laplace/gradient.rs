@@ -84,7 +84,12 @@ pub(super) fn log_evidence_grad(mode: &Mode, K: &Mat<f64>, dKs: &[Mat<f64>]) -> 
 }
 
 /// log q(y | X, theta) and its gradient w.r.t. the kernel's log-parameters.
-pub(super) fn evidence_and_grad(kernel: &dyn Kernel, problem: &Problem, params: &LaplaceParams, warm: Option<&[f64]>) -> Result<(f64, Vec<f64>, Mode), FitError> {
+pub(super) fn evidence_and_grad(
+    kernel: &dyn Kernel,
+    problem: &Problem,
+    params: &LaplaceParams,
+    warm: Option<&[f64]>,
+) -> Result<(f64, Vec<f64>, Mode), FitError> {
     let K = kernel.gram(problem.x);
     let mode = find_mode(&K, problem.y, problem.n_classes, params, warm)?;
     let dKs = kernel.gram_grads(problem.x, &K);

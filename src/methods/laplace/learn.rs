@@ -45,7 +45,8 @@ pub(super) fn learn_kernel<Mo: Clone + Send + Sync>(
     };
     let min = minimize_lbfgs(&cost, &kernel.log_params(), &kernel.free_mask(), max_iters, 1e-10)?;
     diagnostics.iterations = Some(evals.into_inner());
-    diagnostics.stop_reason = Some(min.stopped_by.unwrap_or(if min.iterations >= max_iters { StopReason::MaxIterations } else { StopReason::Converged }));
+    diagnostics.stop_reason =
+        Some(min.stopped_by.unwrap_or(if min.iterations >= max_iters { StopReason::MaxIterations } else { StopReason::Converged }));
     diagnostics.number("hyper_iterations", min.iterations as f64).number("hyper_evaluations", min.evaluations as f64);
     diagnostics.note("hyper_stop_reason", min.stop_reason);
     Ok(kernel.with_log_params(&min.x))

@@ -117,7 +117,10 @@ impl Method for Laplace {
             return Err("laplace: one kernel shared by all classes (prior I_C (x) K); per_class kernels are not supported".into());
         }
         if self.params.likelihood == LaplaceLikelihood::Probit && shape.n_classes != 2 {
-            return Err(format!("laplace with likelihood: probit is the binary model: exactly 2 classes, the data have {}", shape.n_classes));
+            return Err(format!(
+                "laplace with likelihood: probit is the binary model: exactly 2 classes, the data have {}",
+                shape.n_classes
+            ));
         }
         Ok(())
     }
@@ -135,14 +138,26 @@ impl Method for Laplace {
 impl Laplace {
     /// `Method::fit` with the concrete model type, for `likelihood: logit` (`fit_probit` is
     /// the probit one).
-    pub fn fit_model(&self, problem: &Problem, kernel: &dyn Kernel, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<LaplaceModel, FitError> {
+    pub fn fit_model(
+        &self,
+        problem: &Problem,
+        kernel: &dyn Kernel,
+        hyper: HyperPolicy,
+        ctx: &mut FitContext,
+    ) -> Result<LaplaceModel, FitError> {
         assert_eq!(problem.x.nrows(), problem.y.len());
         if self.params.likelihood != LaplaceLikelihood::Logit {
             return Err(FitError::Unsupported("laplace: fit_model is the logit path; settings.likelihood is probit".into()));
         }
         let mut diagnostics = Diagnostics::default();
         let model = |kernel: Box<dyn Kernel>, mode: Mode| -> Box<dyn Fitted> {
-            Box::new(LaplaceModel { kernel, x_train: problem.x.clone(), mode, mc_samples: self.params.mc_samples, diagnostics: Diagnostics::default() })
+            Box::new(LaplaceModel {
+                kernel,
+                x_train: problem.x.clone(),
+                mode,
+                mc_samples: self.params.mc_samples,
+                diagnostics: Diagnostics::default(),
+            })
         };
         let kernel = match hyper {
             HyperPolicy::Fixed => kernel.clone_box(),

@@ -84,7 +84,13 @@ pub(super) fn curvature(K: &Mat<f64>, pi: &[f64], n_classes: usize) -> Result<(V
 ///
 /// `warm` is an `a` from a nearby kernel (hyper-parameter learning): f = K a is then a good
 /// start, used only when it beats f = 0.
-pub(super) fn find_mode(K: &Mat<f64>, y: &[usize], n_classes: usize, params: &LaplaceParams, warm: Option<&[f64]>) -> Result<Mode, FitError> {
+pub(super) fn find_mode(
+    K: &Mat<f64>,
+    y: &[usize],
+    n_classes: usize,
+    params: &LaplaceParams,
+    warm: Option<&[f64]>,
+) -> Result<Mode, FitError> {
     let n = K.nrows();
     let nc = n * n_classes;
     let step = |f: &[f64]| -> Result<Vec<f64>, FitError> {
@@ -121,14 +127,7 @@ pub(super) fn find_mode(K: &Mat<f64>, y: &[usize], n_classes: usize, params: &La
         }
         Ok(a_new)
     };
-    let ascent = newton_ascent(
-        nc,
-        |a| block_matvec(K, a, n_classes),
-        |a, f| objective(a, f, y, n, n_classes),
-        step,
-        params,
-        warm,
-    )?;
+    let ascent = newton_ascent(nc, |a| block_matvec(K, a, n_classes), |a, f| objective(a, f, y, n, n_classes), step, params, warm)?;
     let (f, a, psi) = (ascent.f, ascent.a, ascent.psi);
     let pi = class_probs(&f, n, n_classes);
     let (E, M, half_log_det) = curvature(K, &pi, n_classes)?;

@@ -118,8 +118,13 @@ fn log_evidence_grad(mode: &ProbitMode, K: &Mat<f64>, t: &[f64], dKs: &[Mat<f64>
 }
 
 /// log q(t | X, theta), its gradient w.r.t. the kernel's log-parameters, and the mode.
-fn evidence_and_grad(kernel: &dyn Kernel, x: &Array2<f64>, t: &[f64], params: &LaplaceParams, warm: Option<&[f64]>)
-    -> Result<(f64, Vec<f64>, ProbitMode), FitError> {
+fn evidence_and_grad(
+    kernel: &dyn Kernel,
+    x: &Array2<f64>,
+    t: &[f64],
+    params: &LaplaceParams,
+    warm: Option<&[f64]>,
+) -> Result<(f64, Vec<f64>, ProbitMode), FitError> {
     let K = kernel.gram(x);
     let mode = find_mode(&K, t, params, warm)?;
     let dKs = kernel.gram_grads(x, &K);
@@ -129,8 +134,13 @@ fn evidence_and_grad(kernel: &dyn Kernel, x: &Array2<f64>, t: &[f64], params: &L
 
 impl Laplace {
     /// `Method::fit` for `likelihood: probit`, with the concrete model type.
-    pub fn fit_probit(&self, problem: &Problem, kernel: &dyn Kernel, hyper: HyperPolicy, ctx: &mut FitContext)
-        -> Result<LaplaceProbitModel, FitError> {
+    pub fn fit_probit(
+        &self,
+        problem: &Problem,
+        kernel: &dyn Kernel,
+        hyper: HyperPolicy,
+        ctx: &mut FitContext,
+    ) -> Result<LaplaceProbitModel, FitError> {
         assert_eq!(problem.x.nrows(), problem.y.len());
         if problem.n_classes != 2 {
             return Err(FitError::Unsupported(format!(
@@ -245,7 +255,11 @@ mod tests {
         let y = (0..n)
             .map(|i| {
                 let c = usize::from(x[(i, 0)] + 0.5 * x[(i, 1)] > 0.0);
-                if rng.random::<f64>() < 0.15 { 1 - c } else { c }
+                if rng.random::<f64>() < 0.15 {
+                    1 - c
+                } else {
+                    c
+                }
             })
             .collect();
         (x, y)
@@ -394,7 +408,10 @@ mod tests {
         let x = Array2::from_shape_fn((16, 1), |(i, _)| -1.0 + 2.0 * i as f64 / 15.0);
         let mut y: Vec<usize> = (0..16).map(|i| usize::from(i >= 8)).collect();
         y[3] = 1;
-        let K = KernelParams { ard: false, lengthscale: LengthScale::One(0.5), variance: 1e6, learn_variance: false, ..Default::default() }.build(1).unwrap().gram(&x);
+        let K = KernelParams { ard: false, lengthscale: LengthScale::One(0.5), variance: 1e6, learn_variance: false, ..Default::default() }
+            .build(1)
+            .unwrap()
+            .gram(&x);
         let t = signs(&y);
         let mode = find_mode(&K, &t, &probit_params(), None).unwrap();
         assert!(mode.newton_iters < 200, "Newton did not converge");

@@ -1,17 +1,17 @@
 //! Laplace (logit) against closed forms, dense reference computations and finite differences.
-use crate::likelihoods::{Likelihood, Softmax};
-use crate::linalg::matvec;
 use super::newton::*;
 use super::*;
+use crate::kernels::{KernelParams, LengthScale, SqExp};
+use crate::likelihoods::{Likelihood, Softmax};
+use crate::linalg::matvec;
 use crate::linalg::Chol;
+use crate::methods::optimize::minimize_lbfgs;
 use faer::Mat;
 use ndarray::Array2;
 use rand::RngExt;
+use rand::SeedableRng;
 use rand_distr::StandardNormal;
 use rand_pcg::Pcg64;
-use crate::kernels::{KernelParams, LengthScale, SqExp};
-use crate::methods::optimize::minimize_lbfgs;
-use rand::SeedableRng;
 
 /// A tiny 3-class problem: clusters in 2-D.
 fn tiny(n_per: usize, seed: u64) -> (Array2<f64>, Vec<usize>) {
@@ -208,4 +208,3 @@ fn dense_block_diag(K: faer::MatRef<'_, f64>, C: usize) -> Mat<f64> {
     let n = K.nrows();
     Mat::from_fn(n * C, n * C, |i, j| if i / n == j / n { K[(i % n, j % n)] } else { 0.0 })
 }
-

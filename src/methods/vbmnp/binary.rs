@@ -16,9 +16,9 @@
 //! var* = c** - c*ᵀ(I + C)⁻¹c*. For K = 2 the two-GP model is this one on (m_2 - m_1)/sqrt 2
 //! with the same C, plus a sum direction the data never see (tests below).
 use super::{chol_i_plus, phi_from_kernel, VbEvidence, VbmnpParams};
+use crate::kernels::KernelSet;
 use crate::kernels::SqExp;
 use crate::linalg::{dot, Chol};
-use crate::kernels::KernelSet;
 use crate::methods::{Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Prediction, Problem, StopReason};
 use crate::results::EvidenceKind;
 use crate::special::{d_log_normal_cdf, log_normal_cdf, normal_cdf};
@@ -40,8 +40,13 @@ fn binary_step(chol: &Chol, yt_prev: &[f64], t: &[f64]) -> (Vec<f64>, Vec<f64>, 
 }
 
 /// `Vbmnp::fit` for `binary_model: probit`.
-pub(super) fn fit(p: &VbmnpParams, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext)
-    -> Result<VbmnpBinaryModel, FitError> {
+pub(super) fn fit(
+    p: &VbmnpParams,
+    problem: &Problem,
+    kernel: &SqExp,
+    hyper: HyperPolicy,
+    ctx: &mut FitContext,
+) -> Result<VbmnpBinaryModel, FitError> {
     let (x, y) = (problem.x, problem.y);
     let n = x.nrows();
     assert_eq!(n, y.len());
@@ -53,7 +58,8 @@ pub(super) fn fit(p: &VbmnpParams, problem: &Problem, kernel: &SqExp, hyper: Hyp
     }
     if hyper != HyperPolicy::Fixed {
         return Err(FitError::Unsupported(
-            "vbmnp: settings.binary_model = probit supports hyper: fixed only (the importance sampler for phi is the multinomial model's)".into(),
+            "vbmnp: settings.binary_model = probit supports hyper: fixed only (the importance sampler for phi is the multinomial model's)"
+                .into(),
         ));
     }
     // Settings of the multinomial code that have no meaning here are refused, not ignored.
@@ -180,10 +186,17 @@ mod tests {
         }
     }
 
-    fn fit_any(x: &Array2<f64>, y: &[usize], kernel: &SqExp, p: VbmnpParams, seed: u64) -> (Box<dyn Fitted>, Vec<crate::results::TracePoint>) {
+    fn fit_any(
+        x: &Array2<f64>,
+        y: &[usize],
+        kernel: &SqExp,
+        p: VbmnpParams,
+        seed: u64,
+    ) -> (Box<dyn Fitted>, Vec<crate::results::TracePoint>) {
         let mut rng = Pcg64::seed_from_u64(seed);
         let mut ctx = FitContext::new(&mut rng, None);
-        let m = p.check().unwrap().fit(&Problem { x, y, n_classes: 2 }, &KernelSet::shared_se(kernel), HyperPolicy::Fixed, &mut ctx).unwrap();
+        let m =
+            p.check().unwrap().fit(&Problem { x, y, n_classes: 2 }, &KernelSet::shared_se(kernel), HyperPolicy::Fixed, &mut ctx).unwrap();
         (m, ctx.trace())
     }
 
@@ -194,7 +207,11 @@ mod tests {
         let y = (0..n)
             .map(|i| {
                 let c = usize::from(x[[i, 0]].powi(2) + x[[i, 1]].powi(2) < 1.0);
-                if rng.random::<f64>() < 0.1 { 1 - c } else { c }
+                if rng.random::<f64>() < 0.1 {
+                    1 - c
+                } else {
+                    c
+                }
             })
             .collect();
         (x, y)

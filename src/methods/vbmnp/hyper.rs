@@ -67,8 +67,7 @@ pub(crate) fn importance_update_kind(
     // weight. Sequential on purpose: the runner parallelises across cells, and a worker that
     // waited inside a nested parallel loop could pick up a whole other cell meanwhile, which
     // would count against this cell's time and timeout.
-    let samples: Vec<Vec<f64>> =
-        (0..n_samples).map(|_| psi.iter().map(|p| -(1.0 - rng.random::<f64>()).ln() / p).collect()).collect();
+    let samples: Vec<Vec<f64>> = (0..n_samples).map(|_| psi.iter().map(|p| -(1.0 - rng.random::<f64>()).ln() / p).collect()).collect();
     let (add, with_det) = match kind {
         IsWeight::Paper => (jitter * s2, true),
         IsWeight::Port => (1.0, false),

@@ -31,7 +31,9 @@ pub use model::VbmnpModel;
 pub use params::{IsParam, IsWeight, VbEvidence, Vbmnp, VbmnpParams};
 pub use updates::paper_bound;
 
-use super::{parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape, StopReason};
+use super::{
+    parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape, StopReason,
+};
 use crate::kernels::sqexp_phi::{gram_cross_phi, gram_phi, kernel_from_phi, phi_from_kernel, GramScratch, PairSqDiffs};
 use crate::kernels::{KernelSet, SqExp};
 use crate::likelihoods::probit::{predictive_class_probs, truncated_moments, BinaryModel};
@@ -63,7 +65,10 @@ impl Method for Vbmnp {
         let p = &self.params;
         if p.binary_model == BinaryModel::Probit {
             if shape.n_classes != 2 {
-                return Err(format!("vbmnp with binary_model: probit is the one-GP binary model: exactly 2 classes, the data have {}", shape.n_classes));
+                return Err(format!(
+                    "vbmnp with binary_model: probit is the one-GP binary model: exactly 2 classes, the data have {}",
+                    shape.n_classes
+                ));
             }
             if hyper != HyperPolicy::Fixed {
                 return Err("vbmnp with binary_model: probit supports hyper: fixed (or from) only".into());
@@ -131,10 +136,8 @@ impl Method for Vbmnp {
             elbo = e;
             kernel_changed = false;
             let bound = paper_bound(elbo, n, K);
-            let train_err = (0..n)
-                .filter(|&i| crate::linalg::argmax(&(0..K).map(|k| M[(i, k)]).collect::<Vec<_>>()) != y[i])
-                .count() as f64
-                / n as f64;
+            let train_err =
+                (0..n).filter(|&i| crate::linalg::argmax(&(0..K).map(|k| M[(i, k)]).collect::<Vec<_>>()) != y[i]).count() as f64 / n as f64;
             let mut rec: Vec<(String, f64)> = vec![("bound".into(), bound), ("elbo".into(), elbo), ("train_error".into(), train_err)];
             if learn {
                 // Eqs. 4.5, 4.7, 4.8 with the freshly computed m̃.

@@ -11,14 +11,25 @@ fn toy(n: usize, d: usize, k: usize, seed: u64) -> (Array2<f64>, Vec<usize>) {
         .map(|i| {
             let a = if d > 1 { x[[i, 1]].atan2(x[[i, 0]]) } else { x[[i, 0]] };
             let s = ((a + std::f64::consts::PI) / (2.0 * std::f64::consts::PI) * k as f64) as usize;
-            if rng.random::<f64>() < 0.1 { rng.random_range(0..k) } else { s.min(k - 1) }
+            if rng.random::<f64>() < 0.1 {
+                rng.random_range(0..k)
+            } else {
+                s.min(k - 1)
+            }
         })
         .collect();
     (x, y)
 }
 
-fn fit(x: &Array2<f64>, y: &[usize], k: usize, kernel: &SqExp, hyper: HyperPolicy, params: VbmnpParams, seed: u64)
-    -> (Box<dyn Fitted>, Vec<crate::results::TracePoint>) {
+fn fit(
+    x: &Array2<f64>,
+    y: &[usize],
+    k: usize,
+    kernel: &SqExp,
+    hyper: HyperPolicy,
+    params: VbmnpParams,
+    seed: u64,
+) -> (Box<dyn Fitted>, Vec<crate::results::TracePoint>) {
     let mut rng = Pcg64::seed_from_u64(seed);
     let mut ctx = FitContext::new(&mut rng, None);
     let m = params.check().unwrap().fit(&Problem { x, y, n_classes: k }, &KernelSet::shared_se(kernel), hyper, &mut ctx).unwrap();
@@ -98,7 +109,8 @@ fn squarem_reaches_the_plain_fixed_point_in_far_fewer_steps() {
     let params = VbmnpParams { accelerate: true, ..Default::default() };
     let mut rng = Pcg64::seed_from_u64(5);
     let mut ctx = FitContext::new(&mut rng, None);
-    let err = params.check().unwrap().fit(&Problem { x: &x, y: &y, n_classes: 3 }, &KernelSet::shared_se(&kernel), HyperPolicy::Learn, &mut ctx);
+    let err =
+        params.check().unwrap().fit(&Problem { x: &x, y: &y, n_classes: 3 }, &KernelSet::shared_se(&kernel), HyperPolicy::Learn, &mut ctx);
     assert!(err.is_err());
 }
 
@@ -338,9 +350,8 @@ fn port_bound_formula_matches_its_dense_terms() {
         }
         let (M, _, elbo, slz) = vb_step_terms(&chol, &Y, &y);
         let PortBounds { exact, floored: with_floor, det_free, log_det_c } = port_bounds(&C, &chol, &M, slz, 1.0);
-        let dense = |add: f64| -> Vec<Vec<f64>> {
-            (0..n).map(|i| (0..n).map(|j| C[(i, j)] + if i == j { add } else { 0.0 }).collect()).collect()
-        };
+        let dense =
+            |add: f64| -> Vec<Vec<f64>> { (0..n).map(|i| (0..n).map(|j| C[(i, j)] + if i == j { add } else { 0.0 }).collect()).collect() };
         let rhs: Vec<Vec<f64>> = (0..3).map(|k| (0..n).map(|i| M[(i, k)]).collect()).collect();
         let (ld_ic, q_ic) = dense_logdet_quad(&dense(1.0), &rhs);
         let (ld_c, _) = dense_logdet_quad(&dense(1e-10), &rhs);

@@ -13,18 +13,18 @@
 //! s(x) = k(x,x) - k_xI (K_II + I)^{-1} k_Ix, fed to the §4.5 predictive formula.
 #![allow(non_snake_case)]
 mod adf;
-use crate::kernels::sqexp_phi::{gram_cross_phi, gram_phi, phi_from_kernel};
 use super::{parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape};
+use crate::kernels::sqexp_phi::{gram_cross_phi, gram_phi, phi_from_kernel};
 use crate::kernels::{KernelSet, SqExp};
 use crate::likelihoods::probit::{log_predictive_class_prob, predictive_class_probs, truncated_moments};
 use crate::linalg::Chol;
+use adf::adf;
 use faer::Mat;
 use ndarray::Array2;
 use rand::RngExt;
 use rand_pcg::Pcg64;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use adf::adf;
 
 /// Version of this method's numbers, part of every cell key: bump it when a change of the code
 /// (here or in shared numerics it uses) changes any number the method computes, so stored cells
@@ -177,7 +177,17 @@ mod tests {
     fn data(n: usize, seed: u64) -> (Array2<f64>, Vec<usize>) {
         let mut rng = Pcg64::seed_from_u64(seed);
         let x = Array2::from_shape_fn((n, 2), |_| rng.sample::<f64, _>(StandardNormal));
-        let y = (0..n).map(|i| if x[[i, 0]] > 0.5 { 0 } else if x[[i, 1]] > 0.0 { 1 } else { 2 }).collect();
+        let y = (0..n)
+            .map(|i| {
+                if x[[i, 0]] > 0.5 {
+                    0
+                } else if x[[i, 1]] > 0.0 {
+                    1
+                } else {
+                    2
+                }
+            })
+            .collect();
         (x, y)
     }
 
@@ -243,7 +253,11 @@ mod tests {
         let params = VbmnpSparseParams { active_size: 40, ..Default::default() };
         let mut rng = Pcg64::seed_from_u64(1);
         let mut ctx = FitContext::new(&mut rng, None);
-        let m = params.check().unwrap().fit(&Problem { x: &x, y: &y, n_classes: 3 }, &KernelSet::shared_se(&kernel), HyperPolicy::Fixed, &mut ctx).unwrap();
+        let m = params
+            .check()
+            .unwrap()
+            .fit(&Problem { x: &x, y: &y, n_classes: 3 }, &KernelSet::shared_se(&kernel), HyperPolicy::Fixed, &mut ctx)
+            .unwrap();
         let (xt, yt) = data(300, 8);
         let p = m.predict_proba(&xt, &mut Pcg64::seed_from_u64(0)).unwrap();
         let mut err = 0;
