@@ -6,6 +6,7 @@
 //!      predictive on the 86 held-out points with 20,000 samples (Table 3's MC-MNP cell);
 //!   5. the Table 3 spec itself (experiments/chai2012-table3.yaml) on 2 of its 50 splits, every
 //!      cell recomputed on 2 threads, from which the whole spec's time is extrapolated.
+//!
 //! Run: `cargo bench --bench chai2012` (needs `[[bench]] name = "chai2012"  harness = false`).
 mod common;
 

@@ -10,7 +10,7 @@
 mod common;
 
 use mcgp::data::{default_data_dir, make_splits, Registry, SplitProtocol, Standardizer};
-use mcgp::kernels::KernelParams;
+use mcgp::kernels::{KernelParams, KernelSet};
 use mcgp::methods::{self, FitContext, HyperPolicy, Problem};
 use rand::SeedableRng;
 use std::time::Instant;
@@ -42,8 +42,8 @@ fn main() {
         let mut rng = rand_pcg::Pcg64::seed_from_u64(0);
         let mut ctx = FitContext::new(&mut rng, None);
         let t = Instant::now();
-        let fit = method.fit(&problem, &kernel, HyperPolicy::Learn, &mut ctx).expect("fit");
-        let iters = fit.diagnostics().get("iterations").cloned().unwrap_or_default();
+        let fit = method.fit(&problem, &KernelSet::shared_se(&kernel), HyperPolicy::Learn, &mut ctx).expect("fit");
+        let iters = fit.diagnostics().iterations.unwrap_or_default();
         println!("vbmnp on glass, {label}: {:.2} s, {iters} iterations", t.elapsed().as_secs_f64());
     }
     common::spec_on_two_splits(&registry, "gr2006-table1");

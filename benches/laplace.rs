@@ -2,7 +2,7 @@
 //! d = 9): one fit with fixed hyper-parameters and one with ARD hyper-parameter learning.
 //! `cargo bench --bench laplace`; prints the median of a few repetitions.
 use mcgp::data::{default_data_dir, make_splits, Registry, SplitProtocol, Standardizer};
-use mcgp::kernels::KernelParams;
+use mcgp::kernels::{KernelParams, KernelSet};
 use mcgp::methods::{self, FitContext, HyperPolicy, Problem};
 use rand::SeedableRng;
 use std::time::Instant;
@@ -35,7 +35,7 @@ fn main() {
         let secs = median_seconds(5, || {
             let mut rng = rand_pcg::Pcg64::seed_from_u64(0);
             let mut ctx = FitContext::new(&mut rng, None);
-            method.fit(&problem, &kernel, policy, &mut ctx).expect("fit");
+            method.fit(&problem, &KernelSet::shared_se(&kernel), policy, &mut ctx).expect("fit");
         });
         println!("laplace on glass (n = {}, C = {}), {label}: {:.3} s (median of 5)", x.nrows(), glass.n_classes(), secs);
     }

@@ -4,6 +4,10 @@
 //! `runner` schedules the cells on rayon; `data`, `kernels`, `likelihoods`, `linalg`, `special`
 //! and `stats` are the numerical building blocks the methods share.
 #![allow(non_snake_case)] // numeric code uses the papers' symbols (K, L, W, ...)
+// Numeric code style, on purpose:
+#![allow(clippy::excessive_precision)] // coefficients and reference values keep every digit of their source
+#![allow(clippy::needless_range_loop)] // index loops follow the papers' subscripts (i, j, c, k)
+#![allow(clippy::neg_cmp_op_on_partial_ord)] // `!(x > 0.0)` rejects NaN along with non-positive values
 
 pub mod atomic;
 pub mod data;

@@ -131,7 +131,7 @@ impl DatasetSpec {
         }
         if self.format == Format::Idx {
             let test_len = self.test_files.as_ref().map_or(0, Vec::len);
-            if self.files.len() % 2 != 0 || test_len % 2 != 0 {
+            if !self.files.len().is_multiple_of(2) || !test_len.is_multiple_of(2) {
                 return Err("format idx needs files in (images, labels) pairs".into());
             }
         }

@@ -454,8 +454,7 @@ mod tests {
         let n = 400_000;
         let mut counts = [0usize; 3];
         for _ in 0..n {
-            let y: Vec<f64> =
-                (0..3).map(|j| mu[j] + ((1.0 + var[j]) as f64).sqrt() * rng.sample::<f64, _>(rand_distr::StandardNormal)).collect();
+            let y: Vec<f64> = (0..3).map(|j| mu[j] + (1.0 + var[j]).sqrt() * rng.sample::<f64, _>(rand_distr::StandardNormal)).collect();
             counts[crate::linalg::argmax(&y)] += 1;
         }
         for k in 0..3 {

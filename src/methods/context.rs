@@ -65,11 +65,11 @@ impl Checkpoints {
             Checkpoints::Named(CheckpointGrid::Geometric) => match iter {
                 0 => false,
                 1..=9 => true,
-                10..=95 => iter % 5 == 0,
-                100..=950 => iter % 50 == 0,
-                _ => iter % 1000 == 0,
+                10..=95 => iter.is_multiple_of(5),
+                100..=950 => iter.is_multiple_of(50),
+                _ => iter.is_multiple_of(1000),
             },
-            Checkpoints::Every { every } => iter > 0 && iter % every == 0,
+            Checkpoints::Every { every } => iter > 0 && iter.is_multiple_of(*every),
             Checkpoints::At(v) => v.contains(&iter),
         }
     }

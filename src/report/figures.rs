@@ -885,40 +885,6 @@ fn trace(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> Res
     Ok(Plot::Svg(svg))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ci95_bars_use_the_student_t_quantile() {
-        // t_{0.975} with 49 and 4 degrees of freedom (standard tables): 2.009575, 2.776445.
-        let a = |n| Aggregate { mean: 0.0, sd: 1.0, se: 0.5, n, n_nonfinite: 0 };
-        assert!((half_width(&a(50), Interval::Ci95) - 0.5 * 2.009575).abs() < 1e-6);
-        assert!((half_width(&a(5), Interval::Ci95) - 0.5 * 2.776445).abs() < 1e-6);
-        assert_eq!(half_width(&a(5), Interval::Se), 0.5);
-        assert!(half_width(&a(1), Interval::Ci95).is_nan());
-    }
-
-    #[test]
-    fn ticks_are_round_numbers_inside_the_range() {
-        assert_eq!(nice_ticks(0.0, 10.0, 5), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
-        let t = nice_ticks(-0.37, 0.52, 6);
-        assert!(t.iter().all(|v| (-0.37..=0.52).contains(v)));
-        assert!(t.len() >= 4);
-    }
-
-    #[test]
-    fn kde_integrates_to_one_and_needs_three_values() {
-        assert!(kde(&[1.0, 2.0]).is_none());
-        assert!(kde(&[1.0, 1.0, 1.0]).is_none());
-        let d = kde(&[1.0, 2.0, 2.5, 4.0, 7.0]).unwrap();
-        let step = d[1].0 - d[0].0;
-        let mass: f64 = d.iter().map(|p| p.1).sum::<f64>() * step;
-        // ±2 bandwidths beyond the data hold ~95% or more of each kernel's mass.
-        assert!(mass > 0.9 && mass < 1.01, "{mass}");
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Heatmaps: mean over splits of a metric on a two-dimensional grid of settings
 
@@ -1042,4 +1008,38 @@ fn heatmap(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> R
         ),
     );
     Ok(Plot::Svg(svg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ci95_bars_use_the_student_t_quantile() {
+        // t_{0.975} with 49 and 4 degrees of freedom (standard tables): 2.009575, 2.776445.
+        let a = |n| Aggregate { mean: 0.0, sd: 1.0, se: 0.5, n, n_nonfinite: 0 };
+        assert!((half_width(&a(50), Interval::Ci95) - 0.5 * 2.009575).abs() < 1e-6);
+        assert!((half_width(&a(5), Interval::Ci95) - 0.5 * 2.776445).abs() < 1e-6);
+        assert_eq!(half_width(&a(5), Interval::Se), 0.5);
+        assert!(half_width(&a(1), Interval::Ci95).is_nan());
+    }
+
+    #[test]
+    fn ticks_are_round_numbers_inside_the_range() {
+        assert_eq!(nice_ticks(0.0, 10.0, 5), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
+        let t = nice_ticks(-0.37, 0.52, 6);
+        assert!(t.iter().all(|v| (-0.37..=0.52).contains(v)));
+        assert!(t.len() >= 4);
+    }
+
+    #[test]
+    fn kde_integrates_to_one_and_needs_three_values() {
+        assert!(kde(&[1.0, 2.0]).is_none());
+        assert!(kde(&[1.0, 1.0, 1.0]).is_none());
+        let d = kde(&[1.0, 2.0, 2.5, 4.0, 7.0]).unwrap();
+        let step = d[1].0 - d[0].0;
+        let mass: f64 = d.iter().map(|p| p.1).sum::<f64>() * step;
+        // ±2 bandwidths beyond the data hold ~95% or more of each kernel's mass.
+        assert!(mass > 0.9 && mass < 1.01, "{mass}");
+    }
 }

@@ -615,9 +615,9 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
             }
             FigureKind::Trace => {}
             FigureKind::Heatmap if f.x.is_none() || f.y.is_none() || f.metric.is_none() => {
-                err(format!("{at}"), Some(&f.id), "a heatmap figure needs `metric`, `x` and `y` (grid keys)".into())
+                err(at.clone(), Some(&f.id), "a heatmap figure needs `metric`, `x` and `y` (grid keys)".into())
             }
-            FigureKind::Errorbar if f.metric.is_some() == !f.metrics.is_empty() => {
+            FigureKind::Errorbar if f.metric.is_some() != f.metrics.is_empty() => {
                 err(format!("{at}.metric"), Some(&f.id), "an errorbar figure needs either `metric` or `metrics` (a list), not both".into())
             }
             FigureKind::Errorbar => {}

@@ -134,10 +134,10 @@ impl GibbsMnp {
             }
             // Block 2: m_k | y_k ~ N(Sigma y_k, Sigma) = U (s o U^T y_k + sqrt(s) o z).
             faer::linalg::matmul::matmul(B.as_mut(), faer::Accum::Replace, U.transpose(), Y.as_ref(), 1.0, faer::Par::Seq);
-            let keep = sweep > p.burn_in && (sweep - p.burn_in) % p.thin == 0;
+            let keep = sweep > p.burn_in && (sweep - p.burn_in).is_multiple_of(p.thin);
             if keep {
                 n_kept += 1;
-                if (n_kept - 1) % p.predict_thin == 0 {
+                if (n_kept - 1).is_multiple_of(p.predict_thin) {
                     kept_B.push(B.clone());
                 }
             }
@@ -156,8 +156,8 @@ impl GibbsMnp {
             }
             // The log-likelihood every 10 kept sweeps feeds the autocorrelation diagnostic;
             // the trace gets it every `trace_every` sweeps.
-            let for_autocorr = keep && n_kept % 10 == 0;
-            let for_trace = p.trace_every > 0 && sweep % p.trace_every == 0;
+            let for_autocorr = keep && n_kept.is_multiple_of(10);
+            let for_trace = p.trace_every > 0 && sweep.is_multiple_of(p.trace_every);
             if for_autocorr || for_trace {
                 let ll = log_lik(&M, problem.y, binary);
                 if for_autocorr {

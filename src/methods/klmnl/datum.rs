@@ -22,7 +22,7 @@ impl Basis<'_> {
     }
 
     /// U^T X U: from the class basis to this one (by value: in the class basis, a move).
-    pub(super) fn from_class(self, x: Mat<f64>) -> Mat<f64> {
+    pub(super) fn into_basis(self, x: Mat<f64>) -> Mat<f64> {
         match self.0 {
             None => x,
             Some(u) => sym(&(u.transpose() * x * u)),
@@ -56,7 +56,7 @@ pub(super) fn datum_terms(m: &[f64], v: &Mat<f64>, logdet_v: f64, b: &[f64], s: 
     let gbar = lg;
     let a = Mat::from_fn(c, c, |i, j| b[i] * b[j] - b[i] * gbar[j] - gbar[i] * b[j] + if i == j { gbar[i] } else { 0.0 });
     let h_core = 0.5 * c as f64 + 0.5 * (ls.log_det() + logdet_v) - 0.5 * trace_prod(s.as_ref(), v.as_ref()) - lse;
-    Ok(DatumTerms { h_core, gbar, s_inv, a_in_basis: basis.from_class(a), s_inv_in_basis })
+    Ok(DatumTerms { h_core, gbar, s_inv, a_in_basis: basis.into_basis(a), s_inv_in_basis })
 }
 
 /// The S fixed point (61): S = L^{-T} P (sqrt(Lambda + I/4) + I/2) P^T L^{-1} with

@@ -60,7 +60,7 @@ pub(super) fn fit_variational(
     let c = pr.c;
     let mut st = match warm {
         Some(WarmStart { w: w_class, b, .. }) => {
-            let w: Vec<Mat<f64>> = w_class.iter().map(|wi| pr.basis().from_class(wi.clone())).collect();
+            let w: Vec<Mat<f64>> = w_class.iter().map(|wi| pr.basis().into_basis(wi.clone())).collect();
             let v = v_from_w(pr, &w)?;
             let s = (0..pr.n)
                 .map(|i| -> Result<Mat<f64>, FitError> { Ok(sym(&(chol(&v.blocks[i], "V_i")?.solve(eye(c).as_ref()) + &w[i]))) })

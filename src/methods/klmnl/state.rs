@@ -81,7 +81,7 @@ pub(super) fn neg_kl(pr: &Prior, st: &State, m: &[f64]) -> f64 {
 /// b = y - alpha, S_i = V_i^{-1} + W_i (W in the class basis).
 pub(super) fn init_state(pr: &Prior, w_class: &[Mat<f64>], gamma_a: f64) -> Result<State, FitError> {
     let c = pr.c;
-    let w: Vec<Mat<f64>> = w_class.iter().map(|wi| pr.basis().from_class(wi.clone())).collect();
+    let w: Vec<Mat<f64>> = w_class.iter().map(|wi| pr.basis().into_basis(wi.clone())).collect();
     let v = v_from_w(pr, &w)?;
     let mut a = vec![0.0; pr.n * c];
     for i in 0..pr.n {

@@ -86,7 +86,9 @@ pub(super) fn joint_b_step(
     let d = newton_direction(pr, &st.b, terms)?;
     let kd = matvec(pr.k.as_ref(), &d);
     // Only b and m move: the candidates share S and V with the current state.
-    let eval = |eta: f64| -> Result<(f64, Vec<f64>, Vec<f64>, Vec<DatumTerms>), FitError> {
+    // (bound, b, m, per-datum terms) at b + eta d.
+    type Candidate = (f64, Vec<f64>, Vec<f64>, Vec<DatumTerms>);
+    let eval = |eta: f64| -> Result<Candidate, FitError> {
         let b2: Vec<f64> = (0..nc).map(|k| st.b[k] + eta * d[k]).collect();
         let m2: Vec<f64> = (0..nc).map(|k| m[k] - eta * kd[k]).collect();
         let (v, t) = bound_at(pr, &st.v, &st.s, &b2, &m2)?;

@@ -20,7 +20,9 @@ pub(super) fn learn_kernel<Mo: Clone + Send + Sync>(
     model: impl Fn(Box<dyn Kernel>, Mo) -> Box<dyn Fitted> + Sync,
 ) -> Result<Box<dyn Kernel>, FitError> {
     let evals = std::sync::atomic::AtomicU64::new(0);
-    let best: std::sync::Mutex<Option<(f64, Box<dyn Kernel>, Option<Mo>)>> = std::sync::Mutex::new(None);
+    // (evidence, kernel, mode when checkpoints need it) of the best evaluation so far.
+    type Best<Mo> = Option<(f64, Box<dyn Kernel>, Option<Mo>)>;
+    let best: std::sync::Mutex<Best<Mo>> = std::sync::Mutex::new(None);
     let last_a: std::sync::Mutex<Option<Vec<f64>>> = std::sync::Mutex::new(None);
     let cost = |p: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
         ctx.check_deadline()?;

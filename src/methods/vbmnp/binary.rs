@@ -5,8 +5,8 @@
 //!   Q(y_n) = N(m̃_n, 1) truncated to t_n y_n > 0,  ỹ_n = m̃_n + t_n phi(m̃_n) / Phi(t_n m̃_n).
 //!
 //! Lower bound [DERIVED]. With Q(y) optimal for the current m̃, E log p(y_n | f_n) + H[Q(y_n)]
-//! = log Phi(t_n m̃_n) - Σ_nn / 2, and E log p(f) + H[Q(f)] = -1/2 m̃ᵀC⁻¹m̃ - 1/2 tr(C⁻¹Σ)
-//! + N/2 - 1/2 log|C| + 1/2 log|Σ|. With tr Σ + tr C⁻¹Σ = N and log|Σ| - log|C| = -log|I+C|:
+//! = log Phi(t_n m̃_n) - Σ_nn / 2, and E log p(f) + H[Q(f)] = -1/2 m̃ᵀC⁻¹m̃ - 1/2 tr(C⁻¹Σ) +
+//! N/2 - 1/2 log|C| + 1/2 log|Σ|. With tr Σ + tr C⁻¹Σ = N and log|Σ| - log|C| = -log|I+C|:
 //!   L = sum_n log Phi(t_n m̃_n) - 1/2 m̃ᵀC⁻¹m̃ - 1/2 log|I + C|,
 //! the exact ELBO (the printed App. C constant -(K-1)N/2 ln 2 pi is zero for one latent
 //! function, so `bound_paper` = `elbo`). Each step maximises L over Q(f), then over Q(y), so L

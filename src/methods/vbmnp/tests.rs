@@ -377,7 +377,7 @@ fn learning_runs_and_hands_over_the_estimated_kernel() {
     let kernel = SqExp { log_variance: 0.0, log_lengthscales: vec![0.0; 3], learn_variance: false };
     let params = VbmnpParams { is_samples: 50, max_iters: 5, init_phi: Some(1.0), ..Default::default() };
     let (m, trace) = fit(&x, &y, 3, &kernel, HyperPolicy::Learn, params, 8);
-    let phi: Vec<f64> = (1..=3).map(|d| trace.iter().filter(|t| t.name == format!("phi_{d}")).last().unwrap().value).collect();
+    let phi: Vec<f64> = (1..=3).map(|d| trace.iter().rfind(|t| t.name == format!("phi_{d}")).unwrap().value).collect();
     let back = phi_from_kernel(m.kernels().class(0).as_sqexp().unwrap());
     for (a, b) in phi.iter().zip(&back) {
         assert!((a / b - 1.0).abs() < 1e-12);

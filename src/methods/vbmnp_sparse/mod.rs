@@ -154,9 +154,7 @@ impl Fitted for VbmnpSparseModel {
     }
 
     fn diagnostics(&self) -> Diagnostics {
-        let mut d = Diagnostics::default();
-        d.iterations = Some(self.n_active as u64);
-        d
+        Diagnostics { iterations: Some(self.n_active as u64), ..Default::default() }
     }
 
     fn extra_metrics(&self) -> BTreeMap<String, f64> {
