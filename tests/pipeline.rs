@@ -722,3 +722,33 @@ fn edited_data_and_timeouts_are_recomputed() {
     let (_, stderr, _) = mcgp_in(&dir, &["run", timed, "--data", data.to_str().unwrap()], &[]);
     assert!(computed_count(&stderr) >= 1 && computed_count(&stderr) <= failed, "timeouts retried: {stderr}");
 }
+
+#[test]
+fn a_checkout_without_cell_files_re_renders_the_report_and_resumes_from_the_archive() {
+    let dir = workdir("archive");
+    let spec = dir.join("small.yaml");
+    std::fs::write(&spec, SMALL).unwrap();
+    let spec = spec.to_str().unwrap();
+    let (ok, stderr, _) = mcgp_in(&dir, &["run", spec], &[]);
+    assert!(ok, "{stderr}");
+    let results = dir.join("results/small");
+    let page = dir.join("reports/small/index.html");
+    let (html, summary) = (std::fs::read(&page).unwrap(), std::fs::read(results.join("summary.csv")).unwrap());
+    let archive = std::fs::read(results.join("cells.jsonl.zst")).unwrap();
+    // What git holds: no cell files, no split files, no CSV copies of the long tables.
+    std::fs::remove_dir_all(results.join("cells")).unwrap();
+    std::fs::remove_dir_all(results.join("splits")).unwrap();
+    std::fs::remove_file(&page).unwrap();
+    let (ok, stderr, _) = mcgp_in(&dir, &["report", spec], &[]);
+    assert!(ok, "{stderr}");
+    assert!(std::fs::read(&page).unwrap() == html, "the re-rendered report is byte for byte the same");
+    assert_eq!(std::fs::read(results.join("summary.csv")).unwrap(), summary);
+    assert_eq!(std::fs::read(results.join("cells.jsonl.zst")).unwrap(), archive, "the archive is written deterministically");
+    let (ok, stderr, _) = mcgp_in(&dir, &["run", spec], &[]);
+    assert!(ok, "{stderr}");
+    assert_eq!(computed_count(&stderr), 0, "a run resumes from the archive: {stderr}");
+    // A damaged archive is a warning and a recomputation, not a stopped experiment.
+    std::fs::write(results.join("cells.jsonl.zst"), b"not zstd").unwrap();
+    let (ok, stderr, _) = mcgp_in(&dir, &["run", spec], &[]);
+    assert!(ok && stderr.contains("not a zstd archive") && computed_count(&stderr) == 12, "{stderr}");
+}

@@ -2,6 +2,8 @@
 //!
 //! ```text
 //! results/<experiment>/cells/<key>.json   one CellRecord per finished cell (not committed)
+//! results/<experiment>/cells.jsonl.zst     every current record, compressed (committed: a fresh
+//!                                          checkout re-renders the report and resumes from it)
 //! results/<experiment>/splits/<dataset>.csv  the splits the run used
 //! results/<experiment>/results.{parquet,csv} one row per cell x metric
 //! results/<experiment>/traces.{parquet,csv} per-iteration traces
@@ -10,6 +12,7 @@
 //! ```
 use super::{aggregate, CellRecord, Manifest, Status};
 use polars::prelude::*;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -35,15 +38,58 @@ pub struct ExperimentLock {
     _file: std::fs::File,
 }
 
+/// File name of an experiment's cell archive.
+pub const ARCHIVE: &str = "cells.jsonl.zst";
+
+/// zstd level of the archive: slow to write (seconds), small in git, fast to read.
+const ARCHIVE_LEVEL: i32 = 19;
+
 /// The folder of one experiment's results.
 #[derive(Clone, Debug)]
 pub struct Store {
     pub dir: PathBuf,
+    /// The archive's records by key, read on first use.
+    archive: std::sync::OnceLock<BTreeMap<String, CellRecord>>,
 }
 
 impl Store {
     pub fn new(results_root: &Path, experiment: &str) -> Store {
-        Store { dir: results_root.join(experiment) }
+        Store::at(results_root.join(experiment))
+    }
+
+    fn at(dir: PathBuf) -> Store {
+        Store { dir, archive: std::sync::OnceLock::new() }
+    }
+
+    /// The archived records (an unreadable archive counts as empty, with a warning: its cells
+    /// are then computed again).
+    fn archive(&self) -> &BTreeMap<String, CellRecord> {
+        self.archive.get_or_init(|| {
+            let path = self.dir.join(ARCHIVE);
+            match read_archive(&path) {
+                Ok(records) => records.into_iter().map(|r| (r.key.clone(), r)).collect(),
+                Err(e) => {
+                    if path.exists() {
+                        eprintln!("warning: {}: {e}; its cells are computed again", path.display());
+                    }
+                    BTreeMap::new()
+                }
+            }
+        })
+    }
+
+    /// Write the archive of `cells`: one compact JSON record a line, in key order, zstd level 19.
+    pub fn write_archive(&self, cells: &[CellRecord]) -> Result<(), StoreError> {
+        let path = self.dir.join(ARCHIVE);
+        let mut sorted: Vec<&CellRecord> = cells.iter().collect();
+        sorted.sort_by(|a, b| a.key.cmp(&b.key));
+        let mut text = Vec::new();
+        for c in sorted {
+            serde_json::to_writer(&mut text, c).map_err(|source| StoreError::Parse { path: path.clone(), source })?;
+            text.push(b'\n');
+        }
+        let bytes = zstd::encode_all(&text[..], ARCHIVE_LEVEL).map_err(|source| StoreError::Io { path: path.clone(), source })?;
+        write_atomic(&path, &bytes)
     }
 
     /// Take the experiment's lock, waiting (with a message on stderr) while another process holds it.
@@ -90,12 +136,12 @@ impl Store {
         }
     }
 
-    /// The stored record of a cell, if there is one.
+    /// The stored record of a cell, if there is one: its file, else its archived record.
     pub fn read_cell(&self, key: &str) -> Result<Option<CellRecord>, StoreError> {
         let path = self.cell_path(key);
         match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|source| StoreError::Parse { path, source }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(self.archive().get(key).cloned()),
             Err(e) => Err(StoreError::Io { path, source: e }),
         }
     }
@@ -134,8 +180,8 @@ impl Store {
         let mut others = Vec::new();
         for entry in entries {
             let dir = entry.map_err(|source| StoreError::Io { path: root.to_path_buf(), source })?.path();
-            if dir != self.dir && dir.join("cells").is_dir() {
-                others.push(Store { dir });
+            if dir != self.dir && (dir.join("cells").is_dir() || dir.join(ARCHIVE).is_file()) {
+                others.push(Store::at(dir));
             }
         }
         others.sort_by(|a, b| a.dir.cmp(&b.dir));
@@ -165,7 +211,8 @@ impl Store {
         let mut tr = trace_table(cells).map_err(|source| StoreError::Polars { path: self.dir.join("traces.parquet"), source })?;
         self.write_frame(&mut tr, "traces")?;
         let mut summary = summary_table(cells).map_err(|source| StoreError::Polars { path: self.dir.join("summary.csv"), source })?;
-        self.write_csv(&mut summary, "summary.csv")
+        self.write_csv(&mut summary, "summary.csv")?;
+        self.write_archive(cells)
     }
 
     fn write_frame(&self, df: &mut DataFrame, stem: &str) -> Result<(), StoreError> {
@@ -182,6 +229,17 @@ impl Store {
         CsvWriter::new(&mut buf).finish(df).map_err(|source| StoreError::Polars { path: path.clone(), source })?;
         write_atomic(&path, &buf)
     }
+}
+
+/// The records of an archive file.
+fn read_archive(path: &Path) -> Result<Vec<CellRecord>, String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    let text = zstd::decode_all(&bytes[..]).map_err(|e| format!("not a zstd archive: {e}"))?;
+    text.split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .enumerate()
+        .map(|(i, line)| serde_json::from_slice(line).map_err(|e| format!("record {}: {e}", i + 1)))
+        .collect()
 }
 
 /// One row per (cell, metric); hyper-parameters as metrics `hp_<name>`; a failed cell as one
