@@ -11,8 +11,9 @@ use rand_distr::StandardNormal;
 use rand_pcg::Pcg64;
 use std::collections::BTreeMap;
 
-/// Settings that keep every method to a fraction of a second here.
-fn quick_settings(method: &str) -> serde_json::Value {
+/// Settings that keep every method to a fraction of a second here (also the fingerprint
+/// problem's, `numerics_versions`).
+pub(crate) fn quick_settings(method: &str) -> serde_json::Value {
     match method {
         "mc_mnl" | "mc_mnp" => serde_json::json!({ "n_samples": 2000, "n_test_samples": 200 }),
         "gibbs_mnp" => serde_json::json!({ "burn_in": 50, "samples": 100, "evidence_samples": 200 }),
