@@ -24,6 +24,24 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Remove the temporary files (`.tmp*`) that a process killed between creating and renaming
+/// them left in `dir` and its subfolders. Call it only while no other process writes there
+/// (a run holds its experiment's lock). Returns how many were removed.
+pub fn remove_stale_temporaries(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let is_tmp = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(".tmp"));
+        if path.is_dir() {
+            removed += remove_stale_temporaries(&path);
+        } else if is_tmp && std::fs::remove_file(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -36,5 +54,20 @@ mod tests {
         write_atomic(&path, b"two").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"two");
         assert_eq!(std::fs::read_dir(dir.path().join("sub")).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn stale_temporaries_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in ["a.json", "cells/.tmpAbC12", "cells/k.json", ".tmpX", "figures/f.svg"] {
+            let p = dir.path().join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, b"x").unwrap();
+        }
+        assert_eq!(remove_stale_temporaries(dir.path()), 2);
+        assert!(
+            dir.path().join("cells/k.json").exists() && dir.path().join("figures/f.svg").exists() && dir.path().join("a.json").exists()
+        );
+        assert!(!dir.path().join(".tmpX").exists() && !dir.path().join("cells/.tmpAbC12").exists());
     }
 }

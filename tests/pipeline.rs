@@ -752,3 +752,69 @@ fn a_checkout_without_cell_files_re_renders_the_report_and_resumes_from_the_arch
     let (ok, stderr, _) = mcgp_in(&dir, &["run", spec], &[]);
     assert!(ok && stderr.contains("not a zstd archive") && computed_count(&stderr) == 12, "{stderr}");
 }
+
+/// Every file under `dir` that a reader would open parses: cell records, the archive, tables.
+fn assert_all_readable(dir: &Path) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(!name.starts_with(".tmp"), "{}: a temporary file was left behind", path.display());
+        if path.is_dir() {
+            assert_all_readable(&path);
+        } else if name.ends_with(".json") {
+            serde_json::from_slice::<Value>(&std::fs::read(&path).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        } else if name.ends_with(".zst") {
+            zstd::decode_all(&std::fs::read(&path).unwrap()[..]).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        }
+    }
+}
+
+#[test]
+fn twenty_random_kills_and_resumes_end_with_the_tables_of_an_uninterrupted_run() {
+    use rand::{RngExt, SeedableRng};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let spec = root.join("experiments/ci/gr2006-fig3.yaml");
+    let name = "ci-gr2006-fig3";
+    let calm = workdir("kills-calm");
+    assert!(run(&calm, &spec, &[]).status.success());
+    let dir = workdir("kills");
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(20);
+    for _ in 0..20 {
+        let mut child = mcgp()
+            .arg("run")
+            .arg(&spec)
+            .arg("--results")
+            .arg(dir.join("results"))
+            .arg("--reports")
+            .arg(dir.join("reports"))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(rng.random_range(20..400)));
+        child.kill().ok(); // SIGKILL
+        child.wait().unwrap();
+        if dir.join("results").exists() {
+            // Anything a reader opens after a kill parses (temporaries aside, cleaned by the next run).
+            for sub in [dir.join("results").join(name), dir.join("reports").join(name)] {
+                if sub.exists() {
+                    mcgp::atomic::remove_stale_temporaries(&sub);
+                    assert_all_readable(&sub);
+                }
+            }
+        }
+    }
+    let out = run(&dir, &spec, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_all_readable(&dir.join("results").join(name));
+    assert_all_readable(&dir.join("reports").join(name));
+    assert_same_cells(&cells_without_timing(&dir.join("results").join(name)), &cells_without_timing(&calm.join("results").join(name)));
+    let table = |d: &Path| -> Vec<String> {
+        std::fs::read_to_string(d.join("results").join(name).join("summary.csv"))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.contains(",time_"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(table(&dir), table(&calm));
+}

@@ -145,6 +145,9 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     let store = Store::new(&opts.results_root, spec.name());
     let _lock = store.lock()?;
     check_owner(spec, &store)?;
+    // A run killed while writing leaves temporary files; under the lock nobody else writes here.
+    crate::atomic::remove_stale_temporaries(&store.dir);
+    crate::atomic::remove_stale_temporaries(&opts.reports_root.join(spec.name()));
     let prepared = prepare(spec, registry, &opts.project_root, Some(&store))?;
 
     // Reuse what is stored; everything else is pending.
