@@ -818,3 +818,41 @@ fn twenty_random_kills_and_resumes_end_with_the_tables_of_an_uninterrupted_run()
     };
     assert_eq!(table(&dir), table(&calm));
 }
+
+#[test]
+fn a_data_error_fails_that_datasets_cells_and_the_others_run() {
+    let dir = workdir("data-error");
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("data/iris.data"), data.join("iris.data")).unwrap();
+    std::fs::write(data.join("broken.csv"), "1.0,2.0,a\n3.0,x,b\n").unwrap();
+    std::fs::write(
+        data.join("datasets.yaml"),
+        "iris: { files: [iris.data], format: csv, header: false, label_column: -1, description: d, citation: c }\n\
+         broken: { files: [broken.csv], format: csv, header: false, label_column: -1, description: d, citation: c }\n",
+    )
+    .unwrap();
+    let spec = dir.join("two.yaml");
+    std::fs::write(&spec, SMALL.replace("datasets: [iris]", "datasets: [iris, broken]")).unwrap();
+    let (spec, data) = (spec.to_str().unwrap(), data.to_str().unwrap());
+    let out = mcgp()
+        .args(["run", spec, "--data", data])
+        .arg("--results")
+        .arg(dir.join("results"))
+        .arg("--reports")
+        .arg(dir.join("reports"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "some cells failed, the run went on: {stderr}");
+    let cells = cells_without_timing(&dir.join("results/small"));
+    let (ok, failed): (Vec<&Value>, Vec<&Value>) = cells.values().partition(|c| c["status"] == "ok");
+    assert!(ok.len() == 12 && ok.iter().all(|c| c["dataset"] == "iris"), "every iris cell ran");
+    assert!(failed.len() == 12 && failed.iter().all(|c| c["dataset"] == "broken"));
+    let msg = failed[0]["error"].as_str().unwrap();
+    assert!(msg.contains("broken.csv:2") && msg.contains("dataset broken"), "{msg}");
+    // check still refuses the spec, naming the file.
+    let out = mcgp().args(["check", spec, "--data", data]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("broken.csv:2"));
+}

@@ -123,6 +123,16 @@ impl SplitProtocol {
         }
     }
 
+    /// Number of splits known without the data (a split file must be read: None).
+    pub fn n_splits_without_data(&self) -> Option<usize> {
+        match self {
+            SplitProtocol::Random { repeats, .. } => Some(*repeats),
+            SplitProtocol::Kfold { k, repeats, .. } => Some(k * repeats),
+            SplitProtocol::Fixed => Some(1),
+            SplitProtocol::File { .. } => None,
+        }
+    }
+
     /// Number of splits this protocol gives for `data` (File reads and checks the file).
     pub fn n_splits(&self, data: &Dataset, project_root: &Path) -> Result<usize, DataError> {
         self.validate().map_err(|m| self.error(data, m))?;

@@ -112,6 +112,9 @@ impl From<methods::FitError> for CellFailure {
 }
 
 fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&CellRecord>) -> Result<Outcome, CellFailure> {
+    if let Some(message) = prepared.failed_datasets.get(&cell.dataset) {
+        return Err(format!("dataset {}: {message}", cell.dataset).into());
+    }
     let data = &prepared.datasets[&cell.dataset];
     let split = &prepared.splits[&cell.dataset][cell.split];
     let train = data.subset(&split.train);

@@ -63,6 +63,9 @@ pub struct Prepared {
     pub datasets: BTreeMap<String, Dataset>,
     pub splits: BTreeMap<String, Vec<Split>>,
     pub cells: Vec<Cell>,
+    /// Datasets that could not be loaded or split, with the message: their cells fail with it
+    /// and the other datasets' cells run.
+    pub failed_datasets: BTreeMap<String, String>,
 }
 
 /// Load the datasets, make the splits (and write them to `store`), check that every method
@@ -73,27 +76,46 @@ pub fn prepare(spec: &Spec, registry: &Registry, project_root: &std::path::Path,
     let mut splits = BTreeMap::new();
     let mut n_splits = BTreeMap::new();
     let mut data_hashes = BTreeMap::new();
+    let mut failed_datasets = BTreeMap::new();
     for name in &spec.raw.datasets {
-        let data = registry.load_dataset(name)?;
-        let mut hash = registry.content_hash(name)?;
-        if let crate::data::SplitProtocol::File { path } = spec.raw.splits_of(name) {
-            let path = project_root.join(path);
-            let bytes = std::fs::read(&path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            hash = format!("{hash}+{}", &blake3::hash(&bytes).to_hex()[..24]);
+        let protocol = spec.raw.splits_of(name);
+        let loaded = (|| -> anyhow::Result<(Dataset, String, Vec<Split>)> {
+            let data = registry.load_dataset(name)?;
+            let mut hash = registry.content_hash(name)?;
+            if let crate::data::SplitProtocol::File { path } = protocol {
+                let path = project_root.join(path);
+                let bytes = std::fs::read(&path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                hash = format!("{hash}+{}", &blake3::hash(&bytes).to_hex()[..24]);
+            }
+            let s = make_splits(protocol, &data, crate::spec::expand::split_seed(spec, name), project_root)?;
+            Ok((data, hash, s))
+        })();
+        match loaded {
+            Ok((data, hash, s)) => {
+                if let Some(store) = store {
+                    write_splits(&store.splits_path(name), &s)?;
+                }
+                data_hashes.insert(name.clone(), hash);
+                n_splits.insert(name.clone(), s.len());
+                splits.insert(name.clone(), s);
+                datasets.insert(name.clone(), data);
+            }
+            // A data error fails this dataset's cells only, where the protocol says how many
+            // there are without the data; otherwise (a split file) the run cannot start.
+            Err(e) => match protocol.n_splits_without_data() {
+                Some(n) => {
+                    // Keyed as data that could not be read: a repaired file gives new keys.
+                    data_hashes.insert(name.clone(), "unreadable".into());
+                    n_splits.insert(name.clone(), n);
+                    failed_datasets.insert(name.clone(), format!("{e:#}"));
+                }
+                None => return Err(e),
+            },
         }
-        data_hashes.insert(name.clone(), hash);
-        let seed = crate::spec::expand::split_seed(spec, name);
-        let s = make_splits(spec.raw.splits_of(name), &data, seed, project_root)?;
-        if let Some(store) = store {
-            write_splits(&store.splits_path(name), &s)?;
-        }
-        n_splits.insert(name.clone(), s.len());
-        splits.insert(name.clone(), s);
-        datasets.insert(name.clone(), data);
     }
     crate::spec::check_supports(spec, &problem_shapes(&datasets))?;
     let cells = expand(spec, &n_splits, &data_hashes).map_err(anyhow::Error::msg)?;
-    Ok(Prepared { datasets, splits, cells })
+    Ok(Prepared { datasets, splits, cells, failed_datasets })
 }
 
 /// Two spec files with the same `name:` would overwrite each other's tables and report: the
@@ -126,7 +148,11 @@ pub fn problem_shapes(datasets: &BTreeMap<String, Dataset>) -> BTreeMap<String, 
 /// datasets, make the splits, check that every method entry supports every dataset it runs on,
 /// expand the cells), writing nothing. Returns the number of cells.
 pub fn check_with_data(spec: &Spec, registry: &Registry, project_root: &std::path::Path) -> anyhow::Result<usize> {
-    Ok(prepare(spec, registry, project_root, None)?.cells.len())
+    let prepared = prepare(spec, registry, project_root, None)?;
+    if let Some((_, message)) = prepared.failed_datasets.iter().next() {
+        anyhow::bail!("{message}");
+    }
+    Ok(prepared.cells.len())
 }
 
 /// Run a checked spec end to end.
