@@ -856,3 +856,55 @@ fn a_data_error_fails_that_datasets_cells_and_the_others_run() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("broken.csv:2"));
 }
+
+#[test]
+fn concurrent_runs_of_two_specs_sharing_a_results_folder_store_every_cell_once() {
+    let dir = workdir("two-specs");
+    let (a, b) = (dir.join("a.yaml"), dir.join("b.yaml"));
+    std::fs::write(&a, SMALL.replace("name: small", "name: first")).unwrap();
+    // The second shares `fixed` and `learned` (same seed and splits) and adds nothing else.
+    let shared: String = SMALL.lines().take_while(|l| !l.starts_with("  - name: handed")).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&b, shared.replace("name: small", "name: second")).unwrap();
+    let start = |spec: &Path| {
+        mcgp()
+            .arg("run")
+            .arg(spec)
+            .arg("--results")
+            .arg(dir.join("results"))
+            .arg("--reports")
+            .arg(dir.join("reports"))
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (pa, pb) = (start(&a), start(&b));
+    for out in [pa.wait_with_output().unwrap(), pb.wait_with_output().unwrap()] {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let first = cells_without_timing(&dir.join("results/first"));
+    let second = cells_without_timing(&dir.join("results/second"));
+    assert_eq!((first.len(), second.len()), (12, 6), "each experiment stores each of its cells once");
+    // Shared cells are the same computation whichever run stored it first.
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        let o = v.as_object_mut().unwrap();
+        o.remove("experiment");
+        o["diagnostics"].as_object_mut().unwrap().remove("reused_from");
+        v
+    };
+    for (k, v) in &second {
+        assert_eq!(strip(v), strip(&first[k]), "cell {k}");
+    }
+    let alone = workdir("two-specs-alone");
+    std::fs::write(alone.join("b.yaml"), shared.replace("name: small", "name: second")).unwrap();
+    assert!(run(&alone, &alone.join("b.yaml"), &[]).status.success());
+    let table = |d: &Path| -> Vec<String> {
+        std::fs::read_to_string(d.join("results/second/summary.csv"))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.contains(",time_"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(table(&dir), table(&alone));
+}

@@ -41,6 +41,7 @@ impl Klmnl {
             kernel.log_variance = v.ln();
         }
         let mut diagnostics = Diagnostics::default();
+        let warm_retries = std::sync::atomic::AtomicUsize::new(0);
         let mut hyper_evals = 0usize;
         let mut final_warm: Option<WarmStart> = None;
         let learn_kernel = hyper == HyperPolicy::Learn;
@@ -67,8 +68,11 @@ impl Klmnl {
                 let w_guard = warm.lock().expect("warm start lock").clone();
                 let params = inner_params(&self.params, &trace_vals.lock().expect("trace lock"));
                 let fit = match &w_guard {
-                    Some(w) => fit_variational(&pr, &params, Some(w), Some(ctx_ref))
-                        .or_else(|_| fit_variational(&pr, &params, None, Some(ctx_ref)))?,
+                    Some(w) => fit_variational(&pr, &params, Some(w), Some(ctx_ref)).or_else(|_| {
+                        // Reported: a warm start that failed and was retried from the default state.
+                        warm_retries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        fit_variational(&pr, &params, None, Some(ctx_ref))
+                    })?,
                     None => fit_variational(&pr, &params, None, Some(ctx_ref))?,
                 };
                 let env = envelope(&pr, &fit, learn_kc);
@@ -118,7 +122,10 @@ impl Klmnl {
         let warm = final_warm.as_ref().or(source_warm.as_ref());
         let fit = match fit_variational(&pr, &self.params, warm, Some(ctx)) {
             Ok(fit) => fit,
-            Err(_) if warm.is_some() => fit_variational(&pr, &self.params, None, Some(ctx))?,
+            Err(_) if warm.is_some() => {
+                warm_retries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                fit_variational(&pr, &self.params, None, Some(ctx))?
+            }
             Err(e) => return Err(e),
         };
         for (k, v) in fit.stats.bound_trace.iter().enumerate() {
@@ -136,7 +143,8 @@ impl Klmnl {
             .number("line_searches_s", fit.stats.s_line_searches as f64)
             .number("line_searches_b", fit.stats.b_line_searches as f64)
             .number("line_searches_v", fit.stats.v_line_searches as f64)
-            .number("hyper_evaluations", hyper_evals as f64);
+            .number("hyper_evaluations", hyper_evals as f64)
+            .number("warm_start_retries", warm_retries.into_inner() as f64);
         let s2 = kernel.log_variance.exp();
         let n = problem.y.len() as f64;
         let mut extra = BTreeMap::new();
