@@ -18,6 +18,7 @@ pub mod methods;
 pub mod report;
 pub mod results;
 pub mod runner;
+pub mod scalable;
 pub mod spec;
 pub mod special;
 pub mod stats;

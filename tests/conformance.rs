@@ -20,6 +20,7 @@ pub(crate) fn quick_settings(method: &str) -> serde_json::Value {
         "vbmnp" => serde_json::json!({ "max_iters": 20, "is_samples": 50 }),
         "laplace" => serde_json::json!({ "mc_samples": 200, "max_hyper_iters": 8 }),
         "klmnl" => serde_json::json!({ "max_hyper_iters": 8 }),
+        "svgp" => serde_json::json!({ "inducing": 4, "batch_size": 5, "max_iters": 20, "inducing_init": { "init": "random" } }),
         _ => serde_json::Value::Null,
     }
 }
@@ -181,6 +182,7 @@ fn an_iteration_budget_is_a_normal_stop_with_a_usable_model() {
         let fixed = fit(method, &problem, &kernels, HyperPolicy::Fixed, None, &x_test).unwrap();
         if let (Some(a), Some(b)) = (run.model.evidence(), fixed.model.evidence()) {
             if ["laplace", "klmnl"].contains(&method) {
+                // (svgp takes stochastic steps: its bound need not rise in two of them.)
                 assert!(a.value >= b.value - 1e-6, "{method}: budget-stopped evidence {} below the start's {}", a.value, b.value);
             }
         }

@@ -22,6 +22,7 @@ use ndarray::{Array2, Axis};
 
 pub use error::DataError;
 pub use registry::{DatasetSpec, Format, Registry, REGISTRY_FILE};
+pub(crate) use splits::allocate;
 pub use splits::{make_splits, read_splits, write_splits, Split, SplitProtocol};
 pub use standardize::Standardizer;
 

@@ -308,7 +308,7 @@ fn random_split(index: usize, data: &Dataset, n_train: usize, test_size: Option<
 /// Splits `total` over groups in proportion to `sizes`: floors of the exact quotas, then one more
 /// to the groups with the largest remainders (ties: earlier group) until the sum is exactly
 /// `total`. Requires `total <= sum(sizes)`; no group gets more than its size.
-fn allocate(total: usize, sizes: &[usize]) -> Vec<usize> {
+pub(crate) fn allocate(total: usize, sizes: &[usize]) -> Vec<usize> {
     let n: u128 = sizes.iter().map(|&s| s as u128).sum();
     if n == 0 {
         return vec![0; sizes.len()];

@@ -1,5 +1,7 @@
 //! The linear kernel k(x, x') = s2 x . x' (a Bayesian linear model on the inputs).
-use super::Kernel;
+use super::{frobenius_dot, view, InputGrads, Kernel};
+use faer::linalg::matmul::matmul;
+use faer::Accum;
 use faer::Mat;
 use ndarray::Array2;
 use serde::{Deserialize, Serialize};
@@ -46,5 +48,19 @@ impl Kernel for Linear {
     }
     fn clone_box(&self) -> Box<dyn Kernel> {
         Box::new(self.clone())
+    }
+    fn cross_vjp(&self, _z: &Array2<f64>, x: &Array2<f64>, k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads {
+        // K = s2 Z X^T: dlog s2 -> sum kbar o K; dZ = s2 kbar X.
+        let mut gz = Mat::zeros(kbar.nrows(), x.ncols());
+        matmul(gz.as_mut(), Accum::Replace, kbar.as_ref(), view(x), self.log_variance.exp(), crate::linalg::gemm_par());
+        InputGrads { params: vec![frobenius_dot(kbar, k)], z: Array2::from_shape_fn((gz.nrows(), gz.ncols()), |(i, j)| gz[(i, j)]) }
+    }
+    fn gram_vjp(&self, z: &Array2<f64>, k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads {
+        let mut g = self.cross_vjp(z, z, k, kbar);
+        g.z *= 2.0; // Z in both arguments, kbar symmetric
+        g
+    }
+    fn diag_vjp(&self, x: &Array2<f64>, dbar: &[f64]) -> Vec<f64> {
+        vec![self.diag(x).iter().zip(dbar).map(|(k, d)| k * d).sum()]
     }
 }

@@ -25,6 +25,9 @@ pub use sqexp::SqExp;
 pub use sum::Sum;
 pub use white::White;
 
+#[cfg(test)]
+mod vjp_tests;
+
 use faer::Mat;
 use ndarray::Array2;
 
@@ -60,6 +63,24 @@ pub trait Kernel: Send + Sync + std::fmt::Debug {
 
     fn clone_box(&self) -> Box<dyn Kernel>;
 
+    /// K(Z, X) for a few inducing inputs Z against many rows X: the sparse methods' hot path.
+    /// By default `cross`; the squared exponential uses one matrix product instead of a loop
+    /// over the D inputs per pair (equal to `cross` to rounding, not to the last bit).
+    fn cross_many(&self, z: &Array2<f64>, x: &Array2<f64>) -> Mat<f64> {
+        self.cross(z, x)
+    }
+
+    /// Reverse-mode gradient of sum_ij kbar_ij K(Z, X)_ij with respect to the log-parameters
+    /// (in `log_params` order) and to Z, given k = `cross_many(z, x)`.
+    fn cross_vjp(&self, z: &Array2<f64>, x: &Array2<f64>, k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads;
+
+    /// Reverse-mode gradient of sum_ij kbar_ij K(Z, Z)_ij (kbar symmetric) with respect to the
+    /// log-parameters and to Z, given k = `gram(z)`.
+    fn gram_vjp(&self, z: &Array2<f64>, k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads;
+
+    /// Gradient of sum_i dbar_i k(x_i, x_i) with respect to the log-parameters.
+    fn diag_vjp(&self, x: &Array2<f64>, dbar: &[f64]) -> Vec<f64>;
+
     /// The squared-exponential kernel itself, for methods whose mathematics is specific to it
     /// (Girolami & Rogers' VB samples the RBF precisions).
     fn as_sqexp(&self) -> Option<&SqExp> {
@@ -74,6 +95,44 @@ pub trait Kernel: Send + Sync + std::fmt::Debug {
     fn natural_params(&self) -> Vec<(String, f64)> {
         self.param_names().into_iter().zip(self.log_params().into_iter().map(f64::exp)).collect()
     }
+}
+
+/// Gradients of a scalar through a kernel matrix: w.r.t. the log-parameters (`log_params`
+/// order) and w.r.t. the first input set Z, [M, d].
+#[derive(Clone, Debug, PartialEq)]
+pub struct InputGrads {
+    pub params: Vec<f64>,
+    pub z: Array2<f64>,
+}
+
+impl InputGrads {
+    pub fn zeros(n_params: usize, z_shape: (usize, usize)) -> Self {
+        InputGrads { params: vec![0.0; n_params], z: Array2::zeros(z_shape) }
+    }
+
+    /// Add another gradient of the same layout.
+    pub fn add(&mut self, other: &InputGrads) {
+        self.params.iter_mut().zip(&other.params).for_each(|(a, b)| *a += b);
+        self.z += &other.z;
+    }
+}
+
+/// A row-major ndarray matrix as a faer view (no copy).
+pub(crate) fn view(x: &Array2<f64>) -> faer::MatRef<'_, f64> {
+    let (n, d) = x.dim();
+    faer::MatRef::from_row_major_slice(x.as_slice().expect("inputs in standard (row-major) layout"), n, d)
+}
+
+/// sum_ij a_ij b_ij of two matrices of one shape.
+fn frobenius_dot(a: &Mat<f64>, b: &Mat<f64>) -> f64 {
+    assert_eq!((a.nrows(), a.ncols()), (b.nrows(), b.ncols()));
+    let mut s = 0.0;
+    for j in 0..a.ncols() {
+        for i in 0..a.nrows() {
+            s += a[(i, j)] * b[(i, j)];
+        }
+    }
+    s
 }
 
 impl Clone for Box<dyn Kernel> {

@@ -1,7 +1,7 @@
 //! The sum of kernels: K = sum_t K_t, parameters concatenated in term order and named
 //! `<kind>.<name>` (`se.lengthscale`, `linear.variance`; a kind that occurs twice is numbered:
 //! `se1.variance`, `se2.variance`).
-use super::Kernel;
+use super::{InputGrads, Kernel};
 use faer::Mat;
 use ndarray::Array2;
 
@@ -99,5 +99,30 @@ impl Kernel for Sum {
     }
     fn clone_box(&self) -> Box<dyn Kernel> {
         Box::new(self.clone())
+    }
+    fn cross_many(&self, z: &Array2<f64>, x: &Array2<f64>) -> Mat<f64> {
+        self.add(|t| t.cross_many(z, x))
+    }
+    fn cross_vjp(&self, z: &Array2<f64>, x: &Array2<f64>, _k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads {
+        self.concat(z, |t| t.cross_vjp(z, x, &t.cross_many(z, x), kbar))
+    }
+    fn gram_vjp(&self, z: &Array2<f64>, _k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads {
+        self.concat(z, |t| t.gram_vjp(z, &t.gram(z), kbar))
+    }
+    fn diag_vjp(&self, x: &Array2<f64>, dbar: &[f64]) -> Vec<f64> {
+        self.terms.iter().flat_map(|t| t.diag_vjp(x, dbar)).collect()
+    }
+}
+
+impl Sum {
+    /// The terms' gradients: parameters concatenated, Z gradients added.
+    fn concat(&self, z: &Array2<f64>, term: impl Fn(&dyn Kernel) -> InputGrads) -> InputGrads {
+        let mut out = InputGrads { params: Vec::with_capacity(self.n_params()), z: Array2::zeros(z.dim()) };
+        for t in &self.terms {
+            let g = term(t.as_ref());
+            out.params.extend(g.params);
+            out.z += &g.z;
+        }
+        out
     }
 }

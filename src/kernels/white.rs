@@ -2,7 +2,7 @@
 //! It adds s2 I to K(X, X) and s2 to each k(x*, x*), but nothing to a cross-covariance
 //! between two sets of points (two distinct sets never share a point, as in GPflow's White).
 //! Villacampa-Calvo & Hernandez-Lobato add such a term to each class's latent process.
-use super::Kernel;
+use super::{InputGrads, Kernel};
 use faer::Mat;
 use ndarray::Array2;
 use serde::{Deserialize, Serialize};
@@ -46,5 +46,15 @@ impl Kernel for White {
     }
     fn clone_box(&self) -> Box<dyn Kernel> {
         Box::new(self.clone())
+    }
+    fn cross_vjp(&self, z: &Array2<f64>, _x: &Array2<f64>, _k: &Mat<f64>, _kbar: &Mat<f64>) -> InputGrads {
+        InputGrads::zeros(1, z.dim()) // no cross-covariance between two sets of points
+    }
+    fn gram_vjp(&self, z: &Array2<f64>, _k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads {
+        let s2 = self.log_variance.exp();
+        InputGrads { params: vec![s2 * (0..z.nrows()).map(|i| kbar[(i, i)]).sum::<f64>()], z: Array2::zeros(z.dim()) }
+    }
+    fn diag_vjp(&self, _x: &Array2<f64>, dbar: &[f64]) -> Vec<f64> {
+        vec![self.log_variance.exp() * dbar.iter().sum::<f64>()]
     }
 }

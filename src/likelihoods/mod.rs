@@ -1,4 +1,5 @@
 //! Multi-class likelihoods p(y | f) for a latent C-vector f per datum.
+pub mod marginal;
 pub mod probit;
 pub mod softmax;
 pub mod truncated;

@@ -152,6 +152,28 @@ impl Chol {
         x
     }
 
+    /// L^{-1} B with the large-product parallelism ([`gemm_par`]): for the scalable methods'
+    /// [M, batch] solves.
+    pub fn solve_l_par(&self, b: MatRef<'_, f64>) -> Mat<f64> {
+        let mut x = b.to_owned();
+        solve_lower_triangular_in_place(self.L.as_ref(), x.as_mut(), gemm_par());
+        x
+    }
+
+    /// A^{-1} B with the large-product parallelism.
+    pub fn solve_par(&self, b: MatRef<'_, f64>) -> Mat<f64> {
+        let mut x = self.solve_l_par(b);
+        solve_upper_triangular_in_place(self.L.transpose(), x.as_mut(), gemm_par());
+        x
+    }
+
+    /// L^{-T} B with the large-product parallelism.
+    pub fn solve_lt_par(&self, b: MatRef<'_, f64>) -> Mat<f64> {
+        let mut x = b.to_owned();
+        solve_upper_triangular_in_place(self.L.transpose(), x.as_mut(), gemm_par());
+        x
+    }
+
     fn solve_l_in_place(&self, x: &mut Mat<f64>) {
         let (l, n) = (&self.L, self.dim());
         if n > SMALL {
@@ -194,6 +216,44 @@ impl Chol {
     /// L L^T (tests and diagnostics only).
     pub fn reconstruct(&self) -> Mat<f64> {
         &self.L * self.L.transpose()
+    }
+}
+
+impl Chol {
+    /// Reverse mode through the factorisation: given Lbar = df/dL (lower triangular) for this
+    /// factor L of A, the symmetric Abar with df = sum_ij Abar_ij dA_ij for symmetric dA:
+    /// Abar = L^{-T} sym(Phi(L^T Lbar)) L^{-1}, Phi = lower triangle with its diagonal halved
+    /// (Murray 2016, "Differentiation of the Cholesky decomposition", eq. 10).
+    pub fn backprop(&self, lbar: MatRef<'_, f64>) -> Mat<f64> {
+        let n = self.dim();
+        let g = self.L.transpose() * lbar;
+        let phi = |i: usize, j: usize| match i.cmp(&j) {
+            std::cmp::Ordering::Greater => g[(i, j)],
+            std::cmp::Ordering::Equal => 0.5 * g[(i, i)],
+            std::cmp::Ordering::Less => 0.0,
+        };
+        let sym = Mat::from_fn(n, n, |i, j| 0.5 * (phi(i, j) + phi(j, i)));
+        let y = self.solve_lt(sym.as_ref()); // L^{-T} S
+        let abar_t = self.solve_lt(y.transpose()); // L^{-T} (L^{-T} S)^T = (L^{-T} S L^{-1})^T
+        Mat::from_fn(n, n, |i, j| 0.5 * (abar_t[(i, j)] + abar_t[(j, i)]))
+    }
+}
+
+/// A B with the large-product parallelism ([`gemm_par`]).
+pub fn matmul_par(a: MatRef<'_, f64>, b: MatRef<'_, f64>) -> Mat<f64> {
+    let mut out = Mat::zeros(a.nrows(), b.ncols());
+    faer::linalg::matmul::matmul(out.as_mut(), faer::Accum::Replace, a, b, 1.0, gemm_par());
+    out
+}
+
+/// Parallelism for the large matrix products of the scalable methods: every thread of the
+/// current rayon pool (the runner's), so a cell running alone uses the whole machine.
+/// faer splits the output, not the inner sum, so results do not depend on the thread count
+/// (checked by the conformance test on 1 and 2 threads).
+pub fn gemm_par() -> Par {
+    match rayon::current_num_threads() {
+        0 | 1 => Par::Seq,
+        n => Par::rayon(n),
     }
 }
 
@@ -355,6 +415,34 @@ pub fn leading_columns(rows: &[Vec<f64>], c: usize) -> ndarray::Array2<f64> {
 mod tests {
     use super::*;
     use rand::{RngExt, SeedableRng};
+
+    #[test]
+    fn cholesky_backprop_matches_finite_differences() {
+        // f(A) = sum_ij Lbar_ij chol(A)_ij; perturb A_ij and A_ji together (A stays symmetric).
+        let mut rng = rand_pcg::Pcg64::seed_from_u64(7);
+        let n = 5;
+        let b = Mat::from_fn(n, n, |_, _| rng.random_range(-1.0..1.0));
+        let a = &b * b.transpose() + Mat::<f64>::identity(n, n);
+        let lbar = Mat::from_fn(n, n, |i, j| if i >= j { rng.random_range(-1.0..1.0) } else { 0.0 });
+        let f = |a: &Mat<f64>| {
+            let c = Chol::factor(a.as_ref(), "A").unwrap();
+            (0..n).flat_map(|i| (0..=i).map(move |j| (i, j))).map(|(i, j)| lbar[(i, j)] * c.l()[(i, j)]).sum::<f64>()
+        };
+        let abar = Chol::factor(a.as_ref(), "A").unwrap().backprop(lbar.as_ref());
+        let h = 1e-6;
+        for i in 0..n {
+            for j in 0..=i {
+                let (mut ap, mut am) = (a.clone(), a.clone());
+                for (r, c) in [(i, j), (j, i)].into_iter().take(if i == j { 1 } else { 2 }) {
+                    ap[(r, c)] += h;
+                    am[(r, c)] -= h;
+                }
+                let want = (f(&ap) - f(&am)) / (2.0 * h);
+                let got = if i == j { abar[(i, i)] } else { abar[(i, j)] + abar[(j, i)] };
+                assert!((got - want).abs() < 1e-6, "({i},{j}): {got} vs {want}");
+            }
+        }
+    }
 
     fn random_spd(n: usize, seed: u64) -> Mat<f64> {
         let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);

@@ -176,6 +176,15 @@ impl<'a> FitContext<'a> {
         self.budget.and_then(|b| b.iterations)
     }
 
+    /// Run `f` with the training clock paused (work the method does for the record, not for
+    /// the fit: a final full-data ELBO).
+    pub fn off_clock<T>(&self, f: impl FnOnce() -> T) -> T {
+        let paused_at = Instant::now();
+        let out = f();
+        *self.clock.paused.lock().expect("clock lock") += paused_at.elapsed();
+        out
+    }
+
     /// Whether iteration `iter` is scheduled for a checkpoint (cheap: a method asks before it
     /// builds a snapshot).
     pub fn wants_checkpoint(&self, iter: u64) -> bool {
@@ -194,12 +203,23 @@ impl<'a> FitContext<'a> {
     where
         S: FnOnce() -> Result<Box<dyn Fitted>, FitError>,
     {
+        self.checkpoint_with(iter, || objective, snapshot)
+    }
+
+    /// `checkpoint` with an objective that is itself computed off the clock (a full-data ELBO
+    /// of a minibatch method).
+    pub fn checkpoint_with<O, S>(&self, iter: u64, objective: O, snapshot: S) -> Result<(), FitError>
+    where
+        O: FnOnce() -> Option<f64>,
+        S: FnOnce() -> Result<Box<dyn Fitted>, FitError>,
+    {
         let Some((schedule, score)) = &self.checkpoints else { return Ok(()) };
         if !schedule.contains(iter) {
             return Ok(());
         }
         let time = self.training_seconds();
         let paused_at = Instant::now();
+        let objective = objective();
         let scored = snapshot().map_err(|e| e.to_string()).and_then(|model| score(model.as_ref(), iter));
         *self.clock.paused.lock().expect("clock lock") += paused_at.elapsed();
         let scored = scored.map_err(|e| FitError::Numerical(format!("checkpoint at iteration {iter}: {e}")))?;

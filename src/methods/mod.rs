@@ -10,6 +10,7 @@ pub mod importance;
 pub mod klmnl;
 pub mod laplace;
 pub mod optimize;
+pub mod svgp;
 pub mod vbmnp;
 pub mod vbmnp_sparse;
 
@@ -49,6 +50,9 @@ pub const METHODS: &[(&str, &str)] = &[(
 ), (
     "gibbs_mnp",
     "Gibbs sampler for the multinomial-probit GP (Girolami & Rogers 2006, App. D; exact cone draws, fixed hyper-parameters; evidence = prior-sampling estimate)",
+), (
+    "svgp",
+    "SVI-MGPC: sparse variational multi-class GP on minibatches (Hensman, Matthews & Ghahramani 2015), robust-max or softmax likelihood, natural gradients for q(u) and Adam for kernel and inducing inputs; evidence = full-data ELBO",
 )];
 
 /// The numerics version of a method as it enters cell keys: its own `NUMERICS_VERSION` and
@@ -63,6 +67,7 @@ pub fn numerics_version(method: &str) -> Option<String> {
         "vbmnp" => format!("vbmnp={}", vbmnp::NUMERICS_VERSION),
         "vbmnp_sparse" => format!("vbmnp_sparse={}", vbmnp_sparse::NUMERICS_VERSION),
         "gibbs_mnp" => format!("gibbs_mnp={}", gibbs_mnp::NUMERICS_VERSION),
+        "svgp" => format!("svgp={}", svgp::NUMERICS_VERSION),
         _ => return None,
     };
     let bumped =
@@ -80,6 +85,7 @@ pub fn build(name: &str, settings: &serde_json::Value) -> Result<Box<dyn Method>
         "vbmnp_sparse" => Ok(Box::new(vbmnp_sparse::VbmnpSparseParams::from_settings(settings)?.check()?)),
         "vbmnp" => Ok(Box::new(vbmnp::VbmnpParams::from_settings(settings)?.check()?)),
         "gibbs_mnp" => Ok(Box::new(gibbs_mnp::GibbsMnpParams::from_settings(settings)?.check()?)),
+        "svgp" => Ok(Box::new(svgp::SvgpParams::from_settings(settings)?.check()?)),
         other => Err(format!("unknown method \"{other}\"")),
     }
 }

@@ -1,0 +1,94 @@
+//! The kernels' reverse-mode gradients (used by the sparse methods) against central finite
+//! differences of the matrices themselves.
+use super::*;
+use faer::Mat;
+use ndarray::Array2;
+use rand::{RngExt, SeedableRng};
+use rand_pcg::Pcg64;
+
+fn random(rows: usize, cols: usize, rng: &mut Pcg64) -> Array2<f64> {
+    Array2::from_shape_fn((rows, cols), |_| rng.random_range(-1.0..1.0))
+}
+
+fn random_mat(rows: usize, cols: usize, sym: bool, rng: &mut Pcg64) -> Mat<f64> {
+    let mut m = Mat::from_fn(rows, cols, |_, _| rng.random_range(-1.0..1.0));
+    if sym {
+        m = Mat::from_fn(rows, cols, |i, j| m[(i, j)] + m[(j, i)]);
+    }
+    m
+}
+
+fn kernels() -> Vec<Box<dyn Kernel>> {
+    let se = SqExp { log_variance: 0.3, log_lengthscales: vec![-0.2], learn_variance: true };
+    let ard = SqExp { log_variance: -0.4, log_lengthscales: vec![0.1, -0.3, 0.5], learn_variance: true };
+    let lin = Linear { log_variance: -0.7, learn_variance: true };
+    let white = White { log_variance: -1.5, learn_variance: true };
+    let sum = Sum::new(vec![Box::new(ard.clone()), Box::new(white.clone()), Box::new(lin.clone())]);
+    vec![Box::new(se), Box::new(ard), Box::new(lin), Box::new(white), Box::new(sum)]
+}
+
+/// Central difference of `f` in each coordinate of `x`.
+fn fd(x: &[f64], f: impl Fn(&[f64]) -> f64) -> Vec<f64> {
+    let h = 1e-6;
+    (0..x.len())
+        .map(|i| {
+            let (mut a, mut b) = (x.to_vec(), x.to_vec());
+            a[i] += h;
+            b[i] -= h;
+            (f(&a) - f(&b)) / (2.0 * h)
+        })
+        .collect()
+}
+
+fn assert_close(what: &str, got: &[f64], want: &[f64]) {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() < 1e-6 * (1.0 + w.abs()), "{what}[{i}]: analytic {g} vs finite difference {w}");
+    }
+}
+
+fn dot(a: &Mat<f64>, b: &Mat<f64>) -> f64 {
+    super::frobenius_dot(a, b)
+}
+
+#[test]
+fn cross_many_equals_cross() {
+    let mut rng = Pcg64::seed_from_u64(1);
+    let (z, x) = (random(4, 3, &mut rng), random(6, 3, &mut rng));
+    for k in kernels() {
+        let (a, b) = (k.cross(&z, &x), k.cross_many(&z, &x));
+        for i in 0..4 {
+            for j in 0..6 {
+                assert!((a[(i, j)] - b[(i, j)]).abs() < 1e-13, "{}: {} vs {}", k.kind(), a[(i, j)], b[(i, j)]);
+            }
+        }
+    }
+}
+
+#[test]
+fn cross_gram_and_diag_gradients_match_finite_differences() {
+    let mut rng = Pcg64::seed_from_u64(2);
+    let (z, x) = (random(4, 3, &mut rng), random(5, 3, &mut rng));
+    let kbar = random_mat(4, 5, false, &mut rng);
+    let kbar_sym = random_mat(4, 4, true, &mut rng);
+    let dbar: Vec<f64> = (0..5).map(|_| rng.random_range(-1.0..1.0)).collect();
+    for k in kernels() {
+        let name = k.kind();
+        let p0 = k.log_params();
+        let zflat: Vec<f64> = z.iter().copied().collect();
+        let with_z = |v: &[f64]| Array2::from_shape_vec(z.dim(), v.to_vec()).unwrap();
+
+        let g = k.cross_vjp(&z, &x, &k.cross_many(&z, &x), &kbar);
+        assert_close(&format!("{name} cross params"), &g.params, &fd(&p0, |p| dot(&kbar, &k.with_log_params(p).cross(&z, &x))));
+        let gz: Vec<f64> = g.z.iter().copied().collect();
+        assert_close(&format!("{name} cross Z"), &gz, &fd(&zflat, |v| dot(&kbar, &k.cross(&with_z(v), &x))));
+
+        let g = k.gram_vjp(&z, &k.gram(&z), &kbar_sym);
+        assert_close(&format!("{name} gram params"), &g.params, &fd(&p0, |p| dot(&kbar_sym, &k.with_log_params(p).gram(&z))));
+        let gz: Vec<f64> = g.z.iter().copied().collect();
+        assert_close(&format!("{name} gram Z"), &gz, &fd(&zflat, |v| dot(&kbar_sym, &k.gram(&with_z(v)))));
+
+        let g = k.diag_vjp(&x, &dbar);
+        let f = |p: &[f64]| k.with_log_params(p).diag(&x).iter().zip(&dbar).map(|(a, b)| a * b).sum::<f64>();
+        assert_close(&format!("{name} diag params"), &g, &fd(&p0, f));
+    }
+}

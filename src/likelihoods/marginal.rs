@@ -1,0 +1,229 @@
+//! Expectations of a multi-class likelihood under independent Gaussian marginals
+//! f_c ~ N(mu_c, var_c), with their gradients in mu and var: what the sparse variational
+//! methods need per datum (their q(f_n) factorises over the classes).
+//!
+//! - [`RobustMax`]: p(y | f) = 1 - eps if f_y is the largest, eps / (C - 1) otherwise
+//!   (Hernandez-Lobato et al. 2011; GPflow's MultiClass(RobustMax)). E[log p] is linear in
+//!   P(f_y largest) = E_{f_y}[prod_{c != y} Phi((f_y - mu_c) / sd_c)], a 1-D integral by
+//!   Gauss-Hermite quadrature (20 nodes as GPflow).
+//! - [`SoftmaxMc`]: the softmax by Monte Carlo with standard-normal draws the caller supplies
+//!   (reparameterised, so the gradients are exact for those draws).
+use crate::linalg::{log_sum_exp, softmax_in_place};
+use crate::special::{d_log_normal_cdf, log_normal_cdf};
+use gauss_quad::hermite::GaussHermite;
+use std::f64::consts::{PI, SQRT_2};
+
+/// E[log p(y | f)] and its gradients w.r.t. the marginal means and variances.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExpectedLogLik {
+    pub value: f64,
+    pub d_mean: Vec<f64>,
+    pub d_var: Vec<f64>,
+}
+
+/// The robust-max likelihood with its quadrature rule.
+#[derive(Clone, Debug)]
+pub struct RobustMax {
+    pub epsilon: f64,
+    /// Nodes t_i and weights w_i / sqrt(pi) of the Gauss-Hermite rule for E over N(0, 1/2).
+    nodes: Vec<(f64, f64)>,
+}
+
+impl RobustMax {
+    pub fn new(epsilon: f64, n_nodes: usize) -> Self {
+        assert!(epsilon > 0.0 && epsilon < 1.0, "robust-max epsilon in (0, 1)");
+        let rule = GaussHermite::new(std::num::NonZeroUsize::new(n_nodes).expect("at least one node"));
+        let nodes = rule.iter().map(|(t, w)| (*t, *w / PI.sqrt())).collect();
+        RobustMax { epsilon, nodes }
+    }
+
+    /// P(f_y > f_c for all c != y) and its gradients in mean and var.
+    pub fn prob_is_largest(&self, mean: &[f64], var: &[f64], y: usize) -> ExpectedLogLik {
+        let c = mean.len();
+        let sd: Vec<f64> = var.iter().map(|v| v.max(1e-300).sqrt()).collect();
+        let (mut p, mut d_mean, mut d_sd) = (0.0, vec![0.0; c], vec![0.0; c]);
+        let mut z = vec![0.0; c];
+        for &(t, w) in &self.nodes {
+            // f_y = mu_y + sqrt(2) sd_y t at this node.
+            let fy = mean[y] + SQRT_2 * sd[y] * t;
+            let mut log_prod = 0.0;
+            for k in (0..c).filter(|&k| k != y) {
+                z[k] = (fy - mean[k]) / sd[k];
+                log_prod += log_normal_cdf(z[k]);
+            }
+            let term = w * log_prod.exp();
+            p += term;
+            if term == 0.0 {
+                continue;
+            }
+            for k in (0..c).filter(|&k| k != y) {
+                // d term / d z_k = term * phi(z_k) / Phi(z_k).
+                let g = term * d_log_normal_cdf(z[k]);
+                d_mean[k] -= g / sd[k];
+                d_sd[k] -= g * z[k] / sd[k];
+                d_mean[y] += g / sd[k];
+                d_sd[y] += g * SQRT_2 * t / sd[k];
+            }
+        }
+        let d_var = d_sd.iter().zip(&sd).map(|(g, s)| g / (2.0 * s)).collect();
+        ExpectedLogLik { value: p, d_mean, d_var }
+    }
+
+    /// (log p(y | f) when f_y is largest, when it is not).
+    fn log_levels(&self, c: usize) -> (f64, f64) {
+        ((1.0 - self.epsilon).ln(), (self.epsilon / (c as f64 - 1.0)).ln())
+    }
+
+    /// E[log p(y | f)] = P log(1 - eps) + (1 - P) log(eps / (C - 1)), P = P(f_y largest).
+    pub fn expected_log_lik(&self, mean: &[f64], var: &[f64], y: usize) -> ExpectedLogLik {
+        let (hi, lo) = self.log_levels(mean.len());
+        let mut e = self.prob_is_largest(mean, var, y);
+        e.value = lo + e.value * (hi - lo);
+        e.d_mean.iter_mut().chain(e.d_var.iter_mut()).for_each(|g| *g *= hi - lo);
+        e
+    }
+
+    /// Predictive p(y = k) = P_k (1 - eps) + (1 - P_k) eps / (C - 1), normalised (the
+    /// quadrature's P_k sum to one only to its accuracy).
+    pub fn predictive(&self, mean: &[f64], var: &[f64]) -> Vec<f64> {
+        let c = mean.len();
+        let lo = self.epsilon / (c as f64 - 1.0);
+        let mut p: Vec<f64> = (0..c)
+            .map(|k| self.prob_is_largest(mean, var, k).value.clamp(0.0, 1.0))
+            .map(|pk| pk * (1.0 - self.epsilon) + (1.0 - pk) * lo)
+            .collect();
+        let s: f64 = p.iter().sum();
+        p.iter_mut().for_each(|v| *v /= s);
+        p
+    }
+}
+
+/// The softmax likelihood by Monte Carlo over given standard-normal draws (each a C-vector).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SoftmaxMc;
+
+impl SoftmaxMc {
+    /// (1/S) sum_s log softmax_y(mu + sd o e_s) and its exact gradients for these draws.
+    pub fn expected_log_lik(&self, mean: &[f64], var: &[f64], y: usize, draws: &[Vec<f64>]) -> ExpectedLogLik {
+        let c = mean.len();
+        let sd: Vec<f64> = var.iter().map(|v| v.max(0.0).sqrt()).collect();
+        let (mut value, mut d_mean, mut d_var) = (0.0, vec![0.0; c], vec![0.0; c]);
+        let mut f = vec![0.0; c];
+        for e in draws {
+            f.iter_mut().enumerate().for_each(|(k, v)| *v = mean[k] + sd[k] * e[k]);
+            value += f[y] - log_sum_exp(&f);
+            softmax_in_place(&mut f);
+            for k in 0..c {
+                let g = if k == y { 1.0 } else { 0.0 } - f[k];
+                d_mean[k] += g;
+                // d f_k / d var_k = e_k / (2 sd_k).
+                if sd[k] > 0.0 {
+                    d_var[k] += g * e[k] / (2.0 * sd[k]);
+                }
+            }
+        }
+        let s = draws.len() as f64;
+        ExpectedLogLik { value: value / s, d_mean: d_mean.iter().map(|g| g / s).collect(), d_var: d_var.iter().map(|g| g / s).collect() }
+    }
+
+    /// (1/S) sum_s softmax(mu + sd o e_s).
+    pub fn predictive(&self, mean: &[f64], var: &[f64], draws: &[Vec<f64>]) -> Vec<f64> {
+        let c = mean.len();
+        let mut p = vec![0.0; c];
+        let mut f = vec![0.0; c];
+        for e in draws {
+            f.iter_mut().enumerate().for_each(|(k, v)| *v = mean[k] + var[k].max(0.0).sqrt() * e[k]);
+            softmax_in_place(&mut f);
+            p.iter_mut().zip(&f).for_each(|(a, b)| *a += b);
+        }
+        let s: f64 = p.iter().sum();
+        p.iter_mut().for_each(|v| *v /= s);
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand_distr::{Distribution, StandardNormal};
+    use rand_pcg::Pcg64;
+
+    fn fd(x: &[f64], f: impl Fn(&[f64]) -> f64) -> Vec<f64> {
+        let h = 1e-6;
+        (0..x.len())
+            .map(|i| {
+                let (mut a, mut b) = (x.to_vec(), x.to_vec());
+                a[i] += h;
+                b[i] -= h;
+                (f(&a) - f(&b)) / (2.0 * h)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn robust_max_probability_matches_brute_force_monte_carlo() {
+        let rm = RobustMax::new(1e-3, 20);
+        let mean = [0.4, -0.3, 1.1];
+        let var: [f64; 3] = [0.8, 1.5, 0.3];
+        let mut rng = Pcg64::seed_from_u64(3);
+        let n = 1_000_000;
+        let mut wins = [0usize; 3];
+        for _ in 0..n {
+            let f: Vec<f64> = (0..3)
+                .map(|k| {
+                    mean[k]
+                        + var[k].sqrt() * {
+                            let e: f64 = StandardNormal.sample(&mut rng);
+                            e
+                        }
+                })
+                .collect();
+            wins[crate::linalg::argmax(&f)] += 1;
+        }
+        let mut total = 0.0;
+        for y in 0..3 {
+            let p = rm.prob_is_largest(&mean, &var, y).value;
+            let mc = wins[y] as f64 / n as f64;
+            let se = (mc * (1.0 - mc) / n as f64).sqrt();
+            assert!((p - mc).abs() < 4.0 * se, "class {y}: quadrature {p} vs Monte Carlo {mc} +- {se}");
+            total += p;
+        }
+        // 20 nodes integrate the kinked product of Phi's to a few 1e-5 (GPflow's accuracy too).
+        assert!((total - 1.0).abs() < 1e-4, "P(largest) sums to {total}");
+        let pred = rm.predictive(&mean, &var);
+        assert!((pred.iter().sum::<f64>() - 1.0).abs() < 1e-15);
+    }
+
+    #[test]
+    fn robust_max_gradients_match_finite_differences() {
+        let rm = RobustMax::new(1e-3, 20);
+        let mean = [0.4, -0.3, 1.1, 0.2];
+        let var = [0.8, 1.5, 0.3, 2.0];
+        for y in 0..4 {
+            let e = rm.expected_log_lik(&mean, &var, y);
+            let dm = fd(&mean, |m| rm.expected_log_lik(m, &var, y).value);
+            let dv = fd(&var, |v| rm.expected_log_lik(&mean, v, y).value);
+            for k in 0..4 {
+                assert!((e.d_mean[k] - dm[k]).abs() < 1e-7, "y={y} dmean[{k}]: {} vs {}", e.d_mean[k], dm[k]);
+                assert!((e.d_var[k] - dv[k]).abs() < 1e-7, "y={y} dvar[{k}]: {} vs {}", e.d_var[k], dv[k]);
+            }
+        }
+    }
+
+    #[test]
+    fn softmax_monte_carlo_gradients_are_exact_for_the_draws_and_the_estimate_converges() {
+        let mut rng = Pcg64::seed_from_u64(4);
+        let draws: Vec<Vec<f64>> = (0..50).map(|_| (0..3).map(|_| StandardNormal.sample(&mut rng)).collect()).collect();
+        let (mean, var) = ([0.5, -0.2, 0.1], [0.7, 0.2, 1.3]);
+        let e = SoftmaxMc.expected_log_lik(&mean, &var, 1, &draws);
+        let dm = fd(&mean, |m| SoftmaxMc.expected_log_lik(m, &var, 1, &draws).value);
+        let dv = fd(&var, |v| SoftmaxMc.expected_log_lik(&mean, v, 1, &draws).value);
+        for k in 0..3 {
+            assert!((e.d_mean[k] - dm[k]).abs() < 1e-7 && (e.d_var[k] - dv[k]).abs() < 1e-7);
+        }
+        // With zero variance the expectation is log softmax at the mean, exactly.
+        let exact = SoftmaxMc.expected_log_lik(&mean, &[0.0; 3], 1, &draws).value;
+        assert!((exact - (mean[1] - log_sum_exp(&mean))).abs() < 1e-14);
+    }
+}

@@ -1,0 +1,125 @@
+//! The ELBO of a block of rows and its reverse-mode gradients (whitened parameterisation):
+//!     ELBO = scale sum_n E_q[log p(y_n | f_n)] - sum_c KL(q(v^c) || N(0, I)),
+//! q(f_n^c) = N(a_n^T m_c, k_nn - a_n^T a_n + a_n^T S_c a_n), A = L^{-1} K(Z, X), Kmm = L L^T.
+//! With scale = N / |B| a minibatch gives an unbiased estimate of the full-data ELBO.
+//!
+//! Gradients: g_m = A g_mu and g_S = A diag(g_var) A^T for q; for the kernels and Z,
+//! Abar = sum_c m_c g_mu^T + 2 (S_c A - A) diag(g_var), then Kmn_bar = L^{-T} Abar,
+//! Lbar = -tril(Kmn_bar A^T), Kmm_bar by the Cholesky reverse mode, and each kernel's
+//! vector-Jacobian products with K(Z, Z), K(Z, X) and diag K(X, X).
+use super::model::{Marginals, Sparse};
+use super::SvgpLikelihood;
+use crate::kernels::InputGrads;
+use crate::likelihoods::marginal::ExpectedLogLik;
+use crate::linalg::matmul_par;
+use faer::Mat;
+use ndarray::Array2;
+use rand_pcg::Pcg64;
+
+/// Which gradients a call needs.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Wants {
+    /// g_m and g_S of each class (natural gradients, or the Adam parameterisation).
+    pub q: bool,
+    /// Kernel log-parameters and Z.
+    pub inputs: bool,
+}
+
+pub(crate) struct BlockGrads {
+    /// sum_n E[log p(y_n | f_n)] over the block (unscaled).
+    pub ell: f64,
+    /// Per class, of scale * ell.
+    pub g_m: Vec<Vec<f64>>,
+    pub g_s: Vec<Mat<f64>>,
+    /// Of scale * ell w.r.t. the kernel set's log-parameters and Z (the KL of the whitened
+    /// posterior depends on neither).
+    pub inputs: Option<InputGrads>,
+}
+
+/// E[log lik] of a block of rows and the gradients asked for (a Monte Carlo likelihood draws
+/// from `rng`).
+pub(crate) fn block(
+    sparse: &Sparse,
+    x: &Array2<f64>,
+    y: &[usize],
+    lik: &SvgpLikelihood,
+    rng: &mut Pcg64,
+    scale: f64,
+    wants: Wants,
+) -> BlockGrads {
+    let mg = sparse.marginals(x);
+    let (n, c) = mg.mean.dim();
+    let per_row: Vec<ExpectedLogLik> = (0..n)
+        .map(|j| lik.expected_log_lik(mg.mean.row(j).as_slice().expect("row"), mg.var.row(j).as_slice().expect("row"), y[j], rng))
+        .collect();
+    let ell = per_row.iter().map(|r| r.value).sum();
+    let mut out = BlockGrads { ell, g_m: Vec::new(), g_s: Vec::new(), inputs: None };
+    if !(wants.q || wants.inputs) {
+        return out;
+    }
+    let gmu = |class: usize| -> Vec<f64> { per_row.iter().map(|r| scale * r.d_mean[class]).collect() };
+    let gvar = |class: usize| -> Vec<f64> { per_row.iter().map(|r| scale * r.d_var[class]).collect() };
+    let m = sparse.z.nrows();
+    let n_kernels = sparse.chols.len();
+    let mut abar: Vec<Mat<f64>> = if wants.inputs { (0..n_kernels).map(|_| Mat::zeros(m, n)).collect() } else { Vec::new() };
+    let mut knn_bar: Vec<Vec<f64>> = vec![vec![0.0; n]; n_kernels];
+    for class in 0..c {
+        let k = sparse.kernel_of(class);
+        let a = &mg.blocks[k].a;
+        let (gm, gv) = (gmu(class), gvar(class));
+        if wants.q {
+            out.g_m.push((0..m).map(|i| (0..n).map(|j| a[(i, j)] * gm[j]).sum()).collect());
+            let ad = Mat::from_fn(m, n, |i, j| a[(i, j)] * gv[j]);
+            out.g_s.push(matmul_par(ad.as_ref(), a.transpose()));
+        }
+        if wants.inputs {
+            let mean = sparse.q[class].mean();
+            let sa = &mg.sa[class];
+            let ab = &mut abar[k];
+            for j in 0..n {
+                for i in 0..m {
+                    ab[(i, j)] += mean[i] * gm[j] + 2.0 * (sa[(i, j)] - a[(i, j)]) * gv[j];
+                }
+            }
+            knn_bar[k].iter_mut().zip(&gv).for_each(|(b, g)| *b += g);
+        }
+    }
+    if wants.inputs {
+        out.inputs = Some(input_grads(sparse, x, &mg, &abar, &knn_bar));
+    }
+    out
+}
+
+/// Kernel-parameter and Z gradients from Abar and knn_bar of each kernel.
+fn input_grads(sparse: &Sparse, x: &Array2<f64>, mg: &Marginals, abar: &[Mat<f64>], knn_bar: &[Vec<f64>]) -> InputGrads {
+    let mut params = Vec::with_capacity(sparse.kernels.n_params());
+    let mut gz = Array2::zeros(sparse.z.dim());
+    for (k, kern) in sparse.kernels.kernels().iter().enumerate() {
+        let chol = &sparse.chols[k];
+        let blk = &mg.blocks[k];
+        let kmn_bar = chol.solve_lt_par(abar[k].as_ref());
+        let prod = matmul_par(kmn_bar.as_ref(), blk.a.transpose());
+        let m = prod.nrows();
+        let lbar = Mat::from_fn(m, m, |i, j| if i >= j { -prod[(i, j)] } else { 0.0 });
+        let kmm_bar = chol.backprop(lbar.as_ref());
+        let mut g = kern.gram_vjp(&sparse.z, &sparse.kmms[k], &kmm_bar);
+        g.add(&kern.cross_vjp(&sparse.z, x, &blk.kmn, &kmn_bar));
+        for (p, d) in g.params.iter_mut().zip(kern.diag_vjp(x, &knn_bar[k])) {
+            *p += d;
+        }
+        params.extend(g.params);
+        gz += &g.z;
+    }
+    InputGrads { params, z: gz }
+}
+
+/// The full-data ELBO, block by block (for checkpoints and the evidence).
+pub(crate) fn full_elbo(sparse: &Sparse, x: &Array2<f64>, y: &[usize], lik: &SvgpLikelihood, rng: &mut Pcg64) -> f64 {
+    let mut ell = 0.0;
+    for start in (0..x.nrows()).step_by(super::model::BLOCK_ROWS) {
+        let end = (start + super::model::BLOCK_ROWS).min(x.nrows());
+        let xb = x.slice(ndarray::s![start..end, ..]).to_owned();
+        ell += block(sparse, &xb, &y[start..end], lik, rng, 1.0, Wants::default()).ell;
+    }
+    ell - sparse.q.iter().map(|q| q.kl()).sum::<f64>()
+}

@@ -1,0 +1,173 @@
+//! The training loop: initial Z and length-scales, then minibatch steps until the budget,
+//! `max_iters` or the timeout, with checkpoints scored off the clock.
+use super::elbo::{self, Wants};
+use super::model::{Sparse, SvgpModel};
+use super::posterior::Posterior;
+use super::{LengthscaleInit, Optimizer, Svgp};
+use crate::kernels::KernelSet;
+use crate::methods::{Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Problem, StopReason};
+use crate::scalable::{initial_inducing, Adam, Minibatches, NaturalGaussian};
+use faer::Mat;
+use ndarray::{Array2, Axis};
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64;
+
+/// Seed of the fixed Monte Carlo stream of full-data ELBO evaluations (so checkpoints of a
+/// softmax fit compare like with like).
+const ELBO_SEED: u64 = 0x5EED_E1B0;
+
+pub(crate) fn train(
+    method: &Svgp,
+    problem: &Problem,
+    kernels: &KernelSet,
+    hyper: HyperPolicy,
+    ctx: &mut FitContext,
+) -> Result<Box<dyn Fitted>, FitError> {
+    let p = &method.params;
+    let (x, y, c) = (problem.x, problem.y, problem.n_classes);
+    let n = x.nrows();
+    // Independent streams for initialisation, batches and the likelihood's draws.
+    let mut init_rng = Pcg64::seed_from_u64(ctx.rng.next_u64());
+    let batch_seed = ctx.rng.next_u64();
+    let mut lik_rng = Pcg64::seed_from_u64(ctx.rng.next_u64());
+
+    let (z0, init) = initial_inducing(x, y, c, p.inducing, &p.inducing_init, &mut init_rng).map_err(FitError::Unsupported)?;
+    let kernels = match p.lengthscale_init {
+        LengthscaleInit::Kernel => kernels.clone(),
+        LengthscaleInit::MedianInducing => with_lengthscales(kernels, median_distance(&z0).max(1e-6)),
+    };
+    let m = z0.nrows();
+    let natural = p.optimizer == Optimizer::NatgradAdam;
+    let q: Vec<Posterior> = (0..c)
+        .map(|_| {
+            if natural {
+                Posterior::Natural(NaturalGaussian::standard(m))
+            } else {
+                Posterior::Sqrt { mean: vec![0.0; m], l: Mat::identity(m, m) }
+            }
+        })
+        .collect();
+    let mut sparse = Sparse::new(kernels, z0, q)?;
+
+    // Adam's vector: kernel log-parameters, then Z, then (optimizer: adam) each class's q.
+    let learn_kernel = hyper == HyperPolicy::Learn;
+    let n_kern = sparse.kernels.n_params();
+    let n_z = sparse.z.len();
+    let mut theta: Vec<f64> = sparse.kernels.log_params();
+    theta.extend(sparse.z.iter().copied());
+    let mut free: Vec<bool> = sparse.kernels.free_mask().into_iter().map(|f| f && learn_kernel).collect();
+    free.extend(std::iter::repeat_n(p.learn_inducing, n_z));
+    if !natural {
+        for q in &sparse.q {
+            theta.extend(q.sqrt_to_flat());
+        }
+        free.extend(std::iter::repeat_n(true, c * Posterior::n_sqrt_params(m)));
+    }
+    let learn_inputs = free[..n_kern + n_z].iter().any(|&f| f);
+    let mut adam = Adam::new(theta.len(), p.adam_lr);
+    let mut batches = Minibatches::new(n, p.batch_size, batch_seed);
+    let identity = Mat::<f64>::identity(m, m);
+    let mut halvings = 0u64;
+    let mut stop = StopReason::MaxIterations;
+    let mut t = 0u64;
+    let snapshot = |sparse: &Sparse| -> Result<Box<dyn Fitted>, FitError> {
+        Ok(Box::new(SvgpModel {
+            sparse: sparse.clone(),
+            likelihood: method.likelihood.clone(),
+            evidence: None,
+            diagnostics: Diagnostics::default(),
+        }))
+    };
+    let full_elbo = |sparse: &Sparse| elbo::full_elbo(sparse, x, y, &method.likelihood, &mut Pcg64::seed_from_u64(ELBO_SEED));
+
+    while t < p.max_iters {
+        ctx.check_deadline()?;
+        t += 1;
+        let rows = batches.next_batch();
+        let xb = x.select(Axis(0), &rows);
+        let yb: Vec<usize> = rows.iter().map(|&i| y[i]).collect();
+        let scale = n as f64 / rows.len() as f64;
+        let g = elbo::block(&sparse, &xb, &yb, &method.likelihood, &mut lik_rng, scale, Wants { q: true, inputs: learn_inputs });
+        if !g.ell.is_finite() {
+            return Err(FitError::Numerical(format!("svgp: the minibatch expected log-likelihood is {} at step {t}", g.ell)));
+        }
+        // Gradient of -ELBO for Adam.
+        let mut grad = vec![0.0; theta.len()];
+        if let Some(inputs) = &g.inputs {
+            grad[..n_kern].iter_mut().zip(&inputs.params).for_each(|(d, v)| *d = -v);
+            grad[n_kern..n_kern + n_z].iter_mut().zip(inputs.z.iter()).for_each(|(d, v)| *d = -v);
+        }
+        let mut q = sparse.q.clone();
+        if natural {
+            let gamma = p.natgrad_lr.at(t);
+            for (class, qc) in q.iter_mut().enumerate() {
+                let Posterior::Natural(nat) = qc else { unreachable!("natural posterior") };
+                let used = nat.step(&g.g_m[class], g.g_s[class].as_ref(), identity.as_ref(), gamma)?;
+                halvings += (gamma / used).log2().round() as u64;
+            }
+        } else {
+            let mut at = n_kern + n_z;
+            for (class, qc) in sparse.q.iter().enumerate() {
+                let Posterior::Sqrt { mean, l } = qc else { unreachable!("sqrt posterior") };
+                for v in Posterior::sqrt_grads(mean, l, &g.g_m[class], &g.g_s[class]) {
+                    grad[at] = -v;
+                    at += 1;
+                }
+            }
+        }
+        adam.step(&mut theta, &grad, &free);
+        if !natural {
+            let size = Posterior::n_sqrt_params(m);
+            q = (0..c)
+                .map(|class| Posterior::sqrt_from_flat(m, &theta[n_kern + n_z + class * size..n_kern + n_z + (class + 1) * size]))
+                .collect();
+        }
+        let kernels = sparse.kernels.with_log_params(&theta[..n_kern]);
+        let z = Array2::from_shape_vec(sparse.z.dim(), theta[n_kern..n_kern + n_z].to_vec()).expect("Z shape");
+        sparse = Sparse::new(kernels, z, q)?;
+
+        ctx.checkpoint_with(t, || Some(full_elbo(&sparse)), || snapshot(&sparse))?;
+        if let Some(reason) = ctx.budget_stop(t) {
+            stop = reason;
+            break;
+        }
+    }
+    let evidence = ctx.off_clock(|| full_elbo(&sparse));
+    let mut diagnostics = Diagnostics { iterations: Some(t), stop_reason: Some(stop), ..Default::default() };
+    diagnostics.number("epochs", t as f64 * p.batch_size.min(n) as f64 / n as f64);
+    diagnostics.number("inducing", m as f64);
+    diagnostics.number("kmeans_rows", init.kmeans_rows as f64);
+    diagnostics.number("kmeans_iterations", init.kmeans_iterations as f64);
+    if natural {
+        diagnostics.number("natgrad_halvings", halvings as f64);
+    }
+    if !evidence.is_finite() {
+        return Err(FitError::Numerical(format!("svgp: the full-data ELBO is {evidence}")));
+    }
+    Ok(Box::new(SvgpModel { sparse, likelihood: method.likelihood.clone(), evidence: Some(evidence), diagnostics }))
+}
+
+/// Every length-scale of every squared-exponential term set to `l`.
+fn with_lengthscales(kernels: &KernelSet, l: f64) -> KernelSet {
+    let names = kernels.param_names();
+    let mut p = kernels.log_params();
+    for (v, name) in p.iter_mut().zip(&names) {
+        if name.rsplit('.').next().is_some_and(|last| last.starts_with("lengthscale")) {
+            *v = l.ln();
+        }
+    }
+    kernels.with_log_params(&p)
+}
+
+/// The median Euclidean distance over all pairs of rows.
+pub(crate) fn median_distance(z: &Array2<f64>) -> f64 {
+    let m = z.nrows();
+    let mut d: Vec<f64> =
+        (0..m).flat_map(|i| (0..i).map(move |j| (i, j))).map(|(i, j)| (&z.row(i) - &z.row(j)).mapv(|v| v * v).sum().sqrt()).collect();
+    if d.is_empty() {
+        return 1.0;
+    }
+    let mid = d.len() / 2;
+    let (_, v, _) = d.select_nth_unstable_by(mid, f64::total_cmp);
+    *v
+}

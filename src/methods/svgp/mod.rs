@@ -1,0 +1,252 @@
+//! SVI-MGPC: the sparse variational multi-class GP classifier of Hensman, Matthews &
+//! Ghahramani (AISTATS 2015) trained on minibatches (GPflow's SVGP with a MultiClass
+//! likelihood).
+//!
+//! C latent GPs f^c share M inducing inputs Z; q(u^c) is a full-covariance Gaussian in the
+//! whitened parameterisation u^c = L v^c (K(Z, Z) = L L^T, v^c ~ N(m_c, S_c)); kernels are
+//! shared or one per class. The likelihood is robust-max (epsilon, 1-D Gauss-Hermite
+//! quadrature) or softmax (Monte Carlo). Each step takes a minibatch, scales its expected
+//! log-likelihood by N / |B|, moves q by a natural-gradient step and the kernel's
+//! log-parameters and Z by Adam (`optimizer: natgrad_adam`, the default), or everything by
+//! Adam (`optimizer: adam`). Evidence: the full-data ELBO, a lower bound, computed off the
+//! clock at checkpoints and at the end.
+mod elbo;
+mod fit;
+mod model;
+mod posterior;
+#[cfg(test)]
+mod tests;
+
+pub use model::SvgpModel;
+
+use crate::kernels::KernelSet;
+use crate::likelihoods::marginal::{ExpectedLogLik, RobustMax, SoftmaxMc};
+use crate::methods::{FitContext, FitError, Fitted, HyperPolicy, Method, Problem, ProblemShape};
+use crate::scalable::{InducingInit, LearningRate};
+use rand_distr::{Distribution, StandardNormal};
+use rand_pcg::Pcg64;
+use serde::{Deserialize, Serialize};
+
+/// Bumped by hand whenever this method's numbers change (part of every cell key).
+pub const NUMERICS_VERSION: u32 = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LikelihoodKind {
+    RobustMax,
+    Softmax,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Optimizer {
+    /// Natural-gradient steps for q(u), Adam for the kernel and Z.
+    NatgradAdam,
+    /// Adam for everything (q as mean and lower-triangular square root).
+    Adam,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LengthscaleInit {
+    /// As the spec's kernel gives it.
+    Kernel,
+    /// The median pairwise distance between the initial inducing inputs (every length-scale).
+    MedianInducing,
+}
+
+fn d_m() -> usize {
+    100
+}
+fn d_batch() -> usize {
+    200
+}
+fn d_eps() -> f64 {
+    1e-3
+}
+fn d_nodes() -> usize {
+    20
+}
+fn d_train_samples() -> usize {
+    20
+}
+fn d_predict_samples() -> usize {
+    200
+}
+fn d_adam_lr() -> LearningRate {
+    LearningRate::Constant(0.01)
+}
+fn d_natgrad_lr() -> LearningRate {
+    LearningRate::Constant(0.1)
+}
+fn d_true() -> bool {
+    true
+}
+fn d_max_iters() -> u64 {
+    1_000_000
+}
+fn d_lengthscale_init() -> LengthscaleInit {
+    LengthscaleInit::Kernel
+}
+
+/// Settings as written in a spec (`method: svgp`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SvgpParams {
+    /// M, the number of inducing inputs.
+    #[serde(default = "d_m")]
+    pub inducing: usize,
+    /// How Z starts (default k-means on at most 20k rows).
+    #[serde(default)]
+    pub inducing_init: InducingInit,
+    /// Whether Adam moves Z.
+    #[serde(default = "d_true")]
+    pub learn_inducing: bool,
+    #[serde(default = "d_likelihood")]
+    pub likelihood: LikelihoodKind,
+    /// Robust-max: probability mass spread over the other classes.
+    #[serde(default = "d_eps")]
+    pub epsilon: f64,
+    /// Robust-max: Gauss-Hermite nodes.
+    #[serde(default = "d_nodes")]
+    pub quadrature_nodes: usize,
+    /// Softmax: Monte Carlo draws per row for the expected log-likelihood.
+    #[serde(default = "d_train_samples")]
+    pub train_samples: usize,
+    /// Softmax: Monte Carlo draws per row for the predictive.
+    #[serde(default = "d_predict_samples")]
+    pub predict_samples: usize,
+    #[serde(default = "d_batch")]
+    pub batch_size: usize,
+    #[serde(default = "d_optimizer")]
+    pub optimizer: Optimizer,
+    #[serde(default = "d_adam_lr")]
+    pub adam_lr: LearningRate,
+    #[serde(default = "d_natgrad_lr")]
+    pub natgrad_lr: LearningRate,
+    /// Steps when no budget ends the run first.
+    #[serde(default = "d_max_iters")]
+    pub max_iters: u64,
+    #[serde(default = "d_lengthscale_init")]
+    pub lengthscale_init: LengthscaleInit,
+}
+
+fn d_likelihood() -> LikelihoodKind {
+    LikelihoodKind::RobustMax
+}
+
+fn d_optimizer() -> Optimizer {
+    Optimizer::NatgradAdam
+}
+
+impl SvgpParams {
+    pub fn check(self) -> Result<Svgp, String> {
+        if self.inducing == 0 {
+            return Err("settings.inducing: at least one inducing input".into());
+        }
+        if self.batch_size == 0 {
+            return Err("settings.batch_size: at least 1".into());
+        }
+        if !(self.epsilon > 0.0 && self.epsilon < 1.0) {
+            return Err(format!("settings.epsilon: in (0, 1), got {}", self.epsilon));
+        }
+        if self.quadrature_nodes == 0 || self.train_samples == 0 || self.predict_samples == 0 {
+            return Err("settings.quadrature_nodes, train_samples, predict_samples: at least 1".into());
+        }
+        self.adam_lr.validate("settings.adam_lr")?;
+        self.natgrad_lr.validate("settings.natgrad_lr")?;
+        if let LearningRate::Constant(r) = self.natgrad_lr {
+            if r > 1.0 {
+                return Err(format!("settings.natgrad_lr: a natural-gradient step above 1 overshoots, got {r}"));
+            }
+        }
+        let likelihood = match self.likelihood {
+            LikelihoodKind::RobustMax => SvgpLikelihood::RobustMax(RobustMax::new(self.epsilon, self.quadrature_nodes)),
+            LikelihoodKind::Softmax => SvgpLikelihood::Softmax { train_samples: self.train_samples, predict_samples: self.predict_samples },
+        };
+        Ok(Svgp { params: self, likelihood })
+    }
+}
+
+/// The likelihood with its integration rule.
+#[derive(Clone, Debug)]
+pub enum SvgpLikelihood {
+    RobustMax(RobustMax),
+    Softmax {
+        train_samples: usize,
+        predict_samples: usize,
+    },
+    /// Tests only: y_n = targets[n] + N(0, noise) with "class" n the row's index, one latent.
+    #[cfg(test)]
+    Gaussian {
+        targets: Vec<f64>,
+        noise: f64,
+    },
+}
+
+fn normal_draws(n: usize, c: usize, rng: &mut Pcg64) -> Vec<Vec<f64>> {
+    (0..n).map(|_| (0..c).map(|_| StandardNormal.sample(rng)).collect()).collect()
+}
+
+impl SvgpLikelihood {
+    /// E[log p(y | f)] under independent marginals; the softmax draws from `rng`.
+    pub fn expected_log_lik(&self, mean: &[f64], var: &[f64], y: usize, rng: &mut Pcg64) -> ExpectedLogLik {
+        match self {
+            SvgpLikelihood::RobustMax(rm) => rm.expected_log_lik(mean, var, y),
+            SvgpLikelihood::Softmax { train_samples, .. } => {
+                SoftmaxMc.expected_log_lik(mean, var, y, &normal_draws(*train_samples, mean.len(), rng))
+            }
+            #[cfg(test)]
+            SvgpLikelihood::Gaussian { targets, noise } => {
+                let r = targets[y] - mean[0];
+                ExpectedLogLik {
+                    value: -0.5 * (2.0 * std::f64::consts::PI * noise).ln() - (r * r + var[0]) / (2.0 * noise),
+                    d_mean: vec![r / noise],
+                    d_var: vec![-0.5 / noise],
+                }
+            }
+        }
+    }
+
+    /// Predictive class probabilities; the softmax draws from `rng`.
+    pub fn predictive(&self, mean: &[f64], var: &[f64], rng: &mut Pcg64) -> Vec<f64> {
+        match self {
+            SvgpLikelihood::RobustMax(rm) => rm.predictive(mean, var),
+            SvgpLikelihood::Softmax { predict_samples, .. } => {
+                SoftmaxMc.predictive(mean, var, &normal_draws(*predict_samples, mean.len(), rng))
+            }
+            #[cfg(test)]
+            SvgpLikelihood::Gaussian { .. } => vec![1.0],
+        }
+    }
+}
+
+/// Checked configuration of `method: svgp`.
+pub struct Svgp {
+    pub params: SvgpParams,
+    likelihood: SvgpLikelihood,
+}
+
+impl Method for Svgp {
+    fn name(&self) -> &'static str {
+        "svgp"
+    }
+
+    fn supports(&self, shape: &ProblemShape, kernels: &KernelSet, _hyper: HyperPolicy) -> Result<(), String> {
+        if shape.n_classes < 2 {
+            return Err("svgp: at least 2 classes".into());
+        }
+        if !kernels.is_shared() && kernels.kernels().len() != shape.n_classes {
+            return Err(format!("svgp: {} per-class kernels for {} classes", kernels.kernels().len(), shape.n_classes));
+        }
+        if self.params.inducing > shape.n_train {
+            return Err(format!("svgp: {} inducing inputs but only {} training rows", self.params.inducing, shape.n_train));
+        }
+        Ok(())
+    }
+
+    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
+        fit::train(self, problem, kernels, hyper, ctx)
+    }
+}

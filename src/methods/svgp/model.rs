@@ -1,0 +1,150 @@
+//! The sparse model: kernels, inducing inputs Z, the factor of K(Z, Z) per kernel and q(v^c)
+//! per class; its marginals q(f_n^c) and the predictive.
+use super::posterior::{kmm_factor, Posterior};
+use super::SvgpLikelihood;
+use crate::kernels::KernelSet;
+use crate::linalg::Chol;
+use crate::methods::{Diagnostics, Evidence, FitError, Fitted, Prediction};
+use crate::results::EvidenceKind;
+use faer::Mat;
+use ndarray::{s, Array2};
+use rand_pcg::Pcg64;
+
+/// Rows per block when a large set is pushed through the model (bounds the [M, rows] buffers).
+pub(crate) const BLOCK_ROWS: usize = 2000;
+
+#[derive(Clone, Debug)]
+pub struct Sparse {
+    pub kernels: KernelSet,
+    pub z: Array2<f64>,
+    /// Factor of K(Z, Z) for each distinct kernel (one if shared).
+    pub chols: Vec<Chol>,
+    /// Gram K(Z, Z) of each distinct kernel (without jitter), for its gradient.
+    pub kmms: Vec<Mat<f64>>,
+    pub q: Vec<Posterior>,
+}
+
+/// What one kernel contributes at a block of rows: K(Z, X), A = L^{-1} K(Z, X), diag K(X, X).
+pub(crate) struct KernelBlock {
+    pub kmn: Mat<f64>,
+    pub a: Mat<f64>,
+    pub knn: Vec<f64>,
+}
+
+/// Marginal means and variances [rows, C] of q(f), with what the gradients need.
+pub(crate) struct Marginals {
+    pub mean: Array2<f64>,
+    pub var: Array2<f64>,
+    pub blocks: Vec<KernelBlock>,
+    /// S_c A for each class c (A of its kernel).
+    pub sa: Vec<Mat<f64>>,
+}
+
+impl Sparse {
+    pub fn new(kernels: KernelSet, z: Array2<f64>, q: Vec<Posterior>) -> Result<Sparse, FitError> {
+        let mut chols = Vec::new();
+        let mut kmms = Vec::new();
+        for (i, k) in kernels.kernels().iter().enumerate() {
+            let kmm = k.gram(&z);
+            let what = if kernels.is_shared() { "the shared kernel".to_string() } else { format!("class {}", i + 1) };
+            chols.push(kmm_factor(&kmm, &what)?);
+            kmms.push(kmm);
+        }
+        Ok(Sparse { kernels, z, chols, kmms, q })
+    }
+
+    pub fn n_classes(&self) -> usize {
+        self.q.len()
+    }
+
+    /// Index of the kernel of class c.
+    pub fn kernel_of(&self, c: usize) -> usize {
+        if self.kernels.is_shared() {
+            0
+        } else {
+            c
+        }
+    }
+
+    pub fn jitter(&self) -> f64 {
+        self.chols.iter().map(|c| c.jitter()).fold(0.0, f64::max)
+    }
+
+    pub(crate) fn marginals(&self, x: &Array2<f64>) -> Marginals {
+        let blocks: Vec<KernelBlock> = self
+            .kernels
+            .kernels()
+            .iter()
+            .zip(&self.chols)
+            .map(|(k, chol)| {
+                let kmn = k.cross_many(&self.z, x);
+                let a = chol.solve_l_par(kmn.as_ref());
+                KernelBlock { knn: k.diag(x), kmn, a }
+            })
+            .collect();
+        let (n, c) = (x.nrows(), self.n_classes());
+        let mut mean = Array2::zeros((n, c));
+        let mut var = Array2::zeros((n, c));
+        let mut sa = Vec::with_capacity(c);
+        for class in 0..c {
+            let b = &blocks[self.kernel_of(class)];
+            let m = self.q[class].mean();
+            let s_a = self.q[class].cov_times(b.a.as_ref());
+            for j in 0..n {
+                let (mut mu, mut aa, mut asa) = (0.0, 0.0, 0.0);
+                for i in 0..b.a.nrows() {
+                    let aij = b.a[(i, j)];
+                    mu += aij * m[i];
+                    aa += aij * aij;
+                    asa += aij * s_a[(i, j)];
+                }
+                mean[(j, class)] = mu;
+                // Clamped: rounding can take k(x, x) - a^T a a hair below zero.
+                var[(j, class)] = (b.knn[j] - aa + asa).max(1e-12);
+            }
+            sa.push(s_a);
+        }
+        Marginals { mean, var, blocks, sa }
+    }
+}
+
+/// A fitted SVGP.
+pub struct SvgpModel {
+    pub(crate) sparse: Sparse,
+    pub(crate) likelihood: SvgpLikelihood,
+    pub(crate) evidence: Option<f64>,
+    pub(crate) diagnostics: Diagnostics,
+}
+
+impl Fitted for SvgpModel {
+    fn predict(&self, x: &Array2<f64>, rng: &mut Pcg64) -> Result<Prediction, FitError> {
+        let c = self.sparse.n_classes();
+        let mut probs = Array2::zeros((x.nrows(), c));
+        for start in (0..x.nrows()).step_by(BLOCK_ROWS) {
+            let end = (start + BLOCK_ROWS).min(x.nrows());
+            let block = x.slice(s![start..end, ..]).to_owned();
+            let m = self.sparse.marginals(&block);
+            for j in 0..end - start {
+                let p = self.likelihood.predictive(m.mean.row(j).as_slice().expect("row"), m.var.row(j).as_slice().expect("row"), rng);
+                probs.row_mut(start + j).assign(&ndarray::Array1::from(p));
+            }
+        }
+        let mut prediction = Prediction::new(probs);
+        prediction.jitter = self.sparse.jitter();
+        Ok(prediction)
+    }
+
+    fn evidence(&self) -> Option<Evidence> {
+        self.evidence.map(|v| Evidence::new(v, EvidenceKind::LowerBound))
+    }
+
+    fn kernels(&self) -> KernelSet {
+        self.sparse.kernels.clone()
+    }
+
+    fn diagnostics(&self) -> Diagnostics {
+        let mut d = self.diagnostics.clone();
+        d.jitter = Some(self.sparse.jitter());
+        d
+    }
+}

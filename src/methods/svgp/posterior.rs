@@ -1,0 +1,106 @@
+//! q(v^c) = N(m, S) of one class's whitened inducing values (u = L v, Kmm = L L^T): held in
+//! natural parameters when natural gradients move it, or as (m, lower-triangular sqrt of S)
+//! when Adam moves everything (GPflow's q_mu, q_sqrt).
+use crate::linalg::{matmul_par, Chol};
+use crate::scalable::NaturalGaussian;
+use faer::{Mat, MatRef};
+
+#[derive(Clone, Debug)]
+pub enum Posterior {
+    Natural(NaturalGaussian),
+    Sqrt { mean: Vec<f64>, l: Mat<f64> },
+}
+
+impl Posterior {
+    pub fn mean(&self) -> &[f64] {
+        match self {
+            Posterior::Natural(q) => q.mean(),
+            Posterior::Sqrt { mean, .. } => mean,
+        }
+    }
+
+    /// S A.
+    pub fn cov_times(&self, a: MatRef<'_, f64>) -> Mat<f64> {
+        match self {
+            Posterior::Natural(q) => q.cov_times(a),
+            Posterior::Sqrt { l, .. } => matmul_par(l.as_ref(), matmul_par(l.transpose(), a).as_ref()),
+        }
+    }
+
+    /// KL(q || N(0, I)).
+    pub fn kl(&self) -> f64 {
+        match self {
+            Posterior::Natural(q) => q.kl_standard(),
+            Posterior::Sqrt { mean, l } => {
+                let m = mean.len();
+                let (mut tr, mut logdet) = (0.0, 0.0);
+                for j in 0..m {
+                    logdet += 2.0 * l[(j, j)].abs().ln();
+                    for i in j..m {
+                        tr += l[(i, j)] * l[(i, j)];
+                    }
+                }
+                0.5 * (tr + mean.iter().map(|v| v * v).sum::<f64>() - m as f64 - logdet)
+            }
+        }
+    }
+
+    /// For the Adam parameterisation: gradients of E[log lik] - KL w.r.t. (m, lower entries of
+    /// L, column by column), given the expected log-likelihood's g_m and symmetric g_S.
+    /// d/dL: 2 g_S L from the likelihood; -(L - L^{-T}) from the KL.
+    pub fn sqrt_grads(mean: &[f64], l: &Mat<f64>, g_m: &[f64], g_s: &Mat<f64>) -> Vec<f64> {
+        let m = mean.len();
+        let mut out: Vec<f64> = mean.iter().zip(g_m).map(|(v, g)| g - v).collect();
+        let gl = g_s * l;
+        // L^{-T}: the KL's log-determinant term; L is triangular, so L^{-T} is upper and its
+        // lower part is the diagonal 1 / L_jj.
+        for j in 0..m {
+            for i in j..m {
+                let kl = l[(i, j)] - if i == j { 1.0 / l[(j, j)] } else { 0.0 };
+                out.push(2.0 * gl[(i, j)] - kl);
+            }
+        }
+        out
+    }
+
+    /// Number of free values of the sqrt parameterisation for M inducing values.
+    pub fn n_sqrt_params(m: usize) -> usize {
+        m + m * (m + 1) / 2
+    }
+
+    /// The sqrt parameterisation from a flat vector (layout of `sqrt_grads`).
+    pub fn sqrt_from_flat(m: usize, v: &[f64]) -> Posterior {
+        let mean = v[..m].to_vec();
+        let mut l = Mat::zeros(m, m);
+        let mut at = m;
+        for j in 0..m {
+            for i in j..m {
+                l[(i, j)] = v[at];
+                at += 1;
+            }
+        }
+        Posterior::Sqrt { mean, l }
+    }
+
+    /// Flat (m, lower L) of a sqrt posterior.
+    pub fn sqrt_to_flat(&self) -> Vec<f64> {
+        match self {
+            Posterior::Sqrt { mean, l } => {
+                let m = mean.len();
+                let mut v = mean.clone();
+                for j in 0..m {
+                    for i in j..m {
+                        v.push(l[(i, j)]);
+                    }
+                }
+                v
+            }
+            Posterior::Natural(_) => unreachable!("natural-parameter posteriors are not flattened"),
+        }
+    }
+}
+
+/// The prior-side factor of one kernel: K(Z, Z) = L L^T with its jitter.
+pub(crate) fn kmm_factor(kmm: &Mat<f64>, class_or_shared: &str) -> Result<Chol, crate::linalg::LinalgError> {
+    Chol::factor_with_jitter(kmm.as_ref(), &format!("K(Z, Z) of {class_or_shared}"))
+}

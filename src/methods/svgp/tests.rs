@@ -1,0 +1,207 @@
+//! SVGP against mathematics: the Gaussian-likelihood identities, finite-difference gradients,
+//! an unbiased minibatch estimate, and a fit that learns.
+use super::elbo::{self, Wants};
+use super::model::Sparse;
+use super::posterior::Posterior;
+use super::*;
+use crate::kernels::{KernelSet, SqExp};
+use crate::linalg::Chol;
+use crate::scalable::NaturalGaussian;
+use faer::Mat;
+use ndarray::Array2;
+use rand::{RngExt, SeedableRng};
+
+fn se(l: f64, s2: f64) -> SqExp {
+    SqExp { log_variance: s2.ln(), log_lengthscales: vec![l.ln()], learn_variance: true }
+}
+
+fn inputs(n: usize, d: usize, seed: u64) -> Array2<f64> {
+    let mut rng = Pcg64::seed_from_u64(seed);
+    Array2::from_shape_fn((n, d), |_| rng.random_range(-2.0..2.0))
+}
+
+#[test]
+fn with_z_equal_x_and_a_gaussian_likelihood_one_natural_step_is_exact_and_the_elbo_is_the_evidence() {
+    let x = inputs(6, 1, 1);
+    let targets = vec![0.3, -0.8, 1.1, 0.2, -0.4, 0.9];
+    let noise = 0.1;
+    let lik = SvgpLikelihood::Gaussian { targets: targets.clone(), noise };
+    let kernels = KernelSet::shared_se(&se(0.9, 1.3));
+    let rows: Vec<usize> = (0..6).collect();
+    // An arbitrary starting q.
+    let start = NaturalGaussian::from_mean_precision(
+        vec![0.5, -1.0, 0.2, 0.0, 0.3, -0.2],
+        Mat::from_fn(6, 6, |i, j| if i == j { 2.0 } else { 0.1 }),
+    )
+    .unwrap();
+    let mut sparse = Sparse::new(kernels.clone(), x.clone(), vec![Posterior::Natural(start)]).unwrap();
+    let mut rng = Pcg64::seed_from_u64(0);
+    let g = elbo::block(&sparse, &x, &rows, &lik, &mut rng, 1.0, Wants { q: true, inputs: false });
+    let Posterior::Natural(q) = &mut sparse.q[0] else { unreachable!() };
+    q.step(&g.g_m[0], g.g_s[0].as_ref(), Mat::<f64>::identity(6, 6).as_ref(), 1.0).unwrap();
+
+    // Exact: u | y ~ N(K (K + s2 I)^{-1} y, K - K (K + s2 I)^{-1} K); v = L^{-1} u.
+    let k = kernels.class(0).gram(&x);
+    let ky = Chol::factor(Mat::from_fn(6, 6, |i, j| k[(i, j)] + if i == j { noise } else { 0.0 }).as_ref(), "K + s2 I").unwrap();
+    let alpha = ky.solve_vec(&targets);
+    let mean_u = crate::linalg::matvec(k.as_ref(), &alpha);
+    let lk = &sparse.chols[0];
+    let want_v = crate::linalg::to_vec(lk.solve_l(crate::linalg::col(&mean_u).as_ref()).as_ref());
+    for (a, b) in sparse.q[0].mean().iter().zip(&want_v) {
+        assert!((a - b).abs() < 1e-9, "posterior mean {:?} vs exact {want_v:?}", sparse.q[0].mean());
+    }
+    // log N(y | 0, K + s2 I).
+    let exact = -0.5 * crate::linalg::dot(&targets, &alpha) - 0.5 * ky.log_det() - 3.0 * (2.0 * std::f64::consts::PI).ln();
+    let bound = elbo::full_elbo(&sparse, &x, &rows, &lik, &mut rng);
+    assert!((bound - exact).abs() < 1e-8, "ELBO {bound} vs log marginal likelihood {exact}");
+}
+
+/// A 3-class problem with M = 4 inducing inputs, and a q with some structure.
+fn problem(per_class: bool, natural: bool) -> (Sparse, Array2<f64>, Vec<usize>) {
+    let x = inputs(9, 2, 2);
+    let y: Vec<usize> = (0..9).map(|i| i % 3).collect();
+    let z = inputs(4, 2, 3);
+    let kernels = if per_class {
+        KernelSet::per_class(
+            (0..3).map(|c| Box::new(se(0.8 + 0.2 * c as f64, 1.0 + 0.3 * c as f64)) as Box<dyn crate::kernels::Kernel>).collect(),
+        )
+    } else {
+        KernelSet::shared_se(&se(1.1, 1.7))
+    };
+    let mut rng = Pcg64::seed_from_u64(4);
+    let q = (0..3)
+        .map(|_| {
+            let mean: Vec<f64> = (0..4).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let l = Mat::from_fn(4, 4, |i, j| {
+                if i == j {
+                    0.5 + rng.random_range(0.0..0.5)
+                } else if i > j {
+                    0.2 * rng.random_range(-1.0..1.0)
+                } else {
+                    0.0
+                }
+            });
+            if natural {
+                let s = &l * l.transpose();
+                let prec = Chol::factor(s.as_ref(), "S").unwrap().solve(Mat::<f64>::identity(4, 4).as_ref());
+                let prec = Mat::from_fn(4, 4, |i, j| 0.5 * (prec[(i, j)] + prec[(j, i)]));
+                Posterior::Natural(NaturalGaussian::from_mean_precision(mean, prec).unwrap())
+            } else {
+                Posterior::Sqrt { mean, l }
+            }
+        })
+        .collect();
+    (Sparse::new(kernels, z, q).unwrap(), x, y)
+}
+
+fn fd(x: &[f64], f: impl Fn(&[f64]) -> f64) -> Vec<f64> {
+    let h = 1e-6;
+    (0..x.len())
+        .map(|i| {
+            let (mut a, mut b) = (x.to_vec(), x.to_vec());
+            a[i] += h;
+            b[i] -= h;
+            (f(&a) - f(&b)) / (2.0 * h)
+        })
+        .collect()
+}
+
+fn assert_close(what: &str, got: &[f64], want: &[f64]) {
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() < 1e-5 * (1.0 + w.abs()), "{what}[{i}]: analytic {g} vs finite difference {w}");
+    }
+}
+
+#[test]
+fn elbo_gradients_in_kernel_parameters_inducing_inputs_and_q_match_finite_differences() {
+    let lik = SvgpLikelihood::RobustMax(crate::likelihoods::marginal::RobustMax::new(1e-3, 20));
+    let scale = 2.5;
+    for per_class in [false, true] {
+        let (sparse, x, y) = problem(per_class, false);
+        let ell = |s: &Sparse| scale * elbo::block(s, &x, &y, &lik, &mut Pcg64::seed_from_u64(0), scale, Wants::default()).ell;
+        let g = elbo::block(&sparse, &x, &y, &lik, &mut Pcg64::seed_from_u64(0), scale, Wants { q: true, inputs: true });
+        let inputs = g.inputs.as_ref().unwrap();
+        let p0 = sparse.kernels.log_params();
+        let with = |p: &[f64], z: &Array2<f64>| Sparse::new(sparse.kernels.with_log_params(p), z.clone(), sparse.q.clone()).unwrap();
+        assert_close(&format!("per_class={per_class} kernel"), &inputs.params, &fd(&p0, |p| ell(&with(p, &sparse.z))));
+        let z0: Vec<f64> = sparse.z.iter().copied().collect();
+        let gz: Vec<f64> = inputs.z.iter().copied().collect();
+        assert_close(
+            &format!("per_class={per_class} Z"),
+            &gz,
+            &fd(&z0, |v| ell(&with(&p0, &Array2::from_shape_vec(sparse.z.dim(), v.to_vec()).unwrap()))),
+        );
+        // q: the Adam parameterisation's gradient of E[log lik] - KL, class by class.
+        for class in 0..3 {
+            let flat = sparse.q[class].sqrt_to_flat();
+            let Posterior::Sqrt { mean, l } = &sparse.q[class] else { unreachable!() };
+            let got = Posterior::sqrt_grads(mean, l, &g.g_m[class], &g.g_s[class]);
+            let objective = |v: &[f64]| {
+                let mut q = sparse.q.clone();
+                q[class] = Posterior::sqrt_from_flat(4, v);
+                let s = Sparse { q, ..sparse.clone() };
+                ell(&s) - s.q[class].kl()
+            };
+            assert_close(&format!("per_class={per_class} q{class}"), &got, &fd(&flat, objective));
+        }
+    }
+}
+
+#[test]
+fn natural_and_sqrt_posteriors_give_the_same_marginals_and_kl() {
+    let (a, x, _) = problem(false, false);
+    let (b, _, _) = problem(false, true);
+    let (ma, mb) = (a.marginals(&x), b.marginals(&x));
+    for (u, v) in ma.mean.iter().zip(mb.mean.iter()).chain(ma.var.iter().zip(mb.var.iter())) {
+        assert!((u - v).abs() < 1e-10);
+    }
+    for c in 0..3 {
+        assert!((a.q[c].kl() - b.q[c].kl()).abs() < 1e-10);
+    }
+}
+
+#[test]
+fn a_minibatch_estimate_is_unbiased_over_an_epoch() {
+    let lik = SvgpLikelihood::RobustMax(crate::likelihoods::marginal::RobustMax::new(1e-3, 20));
+    let (sparse, x, y) = problem(false, true);
+    let n = x.nrows();
+    let full = elbo::full_elbo(&sparse, &x, &y, &lik, &mut Pcg64::seed_from_u64(0));
+    let kl: f64 = sparse.q.iter().map(|q| q.kl()).sum();
+    let mut batches = crate::scalable::Minibatches::new(n, 3, 5);
+    let estimates: Vec<f64> = (0..batches.batches_per_epoch())
+        .map(|_| {
+            let rows = batches.next_batch();
+            let xb = x.select(ndarray::Axis(0), &rows);
+            let yb: Vec<usize> = rows.iter().map(|&i| y[i]).collect();
+            let scale = n as f64 / rows.len() as f64;
+            scale * elbo::block(&sparse, &xb, &yb, &lik, &mut Pcg64::seed_from_u64(0), scale, Wants::default()).ell - kl
+        })
+        .collect();
+    let mean = estimates.iter().sum::<f64>() / estimates.len() as f64;
+    assert!((mean - full).abs() < 1e-10 * full.abs(), "mean of an epoch's estimates {mean} vs full ELBO {full}");
+    assert!(estimates.iter().any(|e| (e - full).abs() > 1e-6), "the batches differ from each other");
+}
+
+#[test]
+fn training_raises_the_elbo_and_separates_three_blobs() {
+    use crate::methods::{FitContext, HyperPolicy, Problem};
+    let mut rng = Pcg64::seed_from_u64(8);
+    let centres = [[0.0, 2.0], [2.0, -1.0], [-2.0, -1.0]];
+    let x = Array2::from_shape_fn((150, 2), |(i, d)| centres[i % 3][d] + 0.6 * rng.random_range(-1.0..1.0));
+    let y: Vec<usize> = (0..150).map(|i| i % 3).collect();
+    for (likelihood, optimizer) in [("robust_max", "natgrad_adam"), ("softmax", "natgrad_adam"), ("robust_max", "adam")] {
+        let settings = serde_json::json!({ "inducing": 10, "batch_size": 30, "max_iters": 300, "likelihood": likelihood, "optimizer": optimizer, "adam_lr": 0.03 });
+        let method = crate::methods::build("svgp", &settings).unwrap();
+        let kernels = KernelSet::shared_se(&se(1.0, 1.0));
+        let problem = Problem { x: &x, y: &y, n_classes: 3 };
+        let mut fit_rng = Pcg64::seed_from_u64(1);
+        let mut ctx = FitContext::new(&mut fit_rng, None);
+        let model = method.fit(&problem, &kernels, HyperPolicy::Learn, &mut ctx).unwrap();
+        let probs = model.predict(&x, &mut Pcg64::seed_from_u64(2)).unwrap().probs;
+        let errors = (0..150).filter(|&i| crate::linalg::argmax(probs.row(i).as_slice().unwrap()) != y[i]).count();
+        assert!(errors <= 3, "{likelihood}/{optimizer}: {errors} training errors of 150");
+        // The prior q (the start) has ELBO = N E[log lik at f ~ prior]; the fit must beat it.
+        let evidence = model.evidence().unwrap().value;
+        assert!(evidence > -150.0 * (3.0f64).ln(), "{likelihood}/{optimizer}: ELBO {evidence} no better than guessing");
+    }
+}

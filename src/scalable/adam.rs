@@ -1,0 +1,115 @@
+//! Adam (Kingma & Ba 2015) on a flat parameter vector, with a learning-rate schedule.
+//!
+//! Written here rather than taken from a crate: the Rust optimiser crates (argmin, which the
+//! harness uses for L-BFGS, among them) offer no Adam over a plain slice with a per-step
+//! schedule and a mask of frozen parameters; the update is a few lines and is tested below.
+use serde::{Deserialize, Serialize};
+
+/// A step size per iteration t (from 1): a constant, or base (t + tau)^-kappa.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged, deny_unknown_fields)]
+pub enum LearningRate {
+    Constant(f64),
+    Decay { base: f64, tau: f64, kappa: f64 },
+}
+
+impl LearningRate {
+    pub fn at(&self, t: u64) -> f64 {
+        match *self {
+            LearningRate::Constant(r) => r,
+            LearningRate::Decay { base, tau, kappa } => base * (t as f64 + tau).powf(-kappa),
+        }
+    }
+
+    pub fn validate(&self, field: &str) -> Result<(), String> {
+        let ok = match *self {
+            LearningRate::Constant(r) => r.is_finite() && r > 0.0,
+            LearningRate::Decay { base, tau, kappa } => {
+                base.is_finite() && base > 0.0 && tau.is_finite() && tau >= 0.0 && kappa.is_finite() && kappa >= 0.0
+            }
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(format!("{field}: a positive rate, or {{base > 0, tau >= 0, kappa >= 0}} for base (t + tau)^-kappa"))
+        }
+    }
+}
+
+/// Adam state for n parameters; `step` descends (minimises).
+#[derive(Clone, Debug)]
+pub struct Adam {
+    rate: LearningRate,
+    beta1: f64,
+    beta2: f64,
+    eps: f64,
+    m: Vec<f64>,
+    v: Vec<f64>,
+    t: u64,
+}
+
+impl Adam {
+    /// The usual constants: beta1 = 0.9, beta2 = 0.999, eps = 1e-8 (as TensorFlow's 1e-7 only
+    /// matters for gradients near zero).
+    pub fn new(n: usize, rate: LearningRate) -> Self {
+        Adam { rate, beta1: 0.9, beta2: 0.999, eps: 1e-8, m: vec![0.0; n], v: vec![0.0; n], t: 0 }
+    }
+
+    /// One step x <- x - rate(t) mhat / (sqrt(vhat) + eps) on the parameters marked free.
+    pub fn step(&mut self, x: &mut [f64], grad: &[f64], free: &[bool]) {
+        assert_eq!(x.len(), self.m.len());
+        assert_eq!(grad.len(), self.m.len());
+        self.t += 1;
+        let lr = self.rate.at(self.t);
+        let (c1, c2) = (1.0 - self.beta1.powi(self.t as i32), 1.0 - self.beta2.powi(self.t as i32));
+        for i in 0..x.len() {
+            if !free[i] {
+                continue;
+            }
+            self.m[i] = self.beta1 * self.m[i] + (1.0 - self.beta1) * grad[i];
+            self.v[i] = self.beta2 * self.v[i] + (1.0 - self.beta2) * grad[i] * grad[i];
+            x[i] -= lr * (self.m[i] / c1) / ((self.v[i] / c2).sqrt() + self.eps);
+        }
+    }
+
+    pub fn steps_done(&self) -> u64 {
+        self.t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_step_has_the_rate_as_its_length_and_frozen_parameters_stay() {
+        // mhat = g, vhat = g^2 at t = 1: the step is rate * sign(g) (up to eps).
+        let mut adam = Adam::new(3, LearningRate::Constant(0.1));
+        let mut x = [1.0, -2.0, 5.0];
+        adam.step(&mut x, &[3.0, -0.01, 7.0], &[true, true, false]);
+        assert!((x[0] - 0.9).abs() < 1e-8 && (x[1] + 1.9).abs() < 1e-6 && x[2] == 5.0);
+    }
+
+    #[test]
+    fn adam_minimises_an_ill_conditioned_quadratic() {
+        // f = 1/2 (x0^2 + 100 x1^2), minimum at 0.
+        let mut adam = Adam::new(2, LearningRate::Decay { base: 0.5, tau: 1.0, kappa: 0.5 });
+        let mut x = [3.0, -2.0];
+        for _ in 0..3000 {
+            let g = [x[0], 100.0 * x[1]];
+            adam.step(&mut x, &g, &[true, true]);
+        }
+        assert!(x[0].abs() < 1e-2 && x[1].abs() < 1e-2, "{x:?}");
+        assert_eq!(adam.steps_done(), 3000);
+    }
+
+    #[test]
+    fn schedules_follow_their_formula() {
+        let r = LearningRate::Decay { base: 2.0, tau: 3.0, kappa: 0.5 };
+        assert!((r.at(1) - 1.0).abs() < 1e-15 && (r.at(13) - 0.5).abs() < 1e-15);
+        assert_eq!(LearningRate::Constant(0.01).at(1000), 0.01);
+        assert!(LearningRate::Constant(-1.0).validate("lr").is_err());
+        let parsed: LearningRate = serde_norway::from_str("{base: 0.1, tau: 1, kappa: 0.6}").unwrap();
+        assert_eq!(parsed, LearningRate::Decay { base: 0.1, tau: 1.0, kappa: 0.6 });
+    }
+}

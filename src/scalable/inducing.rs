@@ -1,0 +1,133 @@
+//! Initial inducing inputs Z: a random subset of the training inputs (pooled or per class),
+//! or k-means centres (pooled or per class), k-means on a seeded subsample for large sets.
+use super::kmeans::kmeans;
+use crate::data::allocate;
+use ndarray::{Array2, Axis};
+use rand::seq::index::sample;
+use rand_pcg::Pcg64;
+use serde::{Deserialize, Serialize};
+
+fn default_subsample() -> usize {
+    20_000
+}
+fn default_kmeans_iters() -> usize {
+    100
+}
+
+/// `inducing: {init: ...}` of a sparse method.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "init", rename_all = "snake_case", deny_unknown_fields)]
+pub enum InducingInit {
+    /// M training inputs drawn without replacement; `per_class`: each class gives its share
+    /// of M in proportion to its size (largest remainder, at least one per class present).
+    Random {
+        #[serde(default)]
+        per_class: bool,
+    },
+    /// k-means centres of at most `subsample` random training inputs; `per_class` (class-
+    /// weighted k-means): each class's share of M from k-means on that class's rows.
+    Kmeans {
+        #[serde(default)]
+        per_class: bool,
+        #[serde(default = "default_subsample")]
+        subsample: usize,
+        #[serde(default = "default_kmeans_iters")]
+        max_iters: usize,
+    },
+}
+
+impl Default for InducingInit {
+    fn default() -> Self {
+        InducingInit::Kmeans { per_class: false, subsample: default_subsample(), max_iters: default_kmeans_iters() }
+    }
+}
+
+/// What initialisation did, for the cell's diagnostics.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InitReport {
+    /// Training rows k-means ran on (0 for a random subset).
+    pub kmeans_rows: usize,
+    pub kmeans_iterations: usize,
+}
+
+/// M initial inducing inputs from the training inputs `x` with classes `y`.
+pub fn initial_inducing(
+    x: &Array2<f64>,
+    y: &[usize],
+    n_classes: usize,
+    m: usize,
+    init: &InducingInit,
+    rng: &mut Pcg64,
+) -> Result<(Array2<f64>, InitReport), String> {
+    let n = x.nrows();
+    if m == 0 || m > n {
+        return Err(format!("{m} inducing inputs for {n} training rows: need 1 <= M <= N"));
+    }
+    let groups: Vec<Vec<usize>> = match init {
+        InducingInit::Random { per_class: true } | InducingInit::Kmeans { per_class: true, .. } => {
+            let mut g = vec![Vec::new(); n_classes];
+            y.iter().enumerate().for_each(|(i, &c)| g[c].push(i));
+            g.retain(|g| !g.is_empty());
+            if m < g.len() {
+                return Err(format!("per-class inducing inputs: M = {m} is fewer than the {} classes present", g.len()));
+            }
+            g
+        }
+        _ => vec![(0..n).collect()],
+    };
+    // Every group present gets at least one: allocate M - groups, then add one each.
+    let sizes: Vec<usize> = groups.iter().map(|g| g.len()).collect();
+    let extra = allocate(m - groups.len(), &sizes.iter().map(|s| s - 1).collect::<Vec<_>>());
+    let shares: Vec<usize> = extra.iter().map(|e| e + 1).collect();
+    let mut report = InitReport::default();
+    let mut parts = Vec::new();
+    for (rows, &k) in groups.iter().zip(&shares) {
+        match init {
+            InducingInit::Random { .. } => {
+                let pick: Vec<usize> = sample(rng, rows.len(), k).into_iter().map(|i| rows[i]).collect();
+                parts.push(x.select(Axis(0), &pick));
+            }
+            InducingInit::Kmeans { subsample, max_iters, .. } => {
+                let used: Vec<usize> = if rows.len() > *subsample {
+                    let mut s: Vec<usize> = sample(rng, rows.len(), *subsample).into_iter().map(|i| rows[i]).collect();
+                    s.sort_unstable();
+                    s
+                } else {
+                    rows.clone()
+                };
+                let km = kmeans(&x.select(Axis(0), &used), k.min(used.len()), *max_iters, rng);
+                report.kmeans_rows += used.len();
+                report.kmeans_iterations = report.kmeans_iterations.max(km.iterations);
+                parts.push(km.centres);
+            }
+        }
+    }
+    let views: Vec<_> = parts.iter().map(|p| p.view()).collect();
+    let z = ndarray::concatenate(Axis(0), &views).map_err(|e| e.to_string())?;
+    Ok((z, report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn shares_follow_class_sizes_and_rows_come_from_the_data() {
+        let x = Array2::from_shape_fn((40, 2), |(i, d)| (i * 2 + d) as f64);
+        let y: Vec<usize> = (0..40).map(|i| if i < 30 { 0 } else { 1 }).collect();
+        let mut rng = Pcg64::seed_from_u64(1);
+        let (z, _) = initial_inducing(&x, &y, 2, 8, &InducingInit::Random { per_class: true }, &mut rng).unwrap();
+        assert_eq!(z.nrows(), 8);
+        let class_of = |r: ndarray::ArrayView1<f64>| if r[0] < 60.0 { 0 } else { 1 };
+        let from_0 = z.rows().into_iter().filter(|r| class_of(*r) == 0).count();
+        assert_eq!(from_0, 6, "30:10 rows give 6:2 of 8");
+        for r in z.rows() {
+            assert!(x.rows().into_iter().any(|xr| xr == r));
+        }
+        let (z, report) =
+            initial_inducing(&x, &y, 2, 5, &InducingInit::Kmeans { per_class: false, subsample: 20, max_iters: 50 }, &mut rng).unwrap();
+        assert_eq!((z.nrows(), report.kmeans_rows), (5, 20));
+        assert!(initial_inducing(&x, &y, 2, 41, &InducingInit::default(), &mut rng).is_err());
+    }
+}

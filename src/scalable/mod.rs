@@ -1,0 +1,14 @@
+//! Machinery shared by the scalable (sparse, stochastic) methods, one place each:
+//! inducing-input initialisation ([`inducing`], with [`kmeans`]), minibatch streams
+//! ([`minibatch`]), Adam with learning-rate schedules ([`adam`]), and natural-gradient steps
+//! for a Gaussian q(u) ([`natgrad`]).
+pub mod adam;
+pub mod inducing;
+pub mod kmeans;
+pub mod minibatch;
+pub mod natgrad;
+
+pub use adam::{Adam, LearningRate};
+pub use inducing::{initial_inducing, InducingInit};
+pub use minibatch::Minibatches;
+pub use natgrad::NaturalGaussian;
