@@ -173,6 +173,7 @@ fn figure(id: &str, kind: FigureKind, metric: Option<&str>) -> FigureSpec {
         methods: vec![],
         datasets: vec![],
         log_x: false,
+        reference: vec![],
         caption: None,
     }
 }
@@ -184,6 +185,10 @@ fn figures() -> Vec<FigureSpec> {
     trace.trace = Some("log_evidence".into());
     trace.trace_x = Some("time".into());
     trace.log_x = true;
+    let mut curve = figure("fig-curve", FigureKind::Curve, None);
+    curve.trace = Some("log_evidence".into());
+    curve.reference =
+        vec![mcgp::spec::ReferenceCurve { label: "peer run".into(), dataset: Some("alpha".into()), points: vec![[0.5, -40.0], [2.0, -35.0]] }];
     let mut multi = figure("fig-multi", FigureKind::Errorbar, None);
     multi.metrics = vec!["error_pct".into(), "log_pred_sum".into()];
     multi.interval = Interval::Ci95;
@@ -194,6 +199,7 @@ fn figures() -> Vec<FigureSpec> {
         figure("fig-hist", FigureKind::Histogram, Some("hp_variance")),
         scatter,
         trace,
+        curve,
         figure("fig-empty", FigureKind::Errorbar, Some("no_such_metric")),
     ]
 }

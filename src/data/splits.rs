@@ -43,13 +43,16 @@ pub enum SplitProtocol {
         test_size: Option<usize>,
     },
     /// k-fold cross-validation, `repeats` times with fresh shuffles; split index =
-    /// repeat * k + fold.
+    /// repeat * k + fold. `test_size` caps each test fold (Galy-Fajou et al.: 10k) at its
+    /// first rows in the shuffled order; the training rows stay all the other folds.
     Kfold {
         k: usize,
         #[serde(default = "one")]
         repeats: usize,
         #[serde(default)]
         stratify: bool,
+        #[serde(default)]
+        test_size: Option<usize>,
     },
     /// The dataset's own train/test files (one split).
     Fixed,
@@ -83,7 +86,10 @@ impl SplitProtocol {
                     return Err("test_size must be at least 1, found 0".into());
                 }
             }
-            SplitProtocol::Kfold { k, repeats, .. } => {
+            SplitProtocol::Kfold { k, repeats, test_size, .. } => {
+                if *test_size == Some(0) {
+                    return Err("test_size must be at least 1, found 0".into());
+                }
                 if *k < 2 {
                     return Err(format!("k must be at least 2, found {k}"));
                 }
@@ -115,9 +121,10 @@ impl SplitProtocol {
                 s.push(']');
                 s
             }
-            SplitProtocol::Kfold { k, repeats, stratify } => {
-                format!("kfold[k={k},repeats={repeats},stratify={stratify}]")
-            }
+            SplitProtocol::Kfold { k, repeats, stratify, test_size } => match test_size {
+                None => format!("kfold[k={k},repeats={repeats},stratify={stratify}]"),
+                Some(t) => format!("kfold[k={k},repeats={repeats},stratify={stratify},test_size={t}]"),
+            },
             SplitProtocol::Fixed => "fixed".into(),
             SplitProtocol::File { path } => format!("file[path={path}]"),
         }
@@ -204,7 +211,7 @@ pub fn make_splits(protocol: &SplitProtocol, data: &Dataset, seed: u64, project_
                 })
                 .collect())
         }
-        SplitProtocol::Kfold { k, repeats, stratify } => {
+        SplitProtocol::Kfold { k, repeats, stratify, test_size } => {
             if *k > n {
                 return Err(protocol.error(data, format!("k = {k} folds need at least {k} rows, found {n}")));
             }
@@ -219,7 +226,12 @@ pub fn make_splits(protocol: &SplitProtocol, data: &Dataset, seed: u64, project_
                     fold_of[row] = pos % k;
                 }
                 for fold in 0..*k {
-                    let (test, train): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| fold_of[i] == fold);
+                    let (mut test, train): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| fold_of[i] == fold);
+                    if let Some(cap) = test_size.filter(|&cap| cap < test.len()) {
+                        // The fold's first rows in the shuffled order.
+                        test = order.iter().copied().filter(|&row| fold_of[row] == fold).take(cap).collect();
+                        test.sort_unstable();
+                    }
                     splits.push(Split { index: r * k + fold, train, test });
                 }
             }
@@ -512,10 +524,23 @@ mod tests {
     }
 
     #[test]
+    fn kfold_test_size_caps_each_test_fold_and_keeps_the_training_folds() {
+        let d = data(&[30, 20]);
+        let full = make_splits(&SplitProtocol::Kfold { k: 5, repeats: 1, stratify: false, test_size: None }, &d, 3, root()).unwrap();
+        let capped = make_splits(&SplitProtocol::Kfold { k: 5, repeats: 1, stratify: false, test_size: Some(4) }, &d, 3, root()).unwrap();
+        for (f, c) in full.iter().zip(&capped) {
+            assert_eq!(c.train, f.train, "training rows are the other folds, whole");
+            assert_eq!(c.test.len(), 4);
+            assert!(c.test.iter().all(|r| f.test.contains(r)), "the capped fold is part of the fold");
+        }
+        assert!(SplitProtocol::Kfold { k: 5, repeats: 1, stratify: false, test_size: Some(0) }.validate().is_err());
+    }
+
+    #[test]
     fn kfold_each_row_tested_once_per_repeat() {
         let d = data(&[23, 11, 9]);
         for stratify in [false, true] {
-            let p = SplitProtocol::Kfold { k: 5, repeats: 2, stratify };
+            let p = SplitProtocol::Kfold { k: 5, repeats: 2, stratify, test_size: None };
             let splits = make_splits(&p, &d, 11, root()).expect("splits");
             assert_eq!(splits.len(), 10);
             assert_eq!(p.n_splits(&d, root()).expect("n"), 10);
@@ -551,8 +576,8 @@ mod tests {
             assert_eq!(a[..], b[..3]);
             assert_eq!(a, make_splits(&random(0.7, 3, stratify), &d, 42, root()).expect("again"));
             assert_ne!(a, c);
-            let k1 = make_splits(&SplitProtocol::Kfold { k: 4, repeats: 1, stratify }, &d, 5, root()).expect("k1");
-            let k3 = make_splits(&SplitProtocol::Kfold { k: 4, repeats: 3, stratify }, &d, 5, root()).expect("k3");
+            let k1 = make_splits(&SplitProtocol::Kfold { k: 4, repeats: 1, stratify, test_size: None }, &d, 5, root()).expect("k1");
+            let k3 = make_splits(&SplitProtocol::Kfold { k: 4, repeats: 3, stratify, test_size: None }, &d, 5, root()).expect("k3");
             assert_eq!(k1[..], k3[..4]);
         }
     }
@@ -574,16 +599,19 @@ mod tests {
         assert_eq!(random(0.6, 50, false).label(), "random[train_fraction=0.6,repeats=50,stratify=false]");
         assert!(random(1.0, 5, false).validate().expect_err("fraction").contains("train_fraction"));
         assert!(random(0.5, 0, false).validate().expect_err("repeats").contains("repeats"));
-        let p = SplitProtocol::Kfold { k: 1, repeats: 1, stratify: false };
+        let p = SplitProtocol::Kfold { k: 1, repeats: 1, stratify: false, test_size: None };
         assert!(p.validate().expect_err("k").contains("k must be at least 2"));
-        assert_eq!(SplitProtocol::Kfold { k: 10, repeats: 1, stratify: true }.label(), "kfold[k=10,repeats=1,stratify=true]");
+        assert_eq!(
+            SplitProtocol::Kfold { k: 10, repeats: 1, stratify: true, test_size: None }.label(),
+            "kfold[k=10,repeats=1,stratify=true]"
+        );
         assert_eq!(SplitProtocol::Fixed.label(), "fixed");
     }
 
     #[test]
     fn serde_from_yaml() {
         let p: SplitProtocol = serde_norway::from_str("protocol: kfold\nk: 5\n").expect("kfold");
-        assert_eq!(p, SplitProtocol::Kfold { k: 5, repeats: 1, stratify: false });
+        assert_eq!(p, SplitProtocol::Kfold { k: 5, repeats: 1, stratify: false, test_size: None });
         let p: SplitProtocol =
             serde_norway::from_str("protocol: random\ntrain_fraction: 0.6\nrepeats: 50\ntrain_size: 300\n").expect("random");
         assert_eq!(p, SplitProtocol::Random { train_fraction: 0.6, repeats: 50, stratify: false, train_size: Some(300), test_size: None });
@@ -598,7 +626,7 @@ mod tests {
     fn write_read_round_trip_and_file_protocol() {
         let dir = tempfile::tempdir().expect("temp dir");
         let d = data(&[30, 20]);
-        let splits = make_splits(&SplitProtocol::Kfold { k: 3, repeats: 2, stratify: true }, &d, 9, root()).expect("splits");
+        let splits = make_splits(&SplitProtocol::Kfold { k: 3, repeats: 2, stratify: true, test_size: None }, &d, 9, root()).expect("splits");
         let path = dir.path().join("sub/splits.csv");
         write_splits(&path, &splits).expect("write");
         assert_eq!(read_splits(&path, d.n()).expect("read"), splits);

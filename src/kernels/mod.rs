@@ -70,6 +70,12 @@ pub trait Kernel: Send + Sync + std::fmt::Debug {
         self.cross(z, x)
     }
 
+    /// K(Z, Z) the way `cross_many` computes K(Z, X) (exactly symmetric, white noise on the
+    /// diagonal): by default `gram`.
+    fn gram_many(&self, z: &Array2<f64>) -> Mat<f64> {
+        self.gram(z)
+    }
+
     /// Reverse-mode gradient of sum_ij kbar_ij K(Z, X)_ij with respect to the log-parameters
     /// (in `log_params` order) and to Z, given k = `cross_many(z, x)`.
     fn cross_vjp(&self, z: &Array2<f64>, x: &Array2<f64>, k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads;

@@ -224,6 +224,14 @@ impl Kernel for SqExp {
     fn cross_many(&self, z: &Array2<f64>, x: &Array2<f64>) -> Mat<f64> {
         self.cross_gemm(z, x)
     }
+    fn gram_many(&self, z: &Array2<f64>) -> Mat<f64> {
+        let mut k = self.cross_gemm(z, z);
+        super::symmetrise_from_lower(&mut k);
+        for i in 0..z.nrows() {
+            k[(i, i)] = self.log_variance.exp(); // r2 = 0 exactly on the diagonal
+        }
+        k
+    }
     fn cross_vjp(&self, z: &Array2<f64>, x: &Array2<f64>, k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads {
         // dK_ij/dlog l_d = K_ij w_d (z_id - x_jd)^2; dK_ij/dz_id = -K_ij w_d (z_id - x_jd).
         let wk = hadamard(kbar, k);

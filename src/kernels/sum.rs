@@ -103,11 +103,14 @@ impl Kernel for Sum {
     fn cross_many(&self, z: &Array2<f64>, x: &Array2<f64>) -> Mat<f64> {
         self.add(|t| t.cross_many(z, x))
     }
+    fn gram_many(&self, z: &Array2<f64>) -> Mat<f64> {
+        self.add(|t| t.gram_many(z))
+    }
     fn cross_vjp(&self, z: &Array2<f64>, x: &Array2<f64>, _k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads {
         self.concat(z, |t| t.cross_vjp(z, x, &t.cross_many(z, x), kbar))
     }
     fn gram_vjp(&self, z: &Array2<f64>, _k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads {
-        self.concat(z, |t| t.gram_vjp(z, &t.gram(z), kbar))
+        self.concat(z, |t| t.gram_vjp(z, &t.gram_many(z), kbar))
     }
     fn diag_vjp(&self, x: &Array2<f64>, dbar: &[f64]) -> Vec<f64> {
         self.terms.iter().flat_map(|t| t.diag_vjp(x, dbar)).collect()

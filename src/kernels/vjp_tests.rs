@@ -61,6 +61,13 @@ fn cross_many_equals_cross() {
                 assert!((a[(i, j)] - b[(i, j)]).abs() < 1e-13, "{}: {} vs {}", k.kind(), a[(i, j)], b[(i, j)]);
             }
         }
+        let (a, b) = (k.gram(&z), k.gram_many(&z));
+        for i in 0..4 {
+            for j in 0..4 {
+                assert!((a[(i, j)] - b[(i, j)]).abs() < 1e-13, "{} gram: {} vs {}", k.kind(), a[(i, j)], b[(i, j)]);
+                assert_eq!(b[(i, j)], b[(j, i)]);
+            }
+        }
     }
 }
 

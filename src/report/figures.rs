@@ -14,6 +14,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+mod curves;
+
 const SIZE: (u32, u32) = (760, 460);
 const FONT: &str = "sans-serif";
 
@@ -55,6 +57,7 @@ pub fn draw(spec: &FigureSpec, input: &ReportInput) -> Result<Drawn, String> {
         FigureKind::Histogram => histogram(spec, input, &mut notes)?,
         FigureKind::Scatter => scatter(spec, input, &mut notes)?,
         FigureKind::Trace => trace(spec, input, &mut notes)?,
+        FigureKind::Curve => curves::curve(spec, input, &mut notes)?,
         FigureKind::Heatmap => heatmap(spec, input, &mut notes)?,
     };
     let svg = match plot {

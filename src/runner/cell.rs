@@ -1,7 +1,6 @@
 //! Running one cell: build the training problem from its split, fit, predict the test
 //! rows and score them. The method never sees test labels.
 use super::Prepared;
-use crate::data::Standardizer;
 use crate::kernels::KernelSet;
 use crate::linalg::argmax;
 use crate::methods::{self, FitContext, Fitted, Prediction, Problem};
@@ -116,15 +115,9 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
         return Err(format!("dataset {}: {message}", cell.dataset).into());
     }
     let data = &prepared.datasets[&cell.dataset];
-    let split = &prepared.splits[&cell.dataset][cell.split];
-    let train = data.subset(&split.train);
-    let test = data.subset(&split.test);
-    let (x_train, x_test) = if spec.raw.standardize {
-        let s = Standardizer::fit(&train.x);
-        (s.transform(&train.x), s.transform(&test.x))
-    } else {
-        (train.x.clone(), test.x.clone())
-    };
+    let split_data = prepared.split_data(&cell.dataset, cell.split, spec.raw.standardize);
+    let (x_train, x_test) = (&split_data.x_train, &split_data.x_test);
+    let (y_train, y_test) = (&split_data.y_train, &split_data.y_test);
 
     let method = methods::build(&cell.entry.method, &cell.entry.settings)?;
     let mut kernels = cell.entry.kernel.kernel_set(data.d(), data.n_classes())?;
@@ -140,7 +133,7 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
         kernels = take_over(&kernels, &rec.handoff, keep).map_err(|e| format!("hyper.from \"{src}\": {e}"))?;
     }
     let policy = cell.entry.hyper.policy();
-    let problem = Problem { x: &x_train, y: &train.y, n_classes: data.n_classes() };
+    let problem = Problem { x: x_train, y: y_train, n_classes: data.n_classes() };
     method.supports(&problem.shape(), &kernels, policy)?;
 
     let mut rng = Pcg64::seed_from_u64(cell.seed);
@@ -149,9 +142,9 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
     // iteration), so scoring never moves the fit's random stream.
     let score_snapshot = |model: &dyn Fitted, iter: u64| -> Result<BTreeMap<String, f64>, String> {
         let mut rng = Pcg64::seed_from_u64(cell.seed ^ iter.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let prediction = model.predict(&x_test, &mut rng).map_err(|e| e.to_string())?;
-        prediction.validate(test.y.len())?;
-        Ok(checkpoint_scores(&prediction, &test.y))
+        let prediction = model.predict(x_test, &mut rng).map_err(|e| e.to_string())?;
+        prediction.validate(y_test.len())?;
+        Ok(checkpoint_scores(&prediction, y_test))
     };
     let fit_start = Instant::now();
     let mut ctx = FitContext::new(&mut rng, deadline).with_budget(cell.entry.budget);
@@ -166,23 +159,23 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
     drop(ctx);
 
     let predict_start = Instant::now();
-    let prediction = fitted.predict(&x_test, &mut rng)?;
+    let prediction = fitted.predict(x_test, &mut rng)?;
     let time_predict = predict_start.elapsed().as_secs_f64();
-    prediction.validate(test.y.len())?;
+    prediction.validate(y_test.len())?;
 
     let diagnostics = fitted.diagnostics();
-    let mut metrics = score(&prediction, &test.y);
+    let mut metrics = score(&prediction, y_test);
     if prediction.jitter > 0.0 {
         metrics.insert("diag_predict_jitter".into(), prediction.jitter);
     }
-    metrics.insert("n_train".into(), train.y.len() as f64);
+    metrics.insert("n_train".into(), y_train.len() as f64);
     metrics.insert("time_train".into(), time_train);
     metrics.insert("time_predict".into(), time_predict);
     if cell.entry.checkpoints.is_some() {
         // The final model closes the trace, at the iterations the fit reached.
         let last = trace.iter().map(|p| p.iter).max().unwrap_or(0);
         let iter = diagnostics.iterations.map_or(last, |i| i as usize).max(last);
-        let scores = checkpoint_scores(&prediction, &test.y);
+        let scores = checkpoint_scores(&prediction, y_test);
         // The final model replaces a checkpoint at the same iteration.
         trace.retain(|p| !(p.iter == iter && scores.contains_key(&p.name)));
         for (name, value) in scores {
@@ -195,7 +188,7 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
         metrics.insert("budget_seconds".into(), b.seconds.unwrap_or_default());
     }
     // The runner's own metrics take precedence over a method's extra ones of the same name.
-    let own = fitted.test_metrics(&prediction, &test.y).into_iter().chain(fitted.extra_metrics()).chain(diagnostics.metrics());
+    let own = fitted.test_metrics(&prediction, y_test).into_iter().chain(fitted.extra_metrics()).chain(diagnostics.metrics());
     for (name, value) in own {
         metrics.entry(name).or_insert(value);
     }

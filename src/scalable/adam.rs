@@ -5,12 +5,15 @@
 //! schedule and a mask of frozen parameters; the update is a few lines and is tested below.
 use serde::{Deserialize, Serialize};
 
-/// A step size per iteration t (from 1): a constant, or base (t + tau)^-kappa.
+/// A step size per iteration t (from 1): a constant; base (t + tau)^-kappa; or a warm-up from
+/// `start` to `end`, log-linear over `steps` iterations, then `end` (Salimbeni et al. 2018's
+/// schedule for natural-gradient steps under likelihoods that are not log-concave).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged, deny_unknown_fields)]
 pub enum LearningRate {
     Constant(f64),
     Decay { base: f64, tau: f64, kappa: f64 },
+    Warmup { start: f64, end: f64, steps: u64 },
 }
 
 impl LearningRate {
@@ -18,6 +21,10 @@ impl LearningRate {
         match *self {
             LearningRate::Constant(r) => r,
             LearningRate::Decay { base, tau, kappa } => base * (t as f64 + tau).powf(-kappa),
+            LearningRate::Warmup { start, end, steps } => {
+                let f = (t.saturating_sub(1) as f64 / steps.max(1) as f64).min(1.0);
+                (start.ln() + f * (end.ln() - start.ln())).exp()
+            }
         }
     }
 
@@ -27,11 +34,14 @@ impl LearningRate {
             LearningRate::Decay { base, tau, kappa } => {
                 base.is_finite() && base > 0.0 && tau.is_finite() && tau >= 0.0 && kappa.is_finite() && kappa >= 0.0
             }
+            LearningRate::Warmup { start, end, .. } => start.is_finite() && start > 0.0 && end.is_finite() && end > 0.0,
         };
         if ok {
             Ok(())
         } else {
-            Err(format!("{field}: a positive rate, or {{base > 0, tau >= 0, kappa >= 0}} for base (t + tau)^-kappa"))
+            Err(format!(
+                "{field}: a positive rate, {{base > 0, tau >= 0, kappa >= 0}} for base (t + tau)^-kappa, or {{start > 0, end > 0, steps}}"
+            ))
         }
     }
 }
@@ -108,6 +118,11 @@ mod tests {
         let r = LearningRate::Decay { base: 2.0, tau: 3.0, kappa: 0.5 };
         assert!((r.at(1) - 1.0).abs() < 1e-15 && (r.at(13) - 0.5).abs() < 1e-15);
         assert_eq!(LearningRate::Constant(0.01).at(1000), 0.01);
+        let w = LearningRate::Warmup { start: 1e-4, end: 1e-1, steps: 3 };
+        let rates: Vec<f64> = (1..=5).map(|t| w.at(t)).collect();
+        for (r, want) in rates.iter().zip([1e-4, 1e-3, 1e-2, 1e-1, 1e-1]) {
+            assert!((r / want - 1.0).abs() < 1e-12, "{rates:?}");
+        }
         assert!(LearningRate::Constant(-1.0).validate("lr").is_err());
         let parsed: LearningRate = serde_norway::from_str("{base: 0.1, tau: 1, kappa: 0.6}").unwrap();
         assert_eq!(parsed, LearningRate::Decay { base: 0.1, tau: 1.0, kappa: 0.6 });

@@ -5,7 +5,7 @@ pub mod expand;
 pub mod report_spec;
 
 pub use expand::{expand, Cell};
-pub use report_spec::{FigureKind, FigureSpec, Interval, PaperValue, TableSpec, ToleranceRule};
+pub use report_spec::{FigureKind, FigureSpec, Interval, PaperValue, ReferenceCurve, TableSpec, ToleranceRule};
 
 use crate::data::{Registry, SplitProtocol};
 use crate::kernels::KernelParams;
@@ -609,11 +609,26 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
         check_refs(&mut err, &at, &f.methods, &names, "methods", "method entry");
         check_refs(&mut err, &at, &f.datasets, &raw.datasets, "datasets", "dataset of this spec");
         check_coverage(&mut err, &at, &f.methods, None, &f.datasets, raw);
+        for (k, r) in f.reference.iter().enumerate() {
+            if let Some(d) = r.dataset.as_ref().filter(|d| !raw.datasets.contains(d)) {
+                err(format!("{at}.reference[{k}].dataset"), Some(d), format!("\"{d}\" is not a dataset of this spec"));
+            }
+            if r.points.is_empty() || r.points.iter().any(|p| !(p[0] > 0.0 && p[0].is_finite() && p[1].is_finite())) {
+                err(format!("{at}.reference[{k}].points"), Some(&r.label), "points: a list of [seconds > 0, value] pairs".into());
+            }
+        }
+        if !f.reference.is_empty() && f.kind != FigureKind::Curve {
+            err(format!("{at}.reference"), Some(&f.id), "only curve figures take `reference`".into());
+        }
         match f.kind {
             FigureKind::Trace if f.trace.is_none() => {
                 err(format!("{at}.trace"), Some(&f.id), "a trace figure needs `trace` (the traced quantity)".into())
             }
             FigureKind::Trace => {}
+            FigureKind::Curve if f.trace.is_none() => {
+                err(format!("{at}.trace"), Some(&f.id), "a curve figure needs `trace` (test_error, test_nll, objective, ...)".into())
+            }
+            FigureKind::Curve => {}
             FigureKind::Heatmap if f.x.is_none() || f.y.is_none() || f.metric.is_none() => {
                 err(at.clone(), Some(&f.id), "a heatmap figure needs `metric`, `x` and `y` (grid keys)".into())
             }

@@ -117,6 +117,10 @@ pub enum FigureKind {
     Scatter,
     /// Per-iteration trace `trace` against iteration or wall time, one line per cell.
     Trace,
+    /// Learning curves: trace `trace` against training time (log10), mean ± 1 sd over splits
+    /// at the iterations every split reached, one line per method, one panel per dataset,
+    /// with `reference` curves (another implementation's published or measured values).
+    Curve,
     /// Mean over splits of `metric` over a two-dimensional grid (`x` and `y` are grid keys),
     /// one panel per (method, dataset), colour bands with the value written in each cell.
     Heatmap,
@@ -167,6 +171,22 @@ pub struct FigureSpec {
     #[serde(default)]
     pub log_x: bool,
 
+    /// Curve figures: reference points drawn beside the runs' curves.
+    #[serde(default)]
+    pub reference: Vec<ReferenceCurve>,
+
     #[serde(default)]
     pub caption: Option<String>,
+}
+
+/// A reference curve of a curve figure: (training seconds, value) points of another
+/// implementation, e.g. a peer run of GPflow on a machine of the same kind.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReferenceCurve {
+    pub label: String,
+    /// The dataset panel it belongs to (all panels when absent).
+    #[serde(default)]
+    pub dataset: Option<String>,
+    pub points: Vec<[f64; 2]>,
 }

@@ -155,10 +155,13 @@ impl SvgpParams {
         }
         self.adam_lr.validate("settings.adam_lr")?;
         self.natgrad_lr.validate("settings.natgrad_lr")?;
-        if let LearningRate::Constant(r) = self.natgrad_lr {
-            if r > 1.0 {
-                return Err(format!("settings.natgrad_lr: a natural-gradient step above 1 overshoots, got {r}"));
-            }
+        let top = match self.natgrad_lr {
+            LearningRate::Constant(r) => r,
+            LearningRate::Decay { base, tau, kappa } => base * (1.0 + tau).powf(-kappa),
+            LearningRate::Warmup { start, end, .. } => start.max(end),
+        };
+        if top > 1.0 {
+            return Err(format!("settings.natgrad_lr: a natural-gradient step above 1 overshoots, got {top}"));
         }
         let likelihood = match self.likelihood {
             LikelihoodKind::RobustMax => SvgpLikelihood::RobustMax(RobustMax::new(self.epsilon, self.quadrature_nodes)),

@@ -45,7 +45,7 @@ impl Sparse {
         let mut chols = Vec::new();
         let mut kmms = Vec::new();
         for (i, k) in kernels.kernels().iter().enumerate() {
-            let kmm = k.gram(&z);
+            let kmm = k.gram_many(&z);
             let what = if kernels.is_shared() { "the shared kernel".to_string() } else { format!("class {}", i + 1) };
             chols.push(kmm_factor(&kmm, &what)?);
             kmms.push(kmm);

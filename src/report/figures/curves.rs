@@ -1,0 +1,113 @@
+//! Learning curves: a traced quantity against training time on a log axis, the mean ± 1 sd
+//! over splits of each method at the iterations every split reached, one panel per dataset,
+//! beside reference curves the spec gives.
+use super::*;
+use std::collections::BTreeMap;
+
+/// A method's curve: (log10 mean training seconds, mean, sd) per common iteration.
+struct Curve<'i> {
+    method: &'i str,
+    points: Vec<(f64, f64, f64)>,
+    splits: usize,
+}
+
+fn method_curve<'i>(cells: &[&'i CellRecord], name: &str) -> Option<Curve<'i>> {
+    let per_cell: Vec<BTreeMap<usize, (f64, f64)>> = cells
+        .iter()
+        .map(|c| {
+            c.trace.iter().filter(|p| p.name == name && p.value.is_finite() && p.time > 0.0).map(|p| (p.iter, (p.time, p.value))).collect()
+        })
+        .filter(|m: &BTreeMap<usize, (f64, f64)>| !m.is_empty())
+        .collect();
+    let first = per_cell.first()?;
+    let points: Vec<(f64, f64, f64)> = first
+        .keys()
+        .filter(|it| per_cell.iter().all(|m| m.contains_key(it)))
+        .map(|it| {
+            let n = per_cell.len() as f64;
+            let t = per_cell.iter().map(|m| m[it].0).sum::<f64>() / n;
+            let mean = per_cell.iter().map(|m| m[it].1).sum::<f64>() / n;
+            let var = if per_cell.len() > 1 { per_cell.iter().map(|m| (m[it].1 - mean).powi(2)).sum::<f64>() / (n - 1.0) } else { 0.0 };
+            (t.log10(), mean, var.sqrt())
+        })
+        .collect();
+    (!points.is_empty()).then(|| Curve { method: cells[0].method.as_str(), points, splits: per_cell.len() })
+}
+
+pub(super) fn curve(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> Result<Plot, String> {
+    let sel = Selection::new(spec, input);
+    let name = spec.trace.as_deref().ok_or("a curve figure names its `trace`")?;
+    let mut panels: Vec<(&str, Vec<Curve>, Vec<&crate::spec::ReferenceCurve>)> = Vec::new();
+    for &dataset in &sel.datasets {
+        let curves: Vec<Curve> = sel
+            .methods
+            .iter()
+            .filter_map(|m| {
+                let cells: Vec<&CellRecord> = sel.ok().filter(|c| c.dataset == dataset && c.method == *m).collect();
+                method_curve(&cells, name)
+            })
+            .collect();
+        let refs: Vec<_> = spec.reference.iter().filter(|r| r.dataset.as_deref().is_none_or(|d| d == dataset)).collect();
+        if !curves.is_empty() {
+            panels.push((dataset, curves, refs));
+        }
+    }
+    if panels.is_empty() {
+        return Ok(Plot::NoData(format!("no finished cell has trace points named `{name}`")));
+    }
+    let xs = panels.iter().flat_map(|p| {
+        p.1.iter().flat_map(|c| c.points.iter().map(|q| q.0)).chain(p.2.iter().flat_map(|r| r.points.iter().map(|q| q[0].log10())))
+    });
+    let x_range = padded(xs).ok_or("no finite times")?;
+    let ys = panels.iter().flat_map(|p| {
+        p.1.iter()
+            .flat_map(|c| c.points.iter().flat_map(|q| [q.1 - q.2, q.1 + q.2]))
+            .chain(p.2.iter().flat_map(|r| r.points.iter().map(|q| q[1])))
+    });
+    let y_range = padded(ys).ok_or("no finite values")?;
+    let entries = panels.iter().map(|p| p.1.len() + p.2.len()).max().unwrap_or(1);
+    let x_axis = Axis::log10(x_range, "training time (s, log scale)");
+    let y_axis = Axis::linear(legend_room(y_range, entries), metric_label(name));
+    let size = (SIZE.0.max(480 * panels.len() as u32), SIZE.1);
+    let svg = render(size, |root| {
+        let (top, body) = root.split_vertically(34);
+        top.draw(&Text::new(spec.title.clone(), (size.0 as i32 / 2, 17), centred(21))).map_err(err)?;
+        let areas = body.split_evenly((1, panels.len()));
+        for (area, (dataset, curves, refs)) in areas.iter().zip(&panels) {
+            let mut chart = chart(area, dataset, &x_axis, &y_axis, panels.len() > 1)?;
+            for c in curves {
+                let colour = method_colour(input, &sel, c.method);
+                if c.splits > 1 {
+                    let band: Vec<(f64, f64)> =
+                        c.points.iter().map(|p| (p.0, p.1 + p.2)).chain(c.points.iter().rev().map(|p| (p.0, p.1 - p.2))).collect();
+                    chart.draw_series(std::iter::once(Polygon::new(band, colour.mix(0.18).filled()))).map_err(err)?;
+                }
+                chart.draw_series(LineSeries::new(c.points.iter().map(|p| (p.0, p.1)), colour.stroke_width(2))).map_err(err)?;
+                legend_entry(&mut chart, c.method, colour, None, true)?;
+            }
+            for (k, r) in refs.iter().enumerate() {
+                let colour = RGBColor(60, 60, 60);
+                let pts: Vec<(f64, f64)> = r.points.iter().map(|p| (p[0].log10(), p[1])).collect();
+                chart.draw_series(LineSeries::new(pts.iter().copied(), colour.mix(0.5).stroke_width(1))).map_err(err)?;
+                chart
+                    .draw_series(pts.iter().map(|p| EmptyElement::at(*p) + Polygon::new(marker_points(k + 1, 4), colour.filled())))
+                    .map_err(err)?;
+                legend_entry(&mut chart, &r.label, colour, Some(k + 1), true)?;
+            }
+            legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+        }
+        Ok(())
+    })?;
+    let splits: Vec<usize> = panels.iter().flat_map(|p| p.1.iter().map(|c| c.splits)).collect();
+    let (lo, hi) = (splits.iter().min().copied().unwrap_or(0), splits.iter().max().copied().unwrap_or(0));
+    let over = if lo == hi { format!("{lo}") } else { format!("{lo} to {hi}") };
+    notes.push(format!(
+        "`{name}` against training time (checkpoint scoring excluded): mean over {over} split{} at the iterations every split reached{}; grey markers: reference curves from the spec.",
+        if hi == 1 { "" } else { "s" },
+        if hi > 1 { ", band ± 1 sd" } else { "" }
+    ));
+    if sel.ok().any(|c| c.metrics.contains_key("budget_seconds")) {
+        notes.push("The runs stop at a wall-clock budget: the iterations they reach depend on the machine (see diag_iterations).".into());
+    }
+    Ok(Plot::Svg(svg))
+}
