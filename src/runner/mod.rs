@@ -308,12 +308,16 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
         abort_after,
         commit: code.label(),
     };
-    pool.scope_fifo(|scope| {
-        for cell in roots {
-            let scheduler = &scheduler;
-            scope.spawn_fifo(move |scope| scheduler.run_then_spawn_dependants(scope, cell));
-        }
-    });
+    if spec.raw.one_cell_at_a_time {
+        pool.install(|| scheduler.run_in_turn(roots));
+    } else {
+        pool.scope_fifo(|scope| {
+            for cell in roots {
+                let scheduler = &scheduler;
+                scope.spawn_fifo(move |scope| scheduler.run_then_spawn_dependants(scope, cell));
+            }
+        });
+    }
     if let Some(e) = scheduler.failure.into_inner().expect("no panic holds the lock") {
         return Err(e);
     }
@@ -372,8 +376,24 @@ impl<'a> Scheduler<'a> {
     where
         'a: 's,
     {
+        for &dependant in self.run_one(cell) {
+            scope.spawn_fifo(move |scope| self.run_then_spawn_dependants(scope, dependant));
+        }
+    }
+
+    /// `one_cell_at_a_time`: every cell in turn on this (pool) thread, its dependants after
+    /// it, so the other threads are free for the cell's own parallel products.
+    fn run_in_turn(&self, roots: Vec<&'a Cell>) {
+        let mut queue: std::collections::VecDeque<&'a Cell> = roots.into();
+        while let Some(cell) = queue.pop_front() {
+            queue.extend(self.run_one(cell).iter().copied());
+        }
+    }
+
+    /// Run and store one cell; returns the cells waiting on it.
+    fn run_one(&self, cell: &'a Cell) -> &[&'a Cell] {
         if self.failure.lock().expect("no panic holds the lock").is_some() {
-            return;
+            return &[];
         }
         let source = cell.depends_on.as_ref().and_then(|d| self.done.lock().expect("no panic holds the lock").get(d).cloned());
         let record = run_cell(self.spec, cell, self.prepared, source.as_ref(), self.commit.as_deref());
@@ -384,7 +404,7 @@ impl<'a> Scheduler<'a> {
             let mut stored = self.stored.lock().expect("no panic holds the lock");
             if let Err(e) = self.store.write_cell(&record) {
                 self.failure.lock().expect("no panic holds the lock").get_or_insert(e.into());
-                return;
+                return &[];
             }
             *stored += 1;
             if self.abort_after == Some(*stored) {
@@ -406,9 +426,7 @@ impl<'a> Scheduler<'a> {
             log.lock().expect("no panic holds the lock").cell_done(n, record.status == Status::Failed);
         }
         self.done.lock().expect("no panic holds the lock").insert(cell.key.clone(), record);
-        for &dependant in self.dependants.get(cell.key.as_str()).into_iter().flatten() {
-            scope.spawn_fifo(move |scope| self.run_then_spawn_dependants(scope, dependant));
-        }
+        self.dependants.get(cell.key.as_str()).map_or(&[], |d| d.as_slice())
     }
 }
 

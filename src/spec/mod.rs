@@ -42,6 +42,11 @@ pub struct RawSpec {
     /// Wall-clock limit per cell; a cell over it is recorded as failed.
     #[serde(default)]
     pub timeout_seconds: Option<f64>,
+    /// Run the cells one after another, each with every thread of the run for its own
+    /// parallel work: for wall-clock budgets, so each cell has the whole machine as the
+    /// implementation it is compared with had.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub one_cell_at_a_time: bool,
     pub methods: Vec<MethodEntry>,
     #[serde(default)]
     pub tables: Vec<TableSpec>,
