@@ -187,8 +187,11 @@ fn figures() -> Vec<FigureSpec> {
     trace.log_x = true;
     let mut curve = figure("fig-curve", FigureKind::Curve, None);
     curve.trace = Some("log_evidence".into());
-    curve.reference =
-        vec![mcgp::spec::ReferenceCurve { label: "peer run".into(), dataset: Some("alpha".into()), points: vec![[0.5, -40.0], [2.0, -35.0]] }];
+    curve.reference = vec![mcgp::spec::ReferenceCurve {
+        label: "peer run".into(),
+        dataset: Some("alpha".into()),
+        points: vec![[0.5, -40.0], [2.0, -35.0]],
+    }];
     let mut multi = figure("fig-multi", FigureKind::Errorbar, None);
     multi.metrics = vec!["error_pct".into(), "log_pred_sum".into()];
     multi.interval = Interval::Ci95;

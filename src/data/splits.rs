@@ -626,7 +626,8 @@ mod tests {
     fn write_read_round_trip_and_file_protocol() {
         let dir = tempfile::tempdir().expect("temp dir");
         let d = data(&[30, 20]);
-        let splits = make_splits(&SplitProtocol::Kfold { k: 3, repeats: 2, stratify: true, test_size: None }, &d, 9, root()).expect("splits");
+        let splits =
+            make_splits(&SplitProtocol::Kfold { k: 3, repeats: 2, stratify: true, test_size: None }, &d, 9, root()).expect("splits");
         let path = dir.path().join("sub/splits.csv");
         write_splits(&path, &splits).expect("write");
         assert_eq!(read_splits(&path, d.n()).expect("read"), splits);
