@@ -773,6 +773,52 @@ fn a_checkout_without_cell_files_re_renders_the_report_and_resumes_from_the_arch
     assert!(ok && stderr.contains("not a zstd archive") && computed_count(&stderr) == 12, "{stderr}");
 }
 
+/// The archive leaves out handoff vectors; a new cell that takes over from an archived one
+/// has that source computed again first, to the same record.
+#[test]
+fn a_new_dependant_of_an_archived_cell_recomputes_its_source_to_the_same_record() {
+    let dir = workdir("archive-source");
+    let spec = dir.join("handoff.yaml");
+    let base = "\
+name: handoff
+seed: 5
+datasets: [iris]
+splits: { protocol: random, train_fraction: 0.6, repeats: 2 }
+methods:
+  - name: kl
+    method: klmnl
+    kernel: { lengthscale: 1.0, variance: 1.0 }
+    hyper: fixed
+";
+    std::fs::write(&spec, base).unwrap();
+    let spec_s = spec.to_str().unwrap();
+    let (ok, stderr, _) = mcgp_in(&dir, &["run", spec_s], &[]);
+    assert!(ok, "{stderr}");
+    let results = dir.join("results/handoff");
+    let first = cells_without_timing(&results);
+    assert!(first.values().all(|c| !c["handoff"]["vectors"].as_object().unwrap().is_empty()), "KL-MNL hands off vectors");
+    std::fs::remove_dir_all(results.join("cells")).unwrap();
+    let dependant = "  - name: mc
+    method: mc_mnl
+    kernel: { lengthscale: 1.0, variance: 1.0 }
+    hyper: { from: kl }
+    settings: { n_samples: 2000, n_test_samples: 200 }
+";
+    std::fs::write(&spec, format!("{base}{dependant}")).unwrap();
+    let (ok, stderr, _) = mcgp_in(&dir, &["run", spec_s], &[]);
+    assert!(ok, "{stderr}");
+    assert_eq!(computed_count(&stderr), 4, "the two sources again, then the two new cells: {stderr}");
+    let second = cells_without_timing(&results);
+    for (file, cell) in &first {
+        let mut again = second[file].clone();
+        let mut cell = cell.clone();
+        // The commit differs only if the checkout changed between the runs (it does not here).
+        again.as_object_mut().unwrap().remove("commit");
+        cell.as_object_mut().unwrap().remove("commit");
+        assert_eq!(again, cell, "source {file} recomputed to the same record");
+    }
+}
+
 /// Every file under `dir` that a reader would open parses: cell records, the archive, tables.
 fn assert_all_readable(dir: &Path) {
     for entry in std::fs::read_dir(dir).unwrap().flatten() {

@@ -46,6 +46,11 @@ pub struct Handoff {
     /// Named vectors, e.g. a posterior mean used as an importance-sampling centre.
     #[serde(with = "super::nonfinite::vec_map")]
     pub vectors: BTreeMap<String, Vec<f64>>,
+    /// The record came from the committed archive, which leaves out the vectors (KL-MNL's
+    /// warm-start state alone would be tens of MB per experiment): a cell that takes over from
+    /// this one has its source recomputed first (deterministic, so the same record).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub vectors_dropped: bool,
 }
 
 /// Everything one cell produced; stored as `results/<experiment>/cells/<key>.json`.
@@ -97,6 +102,11 @@ pub struct CellRecord {
 impl Handoff {
     /// The kernels' named log-parameters, no vectors.
     pub fn of_kernels(kernels: &crate::kernels::KernelSet) -> Handoff {
-        Handoff { log_hyperparameters: kernels.log_params(), names: kernels.param_names(), vectors: BTreeMap::new() }
+        Handoff {
+            log_hyperparameters: kernels.log_params(),
+            names: kernels.param_names(),
+            vectors: BTreeMap::new(),
+            vectors_dropped: false,
+        }
     }
 }

@@ -78,14 +78,21 @@ impl Store {
         })
     }
 
-    /// Write the archive of `cells`: one compact JSON record a line, in key order, zstd level 19.
+    /// Write the archive of `cells`: one compact JSON record a line, in key order, zstd level 19,
+    /// without handoff vectors.
     pub fn write_archive(&self, cells: &[CellRecord]) -> Result<(), StoreError> {
         let path = self.dir.join(ARCHIVE);
         let mut sorted: Vec<&CellRecord> = cells.iter().collect();
         sorted.sort_by(|a, b| a.key.cmp(&b.key));
         let mut text = Vec::new();
         for c in sorted {
-            serde_json::to_writer(&mut text, c).map_err(|source| StoreError::Parse { path: path.clone(), source })?;
+            // Everything but the handoff vectors (see `Handoff::vectors_dropped`).
+            let mut c = c.clone();
+            if !c.handoff.vectors.is_empty() {
+                c.handoff.vectors.clear();
+                c.handoff.vectors_dropped = true;
+            }
+            serde_json::to_writer(&mut text, &c).map_err(|source| StoreError::Parse { path: path.clone(), source })?;
             text.push(b'\n');
         }
         let bytes = zstd::encode_all(&text[..], ARCHIVE_LEVEL).map_err(|source| StoreError::Io { path: path.clone(), source })?;

@@ -248,8 +248,25 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
             }
         }
     }
-    let cached = done.len();
     let selected = |c: &Cell| opts.datasets.is_empty() || opts.datasets.contains(&c.dataset);
+    // A cell to compute whose source is an archived record without its handoff vectors: the
+    // source is computed again first (and so on up a chain of such sources).
+    loop {
+        let sources: Vec<String> = prepared
+            .cells
+            .iter()
+            .filter(|c| !done.contains_key(&c.key) && selected(c))
+            .filter_map(|c| c.depends_on.clone())
+            .filter(|d| done.get(d).is_some_and(|r| r.handoff.vectors_dropped))
+            .collect();
+        if sources.is_empty() {
+            break;
+        }
+        for d in sources {
+            done.remove(&d);
+        }
+    }
+    let cached = done.len();
     let pending: Vec<&Cell> = prepared.cells.iter().filter(|c| !done.contains_key(&c.key) && selected(c)).collect();
 
     let bar = progress_bar(opts.progress, pending.len());
