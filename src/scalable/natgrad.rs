@@ -101,6 +101,39 @@ impl NaturalGaussian {
         }
         Err(LinalgError::NotPositiveDefinite { what: "q(u) precision after a natural-gradient step".into(), pivot: 0, last_jitter: 0.0 })
     }
+
+    /// The natural-gradient step with the positive-definite retraction of Lin, Schmidt & Khan
+    /// (ICML 2020, "Handling the positive-definite constraint in the Bayesian learning rule"):
+    ///     G = P - 2 g_S - Lambda,   Lambda <- Lambda + gamma G + gamma^2/2 G Lambda^{-1} G,
+    ///     m <- m + gamma Lambda_new^{-1} (g_m - P m).
+    /// The new precision is positive definite for any gamma and any g_S (it is
+    /// Lambda/2 + (Lambda^{1/2} + gamma G Lambda^{-1/2})(...)^T / 2), so likelihoods that are not
+    /// log-concave (robust-max) never need a halved step; to first order in gamma it is `step`.
+    pub fn step_retracted(
+        &mut self,
+        g_m: &[f64],
+        g_s: MatRef<'_, f64>,
+        prior_precision: MatRef<'_, f64>,
+        gamma: f64,
+    ) -> Result<(), LinalgError> {
+        let m = self.dim();
+        let g = Mat::from_fn(m, m, |i, j| prior_precision[(i, j)] - (g_s[(i, j)] + g_s[(j, i)]) - self.precision[(i, j)]);
+        let lg = self.chol.solve(g.as_ref()); // Lambda^{-1} G
+        let glg = &g * &lg;
+        let precision = Mat::from_fn(m, m, |i, j| {
+            let v = self.precision[(i, j)] + gamma * g[(i, j)] + 0.5 * gamma * gamma * 0.5 * (glg[(i, j)] + glg[(j, i)]);
+            v
+        });
+        let chol = Chol::factor_with_jitter(precision.as_ref(), "q(u) precision")?;
+        let pm = crate::linalg::matvec(prior_precision, &self.mean);
+        let grad: Vec<f64> = (0..m).map(|i| g_m[i] - pm[i]).collect();
+        let step = chol.solve_vec(&grad);
+        self.mean = (0..m).map(|i| self.mean[i] + gamma * step[i]).collect();
+        self.theta1 = crate::linalg::matvec(precision.as_ref(), &self.mean);
+        self.precision = precision;
+        self.chol = chol;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -134,6 +167,32 @@ mod tests {
         for i in 0..3 {
             for j in 0..3 {
                 assert!((ps[(i, j)] - if i == j { 1.0 } else { 0.0 }).abs() < 1e-12);
+            }
+        }
+    }
+
+    #[test]
+    fn the_retracted_step_stays_positive_definite_where_the_plain_one_fails_and_agrees_to_first_order() {
+        let start =
+            || NaturalGaussian::from_mean_precision(vec![0.2, -0.4], Mat::from_fn(2, 2, |i, j| if i == j { 2.0 } else { 0.3 })).unwrap();
+        let eye = Mat::<f64>::identity(2, 2);
+        let g_m = [0.5, -0.1];
+        // A strongly positive g_S (a likelihood that rewards variance): I - 2 g_S is indefinite.
+        let g_s = Mat::from_fn(2, 2, |i, j| if i == j { 3.0 } else { 0.5 });
+        let mut plain = start();
+        assert!(plain.step(&g_m, g_s.as_ref(), eye.as_ref(), 1.0).unwrap() < 1.0, "the plain step must halve");
+        let mut retracted = start();
+        retracted.step_retracted(&g_m, g_s.as_ref(), eye.as_ref(), 1.0).unwrap();
+        assert!(retracted.log_det_cov().is_finite());
+        // First order: for small gamma the two agree to O(gamma^2).
+        let gamma = 1e-4;
+        let (mut a, mut b) = (start(), start());
+        a.step(&g_m, g_s.as_ref(), eye.as_ref(), gamma).unwrap();
+        b.step_retracted(&g_m, g_s.as_ref(), eye.as_ref(), gamma).unwrap();
+        for i in 0..2 {
+            assert!((a.mean()[i] - b.mean()[i]).abs() < 1e-6, "{:?} vs {:?}", a.mean(), b.mean());
+            for j in 0..2 {
+                assert!((a.precision[(i, j)] - b.precision[(i, j)]).abs() < 1e-6);
             }
         }
     }

@@ -3,7 +3,7 @@
 use super::elbo::{self, Wants};
 use super::model::{Sparse, SvgpModel};
 use super::posterior::Posterior;
-use super::{LengthscaleInit, Optimizer, Svgp};
+use super::{LengthscaleInit, NatgradRule, Optimizer, Svgp};
 use crate::kernels::KernelSet;
 use crate::methods::{Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Problem, StopReason};
 use crate::scalable::{initial_inducing, Adam, Minibatches, NaturalGaussian};
@@ -102,8 +102,13 @@ pub(crate) fn train(
             let gamma = p.natgrad_lr.at(t);
             for (class, qc) in q.iter_mut().enumerate() {
                 let Posterior::Natural(nat) = qc else { unreachable!("natural posterior") };
-                let used = nat.step(&g.g_m[class], g.g_s[class].as_ref(), identity.as_ref(), gamma)?;
-                halvings += (gamma / used).log2().round() as u64;
+                match p.natgrad_rule {
+                    NatgradRule::Plain => {
+                        let used = nat.step(&g.g_m[class], g.g_s[class].as_ref(), identity.as_ref(), gamma)?;
+                        halvings += (gamma / used).log2().round() as u64;
+                    }
+                    NatgradRule::Retracted => nat.step_retracted(&g.g_m[class], g.g_s[class].as_ref(), identity.as_ref(), gamma)?,
+                }
             }
         } else {
             let mut at = n_kern + n_z;

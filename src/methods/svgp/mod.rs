@@ -28,7 +28,7 @@ use rand_pcg::Pcg64;
 use serde::{Deserialize, Serialize};
 
 /// Bumped by hand whenever this method's numbers change (part of every cell key).
-pub const NUMERICS_VERSION: u32 = 1;
+pub const NUMERICS_VERSION: u32 = 2;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -124,11 +124,29 @@ pub struct SvgpParams {
     pub adam_lr: LearningRate,
     #[serde(default = "d_natgrad_lr")]
     pub natgrad_lr: LearningRate,
+    /// `retracted` (default): Lin, Schmidt & Khan (2020)'s positive-definite step, first-order
+    /// equal to the natural-gradient step; `plain`: the natural-gradient step itself, halved
+    /// where the new precision would not be positive definite. Robust-max is not log-concave:
+    /// on 5k MNIST images plain steps of 0.01 stalled at 51% test error, retracted steps of 0.1
+    /// gave 9% after 100 steps.
+    #[serde(default = "d_natgrad_rule")]
+    pub natgrad_rule: NatgradRule,
     /// Steps when no budget ends the run first.
     #[serde(default = "d_max_iters")]
     pub max_iters: u64,
     #[serde(default = "d_lengthscale_init")]
     pub lengthscale_init: LengthscaleInit,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NatgradRule {
+    Plain,
+    Retracted,
+}
+
+fn d_natgrad_rule() -> NatgradRule {
+    NatgradRule::Retracted
 }
 
 fn d_likelihood() -> LikelihoodKind {
