@@ -120,10 +120,8 @@ impl NaturalGaussian {
         let g = Mat::from_fn(m, m, |i, j| prior_precision[(i, j)] - (g_s[(i, j)] + g_s[(j, i)]) - self.precision[(i, j)]);
         let lg = self.chol.solve(g.as_ref()); // Lambda^{-1} G
         let glg = &g * &lg;
-        let precision = Mat::from_fn(m, m, |i, j| {
-            let v = self.precision[(i, j)] + gamma * g[(i, j)] + 0.5 * gamma * gamma * 0.5 * (glg[(i, j)] + glg[(j, i)]);
-            v
-        });
+        let precision =
+            Mat::from_fn(m, m, |i, j| self.precision[(i, j)] + gamma * g[(i, j)] + 0.25 * gamma * gamma * (glg[(i, j)] + glg[(j, i)]));
         let chol = Chol::factor_with_jitter(precision.as_ref(), "q(u) precision")?;
         let pm = crate::linalg::matvec(prior_precision, &self.mean);
         let grad: Vec<f64> = (0..m).map(|i| g_m[i] - pm[i]).collect();
