@@ -819,6 +819,60 @@ methods:
     }
 }
 
+/// What git holds is enough to re-render every committed report: for each experiment with a
+/// committed cell archive, `mcgp report` in a folder holding only the specs, the data and that
+/// experiment's committed results writes its report folder byte for byte as committed.
+#[test]
+fn committed_reports_re_render_byte_for_byte_from_committed_results() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let copy_dir = |from: &Path, to: &Path| {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap().flatten() {
+            if e.path().is_file() {
+                std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+            }
+        }
+    };
+    let mut checked = 0;
+    let mut experiments: Vec<PathBuf> = std::fs::read_dir(root.join("results")).unwrap().flatten().map(|e| e.path()).collect();
+    experiments.sort();
+    for results in experiments.into_iter().filter(|p| p.join("cells.jsonl.zst").is_file()) {
+        let name = results.file_name().unwrap().to_string_lossy().into_owned();
+        let spec = root.join("experiments").join(format!("{name}.yaml"));
+        if !spec.is_file() {
+            continue;
+        }
+        let dir = workdir(&format!("fresh-{name}"));
+        copy_dir(&root.join("experiments"), &dir.join("experiments"));
+        std::fs::create_dir_all(dir.join("results")).unwrap();
+        for f in ["cells.jsonl.zst", "manifest.json", "results.parquet", "summary.csv", "traces.parquet"] {
+            let (from, to) = (results.join(f), dir.join("results").join(&name));
+            std::fs::create_dir_all(&to).unwrap();
+            if from.is_file() {
+                std::fs::copy(&from, to.join(f)).unwrap();
+            }
+        }
+        let out = mcgp()
+            .current_dir(&dir)
+            .args(["report", &format!("experiments/{name}.yaml"), "--data"])
+            .arg(root.join("data"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let (committed, rendered) = (root.join("reports").join(&name), dir.join("reports").join(&name));
+        for sub in ["", "figures"] {
+            let Ok(entries) = std::fs::read_dir(committed.join(sub)) else { continue };
+            for e in entries.flatten().filter(|e| e.path().is_file()) {
+                let again = std::fs::read(rendered.join(sub).join(e.file_name())).unwrap_or_default();
+                assert!(again == std::fs::read(e.path()).unwrap(), "{name}: {} differs when re-rendered from the committed results", e.path().display());
+            }
+        }
+        checked += 1;
+    }
+    eprintln!("re-rendered {checked} committed reports from their committed results");
+    assert!(checked >= 1, "no committed experiment has a cell archive");
+}
+
 /// Every file under `dir` that a reader would open parses: cell records, the archive, tables.
 fn assert_all_readable(dir: &Path) {
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
