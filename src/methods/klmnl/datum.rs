@@ -156,6 +156,11 @@ pub(super) fn b_step(
 /// max over (b, S) of h_core for q = N(m, V) (one datum): the per-datum optimiser used by the
 /// predictive lower bound (24) and the unit tests. Returns (max h_core, b*, S*).
 pub fn optimise_datum(m: &[f64], v: &Mat<f64>) -> Result<(f64, Vec<f64>, Mat<f64>), FitError> {
+    optimise_datum_jitter(m, v).map(|(h, b, s, _)| (h, b, s))
+}
+
+/// `optimise_datum` and the jitter its factor of V needed (the predictive reports it).
+pub fn optimise_datum_jitter(m: &[f64], v: &Mat<f64>) -> Result<(f64, Vec<f64>, Mat<f64>, f64), FitError> {
     let c = m.len();
     let lv = Chol::factor_with_jitter(sym(v).as_ref(), "predictive V_*")?;
     let ldv = lv.log_det();
@@ -175,7 +180,7 @@ pub fn optimise_datum(m: &[f64], v: &Mat<f64>) -> Result<(f64, Vec<f64>, Mat<f64
             break;
         }
     }
-    Ok((t.h_core, b, s))
+    Ok((t.h_core, b, s, lv.jitter()))
 }
 
 /// Lemma 29 / Theorem 10: the per-datum optimum of h at q = N(0, s2 I), i.e.

@@ -31,7 +31,7 @@ mod steps;
 #[cfg(test)]
 mod tests;
 
-pub use datum::{optimise_datum, theorem10_per_datum};
+pub use datum::{optimise_datum, optimise_datum_jitter, theorem10_per_datum};
 pub use kc::{kc_init, kc_of};
 pub use model::{KlmnlModel, PredCache};
 pub use params::{Klmnl, KlmnlParams};

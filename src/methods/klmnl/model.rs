@@ -6,6 +6,8 @@ use super::*;
 pub struct PredCache {
     pub log_p24: Vec<Vec<f64>>,
     pub log_p25: Vec<Vec<f64>>,
+    /// Largest jitter a predictive covariance V_* needed (0 when none).
+    pub jitter: f64,
 }
 
 pub struct KlmnlModel {
@@ -108,13 +110,15 @@ impl KlmnlModel {
         let (means, covs) = self.latent_predictive(x);
         let mut log_p24 = Vec::with_capacity(means.len());
         let mut log_p25 = Vec::with_capacity(means.len());
+        let mut jitter = 0.0f64;
         for (m, v) in means.iter().zip(&covs) {
-            let (h, _, _) = optimise_datum(m, v)?;
+            let (h, _, _, j) = optimise_datum_jitter(m, v)?;
+            jitter = jitter.max(j);
             log_p24.push(m.iter().map(|mc| h + mc).collect());
             let lse = log_sum_exp(m);
             log_p25.push(m.iter().map(|mc| mc - lse).collect());
         }
-        Ok(PredCache { log_p24, log_p25 })
+        Ok(PredCache { log_p24, log_p25, jitter })
     }
 
     pub fn extra_metrics(&self) -> BTreeMap<String, f64> {
@@ -144,6 +148,7 @@ impl Fitted for KlmnlModel {
         if self.predictive == "eq24" {
             prediction.log_score = Some(log_p24);
         }
+        prediction.jitter = logs.jitter;
         Ok(prediction)
     }
 
