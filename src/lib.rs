@@ -23,6 +23,8 @@ pub mod spec;
 pub mod special;
 pub mod stats;
 pub mod suggest;
+#[cfg(test)]
+pub(crate) mod testing;
 
 /// Crate version; part of every cell key so a new version never reuses stale results.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,6 +1,7 @@
 //! The kernels' reverse-mode gradients (used by the sparse methods) against central finite
 //! differences of the matrices themselves.
 use super::*;
+use crate::testing::central_differences;
 use faer::Mat;
 use ndarray::Array2;
 use rand::{RngExt, SeedableRng};
@@ -27,23 +28,8 @@ fn kernels() -> Vec<Box<dyn Kernel>> {
     vec![Box::new(se), Box::new(ard), Box::new(lin), Box::new(white), Box::new(sum)]
 }
 
-/// Central difference of `f` in each coordinate of `x`.
-fn fd(x: &[f64], f: impl Fn(&[f64]) -> f64) -> Vec<f64> {
-    let h = 1e-6;
-    (0..x.len())
-        .map(|i| {
-            let (mut a, mut b) = (x.to_vec(), x.to_vec());
-            a[i] += h;
-            b[i] -= h;
-            (f(&a) - f(&b)) / (2.0 * h)
-        })
-        .collect()
-}
-
 fn assert_close(what: &str, got: &[f64], want: &[f64]) {
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() < 1e-6 * (1.0 + w.abs()), "{what}[{i}]: analytic {g} vs finite difference {w}");
-    }
+    crate::testing::assert_gradient_close(what, got, want, 1e-6);
 }
 
 fn dot(a: &Mat<f64>, b: &Mat<f64>) -> f64 {
@@ -85,17 +71,25 @@ fn cross_gram_and_diag_gradients_match_finite_differences() {
         let with_z = |v: &[f64]| Array2::from_shape_vec(z.dim(), v.to_vec()).unwrap();
 
         let g = k.cross_vjp(&z, &x, &k.cross_many(&z, &x), &kbar);
-        assert_close(&format!("{name} cross params"), &g.params, &fd(&p0, |p| dot(&kbar, &k.with_log_params(p).cross(&z, &x))));
+        assert_close(
+            &format!("{name} cross params"),
+            &g.params,
+            &central_differences(&p0, |p| dot(&kbar, &k.with_log_params(p).cross(&z, &x))),
+        );
         let gz: Vec<f64> = g.z.iter().copied().collect();
-        assert_close(&format!("{name} cross Z"), &gz, &fd(&zflat, |v| dot(&kbar, &k.cross(&with_z(v), &x))));
+        assert_close(&format!("{name} cross Z"), &gz, &central_differences(&zflat, |v| dot(&kbar, &k.cross(&with_z(v), &x))));
 
         let g = k.gram_vjp(&z, &k.gram(&z), &kbar_sym);
-        assert_close(&format!("{name} gram params"), &g.params, &fd(&p0, |p| dot(&kbar_sym, &k.with_log_params(p).gram(&z))));
+        assert_close(
+            &format!("{name} gram params"),
+            &g.params,
+            &central_differences(&p0, |p| dot(&kbar_sym, &k.with_log_params(p).gram(&z))),
+        );
         let gz: Vec<f64> = g.z.iter().copied().collect();
-        assert_close(&format!("{name} gram Z"), &gz, &fd(&zflat, |v| dot(&kbar_sym, &k.gram(&with_z(v)))));
+        assert_close(&format!("{name} gram Z"), &gz, &central_differences(&zflat, |v| dot(&kbar_sym, &k.gram(&with_z(v)))));
 
         let g = k.diag_vjp(&x, &dbar);
         let f = |p: &[f64]| k.with_log_params(p).diag(&x).iter().zip(&dbar).map(|(a, b)| a * b).sum::<f64>();
-        assert_close(&format!("{name} diag params"), &g, &fd(&p0, f));
+        assert_close(&format!("{name} diag params"), &g, &central_differences(&p0, f));
     }
 }

@@ -145,21 +145,10 @@ impl SoftmaxMc {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::central_differences;
     use rand::SeedableRng;
     use rand_distr::{Distribution, StandardNormal};
     use rand_pcg::Pcg64;
-
-    fn fd(x: &[f64], f: impl Fn(&[f64]) -> f64) -> Vec<f64> {
-        let h = 1e-6;
-        (0..x.len())
-            .map(|i| {
-                let (mut a, mut b) = (x.to_vec(), x.to_vec());
-                a[i] += h;
-                b[i] -= h;
-                (f(&a) - f(&b)) / (2.0 * h)
-            })
-            .collect()
-    }
 
     #[test]
     fn robust_max_probability_matches_brute_force_monte_carlo() {
@@ -202,8 +191,8 @@ mod tests {
         let var = [0.8, 1.5, 0.3, 2.0];
         for y in 0..4 {
             let e = rm.expected_log_lik(&mean, &var, y);
-            let dm = fd(&mean, |m| rm.expected_log_lik(m, &var, y).value);
-            let dv = fd(&var, |v| rm.expected_log_lik(&mean, v, y).value);
+            let dm = central_differences(&mean, |m| rm.expected_log_lik(m, &var, y).value);
+            let dv = central_differences(&var, |v| rm.expected_log_lik(&mean, v, y).value);
             for k in 0..4 {
                 assert!((e.d_mean[k] - dm[k]).abs() < 1e-7, "y={y} dmean[{k}]: {} vs {}", e.d_mean[k], dm[k]);
                 assert!((e.d_var[k] - dv[k]).abs() < 1e-7, "y={y} dvar[{k}]: {} vs {}", e.d_var[k], dv[k]);
@@ -217,8 +206,8 @@ mod tests {
         let draws: Vec<Vec<f64>> = (0..50).map(|_| (0..3).map(|_| StandardNormal.sample(&mut rng)).collect()).collect();
         let (mean, var) = ([0.5, -0.2, 0.1], [0.7, 0.2, 1.3]);
         let e = SoftmaxMc.expected_log_lik(&mean, &var, 1, &draws);
-        let dm = fd(&mean, |m| SoftmaxMc.expected_log_lik(m, &var, 1, &draws).value);
-        let dv = fd(&var, |v| SoftmaxMc.expected_log_lik(&mean, v, 1, &draws).value);
+        let dm = central_differences(&mean, |m| SoftmaxMc.expected_log_lik(m, &var, 1, &draws).value);
+        let dv = central_differences(&var, |v| SoftmaxMc.expected_log_lik(&mean, v, 1, &draws).value);
         for k in 0..3 {
             assert!((e.d_mean[k] - dm[k]).abs() < 1e-7 && (e.d_var[k] - dv[k]).abs() < 1e-7);
         }

@@ -7,6 +7,7 @@ use super::*;
 use crate::kernels::{KernelSet, SqExp};
 use crate::linalg::Chol;
 use crate::scalable::NaturalGaussian;
+use crate::testing::central_differences;
 use faer::Mat;
 use ndarray::Array2;
 use rand::{RngExt, SeedableRng};
@@ -94,22 +95,8 @@ fn problem(per_class: bool, natural: bool) -> (Sparse, Array2<f64>, Vec<usize>) 
     (Sparse::new(kernels, z, q).unwrap(), x, y)
 }
 
-fn fd(x: &[f64], f: impl Fn(&[f64]) -> f64) -> Vec<f64> {
-    let h = 1e-6;
-    (0..x.len())
-        .map(|i| {
-            let (mut a, mut b) = (x.to_vec(), x.to_vec());
-            a[i] += h;
-            b[i] -= h;
-            (f(&a) - f(&b)) / (2.0 * h)
-        })
-        .collect()
-}
-
 fn assert_close(what: &str, got: &[f64], want: &[f64]) {
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() < 1e-5 * (1.0 + w.abs()), "{what}[{i}]: analytic {g} vs finite difference {w}");
-    }
+    crate::testing::assert_gradient_close(what, got, want, 1e-5);
 }
 
 #[test]
@@ -123,13 +110,13 @@ fn elbo_gradients_in_kernel_parameters_inducing_inputs_and_q_match_finite_differ
         let inputs = g.inputs.as_ref().unwrap();
         let p0 = sparse.kernels.log_params();
         let with = |p: &[f64], z: &Array2<f64>| Sparse::new(sparse.kernels.with_log_params(p), z.clone(), sparse.q.clone()).unwrap();
-        assert_close(&format!("per_class={per_class} kernel"), &inputs.params, &fd(&p0, |p| ell(&with(p, &sparse.z))));
+        assert_close(&format!("per_class={per_class} kernel"), &inputs.params, &central_differences(&p0, |p| ell(&with(p, &sparse.z))));
         let z0: Vec<f64> = sparse.z.iter().copied().collect();
         let gz: Vec<f64> = inputs.z.iter().copied().collect();
         assert_close(
             &format!("per_class={per_class} Z"),
             &gz,
-            &fd(&z0, |v| ell(&with(&p0, &Array2::from_shape_vec(sparse.z.dim(), v.to_vec()).unwrap()))),
+            &central_differences(&z0, |v| ell(&with(&p0, &Array2::from_shape_vec(sparse.z.dim(), v.to_vec()).unwrap()))),
         );
         // q: the Adam parameterisation's gradient of E[log lik] - KL, class by class.
         for class in 0..3 {
@@ -142,7 +129,7 @@ fn elbo_gradients_in_kernel_parameters_inducing_inputs_and_q_match_finite_differ
                 let s = Sparse { q, ..sparse.clone() };
                 ell(&s) - s.q[class].kl()
             };
-            assert_close(&format!("per_class={per_class} q{class}"), &got, &fd(&flat, objective));
+            assert_close(&format!("per_class={per_class} q{class}"), &got, &central_differences(&flat, objective));
         }
     }
 }

@@ -1,0 +1,23 @@
+//! Helpers shared by the unit tests.
+
+/// Central differences of `f` at `x`, one coordinate at a time, step 1e-6.
+pub fn central_differences(x: &[f64], f: impl Fn(&[f64]) -> f64) -> Vec<f64> {
+    let h = 1e-6;
+    (0..x.len())
+        .map(|i| {
+            let (mut a, mut b) = (x.to_vec(), x.to_vec());
+            a[i] += h;
+            b[i] -= h;
+            (f(&a) - f(&b)) / (2.0 * h)
+        })
+        .collect()
+}
+
+/// Each analytic gradient entry within `rel` (relative, plus the same absolute) of its
+/// finite difference; the message names the entry.
+pub fn assert_gradient_close(what: &str, got: &[f64], want: &[f64], rel: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: gradient lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() < rel * (1.0 + w.abs()), "{what}[{i}]: analytic {g} vs finite difference {w}");
+    }
+}
