@@ -864,7 +864,11 @@ fn committed_reports_re_render_byte_for_byte_from_committed_results() {
             let Ok(entries) = std::fs::read_dir(committed.join(sub)) else { continue };
             for e in entries.flatten().filter(|e| e.path().is_file()) {
                 let again = std::fs::read(rendered.join(sub).join(e.file_name())).unwrap_or_default();
-                assert!(again == std::fs::read(e.path()).unwrap(), "{name}: {} differs when re-rendered from the committed results", e.path().display());
+                assert!(
+                    again == std::fs::read(e.path()).unwrap(),
+                    "{name}: {} differs when re-rendered from the committed results",
+                    e.path().display()
+                );
             }
         }
         checked += 1;
