@@ -118,10 +118,14 @@ impl NaturalGaussian {
     ) -> Result<(), LinalgError> {
         let m = self.dim();
         let g = Mat::from_fn(m, m, |i, j| prior_precision[(i, j)] - (g_s[(i, j)] + g_s[(j, i)]) - self.precision[(i, j)]);
-        let lg = self.chol.solve(g.as_ref()); // Lambda^{-1} G
-        let glg = &g * &lg;
-        let precision =
-            Mat::from_fn(m, m, |i, j| self.precision[(i, j)] + gamma * g[(i, j)] + 0.25 * gamma * gamma * (glg[(i, j)] + glg[(j, i)]));
+        // G Lambda^{-1} G = W^T W with W = L^{-1} G (Lambda = L L^T): one triangular solve and
+        // one product, exactly symmetric.
+        let w = self.chol.solve_l_par(g.as_ref());
+        let wtw = crate::linalg::matmul_par(w.transpose(), w.as_ref());
+        let precision = Mat::from_fn(m, m, |i, j| {
+            let (a, b) = if i >= j { (i, j) } else { (j, i) };
+            self.precision[(i, j)] + gamma * g[(i, j)] + 0.5 * gamma * gamma * wtw[(a, b)]
+        });
         let chol = Chol::factor_with_jitter(precision.as_ref(), "q(u) precision")?;
         let pm = crate::linalg::matvec(prior_precision, &self.mean);
         let grad: Vec<f64> = (0..m).map(|i| g_m[i] - pm[i]).collect();

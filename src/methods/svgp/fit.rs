@@ -11,6 +11,7 @@ use faer::Mat;
 use ndarray::{Array2, Axis};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
+use rayon::prelude::*;
 
 /// Seed of the fixed Monte Carlo stream of full-data ELBO evaluations (so checkpoints of a
 /// softmax fit compare like with like).
@@ -100,15 +101,27 @@ pub(crate) fn train(
         let mut q = sparse.q.clone();
         if natural {
             let gamma = p.natgrad_lr.at(t);
-            for (class, qc) in q.iter_mut().enumerate() {
-                let Posterior::Natural(nat) = qc else { unreachable!("natural posterior") };
-                match p.natgrad_rule {
-                    NatgradRule::Plain => {
-                        let used = nat.step(&g.g_m[class], g.g_s[class].as_ref(), identity.as_ref(), gamma)?;
-                        halvings += (gamma / used).log2().round() as u64;
+            // The classes' steps are independent: one per thread (each result is the same on any
+            // number of threads).
+            let halved: Vec<Result<u64, FitError>> = q
+                .par_iter_mut()
+                .enumerate()
+                .map(|(class, qc)| {
+                    let Posterior::Natural(nat) = qc else { unreachable!("natural posterior") };
+                    match p.natgrad_rule {
+                        NatgradRule::Plain => {
+                            let used = nat.step(&g.g_m[class], g.g_s[class].as_ref(), identity.as_ref(), gamma)?;
+                            Ok((gamma / used).log2().round() as u64)
+                        }
+                        NatgradRule::Retracted => {
+                            nat.step_retracted(&g.g_m[class], g.g_s[class].as_ref(), identity.as_ref(), gamma)?;
+                            Ok(0)
+                        }
                     }
-                    NatgradRule::Retracted => nat.step_retracted(&g.g_m[class], g.g_s[class].as_ref(), identity.as_ref(), gamma)?,
-                }
+                })
+                .collect();
+            for h in halved {
+                halvings += h?;
             }
         } else {
             let mut at = n_kern + n_z;
