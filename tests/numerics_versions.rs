@@ -18,7 +18,7 @@ const RECORDED: &[(&str, &str, &str)] = &[
     ("vbmnp", "vbmnp=1", "0d16a0079d243cbe"),
     ("vbmnp_sparse", "vbmnp_sparse=1", "5b8c172000bc4340"),
     ("gibbs_mnp", "gibbs_mnp=1", "25b91bf9542d09ce"),
-    ("svgp", "svgp=3", "44ecf478048a3eca"),
+    ("svgp", "svgp=4", "ac34aff22ee78406"),
 ];
 
 /// blake3 of the bits of every number a fit gives: probabilities, evidence, kernel parameters.

@@ -28,7 +28,7 @@ use rand_pcg::Pcg64;
 use serde::{Deserialize, Serialize};
 
 /// Bumped by hand whenever this method's numbers change (part of every cell key).
-pub const NUMERICS_VERSION: u32 = 3;
+pub const NUMERICS_VERSION: u32 = 4;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -76,8 +76,13 @@ fn d_predict_samples() -> usize {
 fn d_adam_lr() -> LearningRate {
     LearningRate::Constant(0.01)
 }
+/// (t + 10)^-0.75: 0.18 at the start, 0.03 after 100 steps, 0.006 after 1000. A constant step
+/// keeps q an average of the last ~1/gamma minibatch targets, each scaled by N / |B|: on MNIST
+/// (60k, |B| = 200) a constant 0.1 averages ~2000 images at the precision of 60000, and its
+/// full-data ELBO fell from -68k to -138k over 600 s while the error stalled at 5.4%. This
+/// Robbins-Monro schedule reached 3.46% after 1500 steps, ELBO -33k (Adam alone: 8%).
 fn d_natgrad_lr() -> LearningRate {
-    LearningRate::Constant(0.1)
+    LearningRate::Decay { base: 1.0, tau: 10.0, kappa: 0.75 }
 }
 fn d_true() -> bool {
     true
