@@ -174,6 +174,7 @@ fn figure(id: &str, kind: FigureKind, metric: Option<&str>) -> FigureSpec {
         datasets: vec![],
         log_x: false,
         reference: vec![],
+        target: None,
         caption: None,
     }
 }
@@ -192,6 +193,7 @@ fn figures() -> Vec<FigureSpec> {
         dataset: Some("alpha".into()),
         points: vec![[0.5, -40.0], [2.0, -35.0]],
     }];
+    curve.target = Some(-110.0);
     let mut multi = figure("fig-multi", FigureKind::Errorbar, None);
     multi.metrics = vec!["error_pct".into(), "log_pred_sum".into()];
     multi.interval = Interval::Ci95;
@@ -343,6 +345,15 @@ fn report_shows_tables_figures_failures_and_score() {
     assert!(svg("fig-hist").matches("<rect").count() >= 8, "bars in 2 × 3 panels");
     assert!(svg("fig-scatter").matches("<polygon").count() >= 14, "a point per paired split");
     assert!(svg("fig-trace").matches("<polyline").count() >= 29, "a line per cell");
+    // Curve notes: alpha's log_evidence at the peer's times (every split's last checkpoint at or
+    // before them: iteration 9 at 0.5 s, iteration 11 by 2 s; -100 - 80 e^(-i/3) + offset, mean
+    // offset 0), and the first checkpoint at or above -110 (iteration 7 at 0.4 s for offsets
+    // -2..0, iteration 6 at 0.35 s for 1 and 2).
+    assert!(
+        html.contains("0.5 s: ep -104, laplace -104, peer run -40; 2 s: ep -102, laplace -102, peer run -35."),
+        "values at the reference times"
+    );
+    assert!(html.contains("first at -110 (training time of the first checkpoint there): ep on 5 of 5 splits, at 0.35-0.4 s, laplace on 5 of 5 splits, at 0.35-0.4 s."), "time to target");
     assert!(svg("fig-empty").contains("no data"));
     assert!(!svg("fig-errorbar").contains("no data"));
     // Several metrics on one errorbar figure: a series per (metric, method), 95% CI bars.

@@ -354,3 +354,15 @@ fn a_setting_a_method_would_ignore_is_refused() {
     let spec = parse(&ok, "ok.yaml", &registry()).unwrap();
     mcgp::runner::check_with_data(&spec, &registry(), std::path::Path::new(env!("CARGO_MANIFEST_DIR"))).expect("accepted");
 }
+
+#[test]
+fn a_target_belongs_to_curve_figures_and_is_finite() {
+    let figure = |kind: &str, target: &str| {
+        format!("{GOOD}figures:\n  - {{ id: f, title: F, kind: {kind}, trace: test_error, metric: error_pct, target: {target} }}\n")
+    };
+    let e = error_of(&figure("errorbar", "3.25"));
+    assert!(e.contains("figures[0].target") && e.contains("only curve figures take `target`"), "{e}");
+    let e = error_of(&figure("curve", ".nan"));
+    assert!(e.contains("figures[0].target") && e.contains("a finite value"), "{e}");
+    parse(&figure("curve", "3.25"), "good.yaml", &registry()).expect("a curve with a target");
+}

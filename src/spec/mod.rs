@@ -625,6 +625,13 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
         if !f.reference.is_empty() && f.kind != FigureKind::Curve {
             err(format!("{at}.reference"), Some(&f.id), "only curve figures take `reference`".into());
         }
+        if let Some(t) = f.target {
+            if f.kind != FigureKind::Curve {
+                err(format!("{at}.target"), Some(&f.id), "only curve figures take `target`".into());
+            } else if !t.is_finite() {
+                err(format!("{at}.target"), Some(&f.id), format!("a finite value, got {t}"));
+            }
+        }
         match f.kind {
             FigureKind::Trace if f.trace.is_none() => {
                 err(format!("{at}.trace"), Some(&f.id), "a trace figure needs `trace` (the traced quantity)".into())

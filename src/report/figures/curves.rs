@@ -106,8 +106,98 @@ pub(super) fn curve(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<Stri
         if hi == 1 { "" } else { "s" },
         if hi > 1 { ", band ± 1 sd" } else { "" }
     ));
+    for (dataset, curves, refs) in &panels {
+        let cells_of = |method: &str| -> Vec<&CellRecord> { sel.ok().filter(|c| c.dataset == *dataset && c.method == method).collect() };
+        if let Some(note) = at_reference_times(name, dataset, curves, refs, &cells_of) {
+            notes.push(note);
+        }
+        if let Some(target) = spec.target {
+            notes.push(time_to_target(name, dataset, target, curves, &cells_of));
+        }
+    }
     if sel.ok().any(|c| c.metrics.contains_key("budget_seconds")) {
         notes.push("The runs stop at a wall-clock budget: the iterations they reach depend on the machine (see diag_iterations).".into());
     }
     Ok(Plot::Svg(svg))
+}
+
+/// A cell's trace of `name` as (training seconds, iteration, value), in time order.
+fn timed(cell: &CellRecord, name: &str) -> Vec<(f64, usize, f64)> {
+    let mut points: Vec<(f64, usize, f64)> =
+        cell.trace.iter().filter(|p| p.name == name && p.value.is_finite() && p.time > 0.0).map(|p| (p.time, p.iter, p.value)).collect();
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    points
+}
+
+/// The runs beside each reference at the reference's own times: per split, the value of the
+/// last checkpoint scored at or before that training time (the model a user stopping there
+/// would have), averaged over the splits that had one.
+fn at_reference_times<'c>(
+    name: &str,
+    dataset: &str,
+    curves: &[Curve],
+    refs: &[&crate::spec::ReferenceCurve],
+    cells_of: &dyn Fn(&str) -> Vec<&'c CellRecord>,
+) -> Option<String> {
+    let mut times: Vec<f64> = refs.iter().flat_map(|r| r.points.iter().map(|p| p[0])).collect();
+    times.sort_by(f64::total_cmp);
+    times.dedup();
+    if times.is_empty() {
+        return None;
+    }
+    let rows: Vec<String> = times
+        .iter()
+        .map(|&t| {
+            let mut parts: Vec<String> = curves
+                .iter()
+                .map(|c| {
+                    let values: Vec<f64> = cells_of(c.method)
+                        .iter()
+                        .filter_map(|cell| timed(cell, name).iter().rev().find(|p| p.0 <= t).map(|p| p.2))
+                        .collect();
+                    if values.is_empty() {
+                        format!("{} not yet scored", c.method)
+                    } else {
+                        format!("{} {}", c.method, sig3(values.iter().sum::<f64>() / values.len() as f64))
+                    }
+                })
+                .collect();
+            parts.extend(refs.iter().filter_map(|r| r.points.iter().find(|p| p[0] == t).map(|p| format!("{} {}", r.label, sig3(p[1])))));
+            format!("{} s: {}", sig3(t), parts.join(", "))
+        })
+        .collect();
+    Some(format!(
+        "{dataset}, `{name}` at the reference times (each split's last checkpoint at or before that training time): {}.",
+        rows.join("; ")
+    ))
+}
+
+/// When each method's trace first reached `target`, coming from the side it started on (down
+/// for an error, up for a bound): per split, the training time and iteration of the first
+/// checkpoint at or past it.
+fn time_to_target<'c>(name: &str, dataset: &str, target: f64, curves: &[Curve], cells_of: &dyn Fn(&str) -> Vec<&'c CellRecord>) -> String {
+    let parts: Vec<String> = curves
+        .iter()
+        .map(|c| {
+            let cells = cells_of(c.method);
+            let hits: Vec<(f64, usize)> = cells
+                .iter()
+                .filter_map(|cell| {
+                    let points = timed(cell, name);
+                    let falling = points.first()?.2 > target;
+                    points.iter().find(|p| if falling { p.2 <= target } else { p.2 >= target }).map(|p| (p.0, p.1))
+                })
+                .collect();
+            match hits.as_slice() {
+                [] => format!("{} not reached", c.method),
+                [(t, it)] if cells.len() == 1 => format!("{} at {} s (iteration {it})", c.method, sig3(*t)),
+                _ => {
+                    let lo = hits.iter().map(|h| h.0).fold(f64::INFINITY, f64::min);
+                    let hi = hits.iter().map(|h| h.0).fold(0.0, f64::max);
+                    format!("{} on {} of {} splits, at {}-{} s", c.method, hits.len(), cells.len(), sig3(lo), sig3(hi))
+                }
+            }
+        })
+        .collect();
+    format!("{dataset}, `{name}` first at {} (training time of the first checkpoint there): {}.", sig3(target), parts.join(", "))
 }
