@@ -44,6 +44,11 @@ impl NaturalGaussian {
         &self.mean
     }
 
+    /// Lambda = S^{-1}.
+    pub fn precision(&self) -> MatRef<'_, f64> {
+        self.precision.as_ref()
+    }
+
     /// S B = Lambda^{-1} B.
     pub fn cov_times(&self, b: MatRef<'_, f64>) -> Mat<f64> {
         self.chol.solve_par(b)

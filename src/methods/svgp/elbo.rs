@@ -32,7 +32,8 @@ pub(crate) struct BlockGrads {
     pub g_m: Vec<Vec<f64>>,
     pub g_s: Vec<Mat<f64>>,
     /// Of scale * ell w.r.t. the kernel set's log-parameters and Z (the KL of the whitened
-    /// posterior depends on neither).
+    /// posterior depends on neither); unwhitened (`Sparse::whiten` false), of
+    /// scale * ell - KL at fixed q(u).
     pub inputs: Option<InputGrads>,
 }
 
@@ -57,6 +58,8 @@ pub(crate) fn block(
     if !(wants.q || wants.inputs) {
         return out;
     }
+    // Holding q(u) fixed, the kernel and Z gradients need the q gradients too.
+    let fixed_u = wants.inputs && !sparse.whiten;
     let gmu = |class: usize| -> Vec<f64> { per_row.iter().map(|r| scale * r.d_mean[class]).collect() };
     let gvar = |class: usize| -> Vec<f64> { per_row.iter().map(|r| scale * r.d_var[class]).collect() };
     let m = sparse.z.nrows();
@@ -67,7 +70,7 @@ pub(crate) fn block(
         let k = sparse.kernel_of(class);
         let a = &mg.blocks[k].a;
         let (gm, gv) = (gmu(class), gvar(class));
-        if wants.q {
+        if wants.q || fixed_u {
             out.g_m.push((0..m).map(|i| (0..n).map(|j| a[(i, j)] * gm[j]).sum()).collect());
             let ad = Mat::from_fn(m, n, |i, j| a[(i, j)] * gv[j]);
             out.g_s.push(matmul_par(ad.as_ref(), a.transpose()));
@@ -85,13 +88,50 @@ pub(crate) fn block(
         }
     }
     if wants.inputs {
-        out.inputs = Some(input_grads(sparse, x, &mg, &abar, &knn_bar));
+        let lbar_q = fixed_u.then(|| lbar_of_fixed_u(sparse, &out.g_m, &out.g_s));
+        out.inputs = Some(input_grads(sparse, x, &mg, &abar, &knn_bar, lbar_q.as_deref()));
     }
     out
 }
 
+/// With q(u) held fixed, q(v) moves with L: m_v = L^{-1} m_u, S_v = L^{-1} S_u L^{-T}. For
+/// F = scale E[log lik] - KL(q(v) || N(0, I)) with a = dF/dm_v = g_m - m_v and
+/// B = dF/dS_v = g_S - (I - S_v^{-1}) / 2, dm_v = -L^{-1} dL m_v and
+/// dS_v = -L^{-1} dL S_v - (.)^T give dF/dL = -tril(L^{-T} (a m_v^T + 2 B S_v)), where
+/// 2 B S_v = 2 g_S S_v - S_v + I needs no inverse. Summed over each kernel's classes.
+fn lbar_of_fixed_u(sparse: &Sparse, g_m: &[Vec<f64>], g_s: &[Mat<f64>]) -> Vec<Mat<f64>> {
+    let m = sparse.z.nrows();
+    let mut sums: Vec<Mat<f64>> = (0..sparse.chols.len()).map(|_| Mat::zeros(m, m)).collect();
+    for (class, q) in sparse.q.iter().enumerate() {
+        let mean = q.mean();
+        let s = q.covariance();
+        let gs_s = matmul_par(g_s[class].as_ref(), s.as_ref());
+        let sum = &mut sums[sparse.kernel_of(class)];
+        for j in 0..m {
+            for i in 0..m {
+                let a = g_m[class][i] - mean[i];
+                sum[(i, j)] += a * mean[j] + 2.0 * gs_s[(i, j)] - s[(i, j)] + if i == j { 1.0 } else { 0.0 };
+            }
+        }
+    }
+    sums.iter()
+        .zip(&sparse.chols)
+        .map(|(sum, chol)| {
+            let t = chol.solve_lt(sum.as_ref());
+            Mat::from_fn(m, m, |i, j| if i >= j { -t[(i, j)] } else { 0.0 })
+        })
+        .collect()
+}
+
 /// Kernel-parameter and Z gradients from Abar and knn_bar of each kernel.
-fn input_grads(sparse: &Sparse, x: &Array2<f64>, mg: &Marginals, abar: &[Mat<f64>], knn_bar: &[Vec<f64>]) -> InputGrads {
+fn input_grads(
+    sparse: &Sparse,
+    x: &Array2<f64>,
+    mg: &Marginals,
+    abar: &[Mat<f64>],
+    knn_bar: &[Vec<f64>],
+    lbar_q: Option<&[Mat<f64>]>,
+) -> InputGrads {
     let mut params = Vec::with_capacity(sparse.kernels.n_params());
     let mut gz = Array2::zeros(sparse.z.dim());
     for (k, kern) in sparse.kernels.kernels().iter().enumerate() {
@@ -100,7 +140,11 @@ fn input_grads(sparse: &Sparse, x: &Array2<f64>, mg: &Marginals, abar: &[Mat<f64
         let kmn_bar = chol.solve_lt_par(abar[k].as_ref());
         let prod = matmul_par(kmn_bar.as_ref(), blk.a.transpose());
         let m = prod.nrows();
-        let lbar = Mat::from_fn(m, m, |i, j| if i >= j { -prod[(i, j)] } else { 0.0 });
+        let lbar = Mat::from_fn(m, m, |i, j| match lbar_q {
+            _ if i < j => 0.0,
+            Some(extra) => extra[k][(i, j)] - prod[(i, j)],
+            None => -prod[(i, j)],
+        });
         let kmm_bar = chol.backprop(lbar.as_ref());
         let mut g = kern.gram_vjp(&sparse.z, &sparse.kmms[k], &kmm_bar);
         g.add(&kern.cross_vjp(&sparse.z, x, &blk.kmn, &kmn_bar));

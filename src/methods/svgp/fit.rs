@@ -49,6 +49,7 @@ pub(crate) fn train(
         })
         .collect();
     let mut sparse = Sparse::new(kernels, z0, q)?;
+    sparse.whiten = p.whiten;
 
     // Adam's vector: kernel log-parameters, then Z, then (optimizer: adam) each class's q.
     let learn_kernel = hyper == HyperPolicy::Learn;
@@ -59,8 +60,14 @@ pub(crate) fn train(
     let mut free: Vec<bool> = sparse.kernels.free_mask().into_iter().map(|f| f && learn_kernel).collect();
     free.extend(std::iter::repeat_n(p.learn_inducing, n_z));
     if !natural {
-        for q in &sparse.q {
-            theta.extend(q.sqrt_to_flat());
+        for (class, q) in sparse.q.iter().enumerate() {
+            if p.whiten {
+                theta.extend(q.sqrt_to_flat());
+            } else {
+                // q(u) = N(0, K(Z, Z)), the whitened N(0, I) in u's coordinates.
+                let l = sparse.chols[sparse.kernel_of(class)].l().to_owned();
+                theta.extend(Posterior::Sqrt { mean: vec![0.0; m], l }.sqrt_to_flat());
+            }
         }
         free.extend(std::iter::repeat_n(true, c * Posterior::n_sqrt_params(m)));
     }
@@ -127,7 +134,11 @@ pub(crate) fn train(
             let mut at = n_kern + n_z;
             for (class, qc) in sparse.q.iter().enumerate() {
                 let Posterior::Sqrt { mean, l } = qc else { unreachable!("sqrt posterior") };
-                for v in Posterior::sqrt_grads(mean, l, &g.g_m[class], &g.g_s[class]) {
+                let mut g_q = Posterior::sqrt_grads(mean, l, &g.g_m[class], &g.g_s[class]);
+                if !p.whiten {
+                    g_q = Posterior::sqrt_grads_unwhitened(&g_q, &sparse.chols[sparse.kernel_of(class)]);
+                }
+                for v in g_q {
                     grad[at] = -v;
                     at += 1;
                 }
@@ -142,7 +153,22 @@ pub(crate) fn train(
         }
         let kernels = sparse.kernels.with_log_params(&theta[..n_kern]);
         let z = Array2::from_shape_vec(sparse.z.dim(), theta[n_kern..n_kern + n_z].to_vec()).expect("Z shape");
-        sparse = Sparse::new(kernels, z, q)?;
+        let mut next = Sparse::new(kernels, z, q)?;
+        next.whiten = p.whiten;
+        if !p.whiten && (learn_inputs || !natural) {
+            // Unwhitened: q(u) stays where its step left it while L moves under it.
+            next.q = (0..c)
+                .map(|class| {
+                    let k = next.kernel_of(class);
+                    if natural {
+                        next.q[class].reexpress(&sparse.chols[k], &next.chols[k])
+                    } else {
+                        Ok(Posterior::sqrt_whitened(&next.q[class], &next.chols[k]))
+                    }
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        sparse = next;
 
         ctx.checkpoint_with(t, || Some(full_elbo(&sparse)), || snapshot(&sparse))?;
         if let Some(reason) = ctx.budget_stop(t) {

@@ -141,6 +141,10 @@ pub struct SvgpParams {
     pub max_iters: u64,
     #[serde(default = "d_lengthscale_init")]
     pub lengthscale_init: LengthscaleInit,
+    /// `true` (default): q(v) over whitened inducing values u = L v is the parameter, held
+    /// fixed when the kernel or Z move; `false`: q(u) itself (GPflow's whiten=False).
+    #[serde(default = "d_true")]
+    pub whiten: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

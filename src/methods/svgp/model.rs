@@ -22,6 +22,11 @@ pub struct Sparse {
     /// Gram K(Z, Z) of each distinct kernel (without jitter), for its gradient.
     pub kmms: Vec<Mat<f64>>,
     pub q: Vec<Posterior>,
+    /// The parameterisation optimised: whitened (q(v) held fixed when the kernel or Z move,
+    /// the default) or unwhitened (q(u) held fixed: the kernel and Z gradients then carry
+    /// q(v)'s dependence on L, and `Posterior::reexpress` carries q across their steps).
+    /// q is held as q(v) either way.
+    pub whiten: bool,
 }
 
 /// What one kernel contributes at a block of rows: K(Z, X), A = L^{-1} K(Z, X), diag K(X, X).
@@ -50,7 +55,7 @@ impl Sparse {
             chols.push(kmm_factor(&kmm, &what)?);
             kmms.push(kmm);
         }
-        Ok(Sparse { kernels, z, chols, kmms, q })
+        Ok(Sparse { kernels, z, chols, kmms, q, whiten: true })
     }
 
     pub fn n_classes(&self) -> usize {

@@ -1,7 +1,7 @@
 //! q(v^c) = N(m, S) of one class's whitened inducing values (u = L v, Kmm = L L^T): held in
 //! natural parameters when natural gradients move it, or as (m, lower-triangular sqrt of S)
 //! when Adam moves everything (GPflow's q_mu, q_sqrt).
-use crate::linalg::{matmul_par, Chol};
+use crate::linalg::{col, matmul_par, to_vec, Chol, LinalgError};
 use crate::scalable::NaturalGaussian;
 use faer::{Mat, MatRef};
 
@@ -24,6 +24,61 @@ impl Posterior {
         match self {
             Posterior::Natural(q) => q.cov_times(a),
             Posterior::Sqrt { l, .. } => matmul_par(l.as_ref(), matmul_par(l.transpose(), a).as_ref()),
+        }
+    }
+
+    /// S, explicitly (M x M).
+    pub fn covariance(&self) -> Mat<f64> {
+        match self {
+            Posterior::Natural(q) => q.covariance(),
+            Posterior::Sqrt { l, .. } => matmul_par(l.as_ref(), l.transpose()),
+        }
+    }
+
+    /// The same q(u) in the whitened coordinates of a new factor: u = L_old v = L_new v', so
+    /// v' = T^{-1} v with T = L_old^{-1} L_new (lower triangular): m' = L_new^{-1} L_old m and
+    /// Lambda' = T^T Lambda T, or L_S' = L_new^{-1} L_old L_S (lower triangular again). This is
+    /// how the unwhitened parameterisation keeps q(u) where it is when the kernel or Z move.
+    pub fn reexpress(&self, old: &Chol, new: &Chol) -> Result<Posterior, LinalgError> {
+        let mean = to_vec(new.solve_l(matmul_par(old.l(), col(self.mean()).as_ref()).as_ref()).as_ref());
+        match self {
+            Posterior::Natural(q) => {
+                let t = old.solve_l(new.l());
+                let lt = matmul_par(q.precision(), t.as_ref());
+                let p = matmul_par(t.transpose(), lt.as_ref());
+                let precision = Mat::from_fn(p.nrows(), p.ncols(), |i, j| 0.5 * (p[(i, j)] + p[(j, i)]));
+                Ok(Posterior::Natural(NaturalGaussian::from_mean_precision(mean, precision)?))
+            }
+            Posterior::Sqrt { l, .. } => Ok(Posterior::Sqrt { mean, l: lower(new.solve_l(matmul_par(old.l(), l.as_ref()).as_ref())) }),
+        }
+    }
+
+    /// q(v) from the unwhitened sqrt parameters (m_u, L_Su) of q(u): v = L^{-1} u, so
+    /// m_v = L^{-1} m_u and L_Sv = L^{-1} L_Su (lower triangular).
+    pub fn sqrt_whitened(u: &Posterior, chol: &Chol) -> Posterior {
+        let Posterior::Sqrt { mean, l } = u else { unreachable!("sqrt parameters") };
+        Posterior::Sqrt { mean: to_vec(chol.solve_l(col(mean).as_ref()).as_ref()), l: lower(chol.solve_l(l.as_ref())) }
+    }
+
+    /// Gradients in the unwhitened sqrt parameters from those in the whitened ones (flat, the
+    /// layout of `sqrt_grads`): g_{m_u} = L^{-T} g_{m_v}, g_{L_Su} = tril(L^{-T} g_{L_Sv}).
+    pub fn sqrt_grads_unwhitened(g_v: &[f64], chol: &Chol) -> Vec<f64> {
+        let m = chol.dim();
+        let gm = chol.solve_lt(col(&g_v[..m]).as_ref());
+        let gl = chol.solve_lt(Posterior::sqrt_from_flat(m, g_v).sqrt_factor().as_ref());
+        let mut out = to_vec(gm.as_ref());
+        for j in 0..m {
+            for i in j..m {
+                out.push(gl[(i, j)]);
+            }
+        }
+        out
+    }
+
+    fn sqrt_factor(&self) -> &Mat<f64> {
+        match self {
+            Posterior::Sqrt { l, .. } => l,
+            Posterior::Natural(_) => unreachable!("natural-parameter posteriors have no sqrt factor"),
         }
     }
 
@@ -103,4 +158,9 @@ impl Posterior {
 /// The prior-side factor of one kernel: K(Z, Z) = L L^T with its jitter.
 pub(crate) fn kmm_factor(kmm: &Mat<f64>, class_or_shared: &str) -> Result<Chol, crate::linalg::LinalgError> {
     Chol::factor_with_jitter(kmm.as_ref(), &format!("K(Z, Z) of {class_or_shared}"))
+}
+
+/// The lower triangle of `a` (exact zeros above the diagonal).
+fn lower(a: Mat<f64>) -> Mat<f64> {
+    Mat::from_fn(a.nrows(), a.ncols(), |i, j| if i >= j { a[(i, j)] } else { 0.0 })
 }

@@ -135,6 +135,93 @@ fn elbo_gradients_in_kernel_parameters_inducing_inputs_and_q_match_finite_differ
 }
 
 #[test]
+fn reexpressing_q_under_a_new_factor_keeps_q_of_u() {
+    for natural in [false, true] {
+        let (sparse, _, _) = problem(false, natural);
+        let old = &sparse.chols[0];
+        let new = Sparse::new(KernelSet::shared_se(&se(0.7, 2.4)), sparse.z.clone(), sparse.q.clone()).unwrap().chols[0].clone();
+        for q in &sparse.q {
+            let moved = q.reexpress(old, &new).unwrap();
+            // u's mean L m and covariance L S L^T, before and after.
+            let mean_u = |l: &Chol, p: &Posterior| crate::linalg::matvec(l.l(), p.mean());
+            let cov_u = |l: &Chol, p: &Posterior| l.l() * p.covariance() * l.l().transpose();
+            for (a, b) in mean_u(old, q).iter().zip(mean_u(&new, &moved)) {
+                assert!((a - b).abs() < 1e-10, "natural={natural}: mean of u {a} vs {b}");
+            }
+            let (a, b) = (cov_u(old, q), cov_u(&new, &moved));
+            for i in 0..4 {
+                for j in 0..4 {
+                    assert!((a[(i, j)] - b[(i, j)]).abs() < 1e-10, "natural={natural}: covariance of u");
+                }
+            }
+            if let Posterior::Sqrt { l, .. } = &moved {
+                assert!((0..4).all(|i| (i + 1..4).all(|j| l[(i, j)] == 0.0)), "the sqrt factor stays lower triangular");
+            }
+        }
+    }
+}
+
+#[test]
+fn unwhitened_gradients_hold_q_of_u_fixed_and_match_finite_differences() {
+    let lik = SvgpLikelihood::RobustMax(crate::likelihoods::marginal::RobustMax::new(1e-3, 20));
+    let scale = 2.5;
+    for (per_class, natural) in [(false, false), (true, false), (false, true), (true, true)] {
+        let (mut sparse, x, y) = problem(per_class, natural);
+        sparse.whiten = false;
+        let g = elbo::block(&sparse, &x, &y, &lik, &mut Pcg64::seed_from_u64(0), scale, Wants { q: true, inputs: true });
+        let inputs = g.inputs.as_ref().unwrap();
+        // F(theta, Z) = scale E[log lik] - KL with q(u) fixed: q(v) re-expressed under each L.
+        let objective = |p: &[f64], z: &Array2<f64>| {
+            let mut s = Sparse::new(sparse.kernels.with_log_params(p), z.clone(), sparse.q.clone()).unwrap();
+            s.q = (0..3).map(|c| sparse.q[c].reexpress(&sparse.chols[s.kernel_of(c)], &s.chols[s.kernel_of(c)]).unwrap()).collect();
+            let ell = elbo::block(&s, &x, &y, &lik, &mut Pcg64::seed_from_u64(0), scale, Wants::default()).ell;
+            scale * ell - s.q.iter().map(|q| q.kl()).sum::<f64>()
+        };
+        let what = format!("per_class={per_class} natural={natural}");
+        let p0 = sparse.kernels.log_params();
+        assert_close(&format!("{what} kernel"), &inputs.params, &central_differences(&p0, |p| objective(p, &sparse.z)));
+        let z0: Vec<f64> = sparse.z.iter().copied().collect();
+        let gz: Vec<f64> = inputs.z.iter().copied().collect();
+        let fd = central_differences(&z0, |v| objective(&p0, &Array2::from_shape_vec(sparse.z.dim(), v.to_vec()).unwrap()));
+        assert_close(&format!("{what} Z"), &gz, &fd);
+        // The whitened gradient differs: the test can tell the two apart.
+        let whitened = elbo::block(
+            &Sparse { whiten: true, ..sparse.clone() },
+            &x,
+            &y,
+            &lik,
+            &mut Pcg64::seed_from_u64(0),
+            scale,
+            Wants { q: true, inputs: true },
+        );
+        let diff: f64 = whitened.inputs.unwrap().params.iter().zip(&inputs.params).map(|(a, b)| (a - b).abs()).sum();
+        assert!(diff > 1e-3, "{what}: whitened and unwhitened kernel gradients coincide");
+    }
+}
+
+#[test]
+fn unwhitened_sqrt_parameter_gradients_match_finite_differences() {
+    let lik = SvgpLikelihood::RobustMax(crate::likelihoods::marginal::RobustMax::new(1e-3, 20));
+    let scale = 2.5;
+    let (sparse, x, y) = problem(true, false);
+    let g = elbo::block(&sparse, &x, &y, &lik, &mut Pcg64::seed_from_u64(0), scale, Wants { q: true, inputs: false });
+    for class in 0..3 {
+        let chol = &sparse.chols[sparse.kernel_of(class)];
+        // Unwhitened parameters of the current q: m_u = L m_v, L_Su = L L_Sv.
+        let Posterior::Sqrt { mean, l } = &sparse.q[class] else { unreachable!() };
+        let u = Posterior::Sqrt { mean: crate::linalg::matvec(chol.l(), mean), l: chol.l() * l };
+        let got = Posterior::sqrt_grads_unwhitened(&Posterior::sqrt_grads(mean, l, &g.g_m[class], &g.g_s[class]), chol);
+        let objective = |v: &[f64]| {
+            let mut q = sparse.q.clone();
+            q[class] = Posterior::sqrt_whitened(&Posterior::sqrt_from_flat(4, v), chol);
+            let s = Sparse { q, ..sparse.clone() };
+            scale * elbo::block(&s, &x, &y, &lik, &mut Pcg64::seed_from_u64(0), scale, Wants::default()).ell - s.q[class].kl()
+        };
+        assert_close(&format!("unwhitened q{class}"), &got, &central_differences(&u.sqrt_to_flat(), objective));
+    }
+}
+
+#[test]
 fn natural_and_sqrt_posteriors_give_the_same_marginals_and_kl() {
     let (a, x, _) = problem(false, false);
     let (b, _, _) = problem(false, true);
@@ -176,8 +263,14 @@ fn training_raises_the_elbo_and_separates_three_blobs() {
     let centres = [[0.0, 2.0], [2.0, -1.0], [-2.0, -1.0]];
     let x = Array2::from_shape_fn((150, 2), |(i, d)| centres[i % 3][d] + 0.6 * rng.random_range(-1.0..1.0));
     let y: Vec<usize> = (0..150).map(|i| i % 3).collect();
-    for (likelihood, optimizer) in [("robust_max", "natgrad_adam"), ("softmax", "natgrad_adam"), ("robust_max", "adam")] {
-        let settings = serde_json::json!({ "inducing": 10, "batch_size": 30, "max_iters": 300, "likelihood": likelihood, "optimizer": optimizer, "adam_lr": 0.03 });
+    for (likelihood, optimizer, whiten) in [
+        ("robust_max", "natgrad_adam", true),
+        ("softmax", "natgrad_adam", true),
+        ("robust_max", "adam", true),
+        ("robust_max", "natgrad_adam", false),
+        ("robust_max", "adam", false),
+    ] {
+        let settings = serde_json::json!({ "inducing": 10, "batch_size": 30, "max_iters": 300, "likelihood": likelihood, "optimizer": optimizer, "adam_lr": 0.03, "whiten": whiten });
         let method = crate::methods::build("svgp", &settings).unwrap();
         let kernels = KernelSet::shared_se(&se(1.0, 1.0));
         let problem = Problem { x: &x, y: &y, n_classes: 3 };
@@ -186,9 +279,9 @@ fn training_raises_the_elbo_and_separates_three_blobs() {
         let model = method.fit(&problem, &kernels, HyperPolicy::Learn, &mut ctx).unwrap();
         let probs = model.predict(&x, &mut Pcg64::seed_from_u64(2)).unwrap().probs;
         let errors = (0..150).filter(|&i| crate::linalg::argmax(probs.row(i).as_slice().unwrap()) != y[i]).count();
-        assert!(errors <= 3, "{likelihood}/{optimizer}: {errors} training errors of 150");
+        assert!(errors <= 3, "{likelihood}/{optimizer}/whiten={whiten}: {errors} training errors of 150");
         // The prior q (the start) has ELBO = N E[log lik at f ~ prior]; the fit must beat it.
         let evidence = model.evidence().unwrap().value;
-        assert!(evidence > -150.0 * (3.0f64).ln(), "{likelihood}/{optimizer}: ELBO {evidence} no better than guessing");
+        assert!(evidence > -150.0 * (3.0f64).ln(), "{likelihood}/{optimizer}/whiten={whiten}: ELBO {evidence} no better than guessing");
     }
 }
