@@ -21,6 +21,7 @@ pub(crate) fn quick_settings(method: &str) -> serde_json::Value {
         "laplace" => serde_json::json!({ "mc_samples": 200, "max_hyper_iters": 8 }),
         "klmnl" => serde_json::json!({ "max_hyper_iters": 8 }),
         "svgp" => serde_json::json!({ "inducing": 4, "batch_size": 5, "max_iters": 20, "inducing_init": { "init": "random" } }),
+        "scmgpc" => serde_json::json!({ "inducing": 4, "batch": 5, "max_iters": 20, "predict": "monte_carlo", "predict_samples": 200 }),
         _ => serde_json::Value::Null,
     }
 }

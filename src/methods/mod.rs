@@ -10,6 +10,7 @@ pub mod importance;
 pub mod klmnl;
 pub mod laplace;
 pub mod optimize;
+pub mod scmgpc;
 pub mod svgp;
 pub mod vbmnp;
 pub mod vbmnp_sparse;
@@ -53,6 +54,9 @@ pub const METHODS: &[(&str, &str)] = &[(
 ), (
     "svgp",
     "SVI-MGPC: sparse variational multi-class GP on minibatches (Hensman, Matthews & Ghahramani 2015), robust-max or softmax likelihood, natural gradients for q(u) and Adam for kernel and inducing inputs; evidence = full-data ELBO",
+), (
+    "scmgpc",
+    "SC-MGPC: augmented logistic-softmax sparse GP classifier (Galy-Fajou et al. 2018) with closed-form CAVI/SVI updates (corrected Poisson rate by default), class-weighted k-means inducing sets per class, Adam on the kernels; evidence = full-data ELBO",
 )];
 
 /// The numerics version of a method as it enters cell keys: its own `NUMERICS_VERSION` and
@@ -68,6 +72,7 @@ pub fn numerics_version(method: &str) -> Option<String> {
         "vbmnp_sparse" => format!("vbmnp_sparse={}", vbmnp_sparse::NUMERICS_VERSION),
         "gibbs_mnp" => format!("gibbs_mnp={}", gibbs_mnp::NUMERICS_VERSION),
         "svgp" => format!("svgp={}", svgp::NUMERICS_VERSION),
+        "scmgpc" => format!("scmgpc={}", scmgpc::NUMERICS_VERSION),
         _ => return None,
     };
     let bumped =
@@ -86,6 +91,7 @@ pub fn build(name: &str, settings: &serde_json::Value) -> Result<Box<dyn Method>
         "vbmnp" => Ok(Box::new(vbmnp::VbmnpParams::from_settings(settings)?.check()?)),
         "gibbs_mnp" => Ok(Box::new(gibbs_mnp::GibbsMnpParams::from_settings(settings)?.check()?)),
         "svgp" => Ok(Box::new(svgp::SvgpParams::from_settings(settings)?.check()?)),
+        "scmgpc" => Ok(Box::new(scmgpc::ScmgpcParams::from_settings(settings)?.check()?)),
         other => Err(format!("unknown method \"{other}\"")),
     }
 }

@@ -1,6 +1,6 @@
 //! Initial inducing inputs Z: a random subset of the training inputs (pooled or per class),
 //! or k-means centres (pooled or per class), k-means on a seeded subsample for large sets.
-use super::kmeans::kmeans;
+use super::kmeans::{kmeans, weighted_kmeans};
 use crate::data::allocate;
 use ndarray::{Array2, Axis};
 use rand::seq::index::sample;
@@ -107,6 +107,51 @@ pub fn initial_inducing(
     Ok((z, report))
 }
 
+/// One set of M inducing inputs per class by class-weighted k-means (Galy-Fajou et al. 2018's
+/// authors' code): for class c, k-means of the training inputs with weight N/N_c - 1 on class
+/// c's rows and 1 on the others, so the class and the rest carry equal mass and the centres
+/// crowd where class c's function changes. k-means runs on at most `subsample` random rows
+/// (one subsample for all classes; weights from its class counts). With M >= N every class
+/// gets Z = X (all rows, in order): nothing to summarise.
+pub fn class_weighted_inducing(
+    x: &Array2<f64>,
+    y: &[usize],
+    n_classes: usize,
+    m: usize,
+    subsample: usize,
+    max_iters: usize,
+    rng: &mut Pcg64,
+) -> Result<(Vec<Array2<f64>>, InitReport), String> {
+    let n = x.nrows();
+    if m == 0 {
+        return Err("class-weighted inducing inputs: M = 0".into());
+    }
+    if m >= n {
+        return Ok((vec![x.clone(); n_classes], InitReport::default()));
+    }
+    let used: Vec<usize> = if n > subsample.max(m) {
+        let mut s: Vec<usize> = sample(rng, n, subsample.max(m)).into_vec();
+        s.sort_unstable();
+        s
+    } else {
+        (0..n).collect()
+    };
+    let xs = x.select(Axis(0), &used);
+    let ys: Vec<usize> = used.iter().map(|&i| y[i]).collect();
+    let mut report = InitReport { kmeans_rows: used.len(), kmeans_iterations: 0 };
+    let mut sets = Vec::with_capacity(n_classes);
+    for c in 0..n_classes {
+        let nc = ys.iter().filter(|&&v| v == c).count();
+        // A class absent from the rows, or the only class present: plain k-means.
+        let wc = if nc == 0 || nc == ys.len() { 1.0 } else { ys.len() as f64 / nc as f64 - 1.0 };
+        let w: Vec<f64> = ys.iter().map(|&v| if v == c { wc } else { 1.0 }).collect();
+        let km = weighted_kmeans(&xs, &w, m, max_iters, rng);
+        report.kmeans_iterations = report.kmeans_iterations.max(km.iterations);
+        sets.push(km.centres);
+    }
+    Ok((sets, report))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,5 +174,22 @@ mod tests {
             initial_inducing(&x, &y, 2, 5, &InducingInit::Kmeans { per_class: false, subsample: 20, max_iters: 50 }, &mut rng).unwrap();
         assert_eq!((z.nrows(), report.kmeans_rows), (5, 20));
         assert!(initial_inducing(&x, &y, 2, 41, &InducingInit::default(), &mut rng).is_err());
+    }
+
+    #[test]
+    fn class_weighted_sets_lean_towards_their_class() {
+        // Class 0 on the left (x < 0), class 1 on the right; 10 of 60 rows are class 1.
+        let x = Array2::from_shape_fn((60, 1), |(i, _)| if i < 50 { -1.0 - i as f64 / 50.0 } else { 1.0 + (i - 50) as f64 / 10.0 });
+        let y: Vec<usize> = (0..60).map(|i| usize::from(i >= 50)).collect();
+        let mut rng = Pcg64::seed_from_u64(3);
+        let (sets, report) = class_weighted_inducing(&x, &y, 2, 4, 1000, 100, &mut rng).unwrap();
+        assert_eq!((sets.len(), sets[0].nrows(), report.kmeans_rows), (2, 4, 60));
+        // Class 1 has weight 60/10 - 1 = 5 per row: its rows carry half the mass, so about half
+        // the centres sit on the right; unweighted it would get 1 of 4.
+        let right = |z: &Array2<f64>| z.iter().filter(|v| **v > 0.0).count();
+        assert!(right(&sets[1]) >= 2, "{:?}", sets[1]);
+        assert!(right(&sets[0]) >= 1, "class 0: weight 60/50 - 1 = 0.2 on its own rows, {:?}", sets[0]);
+        let (all, _) = class_weighted_inducing(&x, &y, 2, 60, 1000, 100, &mut rng).unwrap();
+        assert_eq!(all[1], x, "M >= N: Z = X");
     }
 }

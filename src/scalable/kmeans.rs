@@ -53,6 +53,79 @@ pub fn kmeans(x: &Array2<f64>, k: usize, max_iters: usize, rng: &mut Pcg64) -> K
     KMeans { centres, objective, iterations }
 }
 
+/// Weighted k-means: minimises sum_i w_i |x_i - c(i)|^2 by weighted k-means++ seeding
+/// (probability proportional to w_i d_i^2) and weighted Lloyd iterations (centre = weighted
+/// mean), until no assignment changes or `max_iters`. Galy-Fajou et al.'s per-class inducing
+/// sets weight class c's rows so the class and the rest carry equal mass. A cluster of zero
+/// weight keeps its centre. Needs 1 <= k <= rows and weights >= 0 with a positive sum.
+pub fn weighted_kmeans(x: &Array2<f64>, w: &[f64], k: usize, max_iters: usize, rng: &mut Pcg64) -> KMeans {
+    let n = x.nrows();
+    assert!(k >= 1 && k <= n, "k-means: k = {k} centres for {n} points");
+    assert!(w.len() == n && w.iter().all(|v| *v >= 0.0) && w.iter().sum::<f64>() > 0.0, "weighted k-means: weights");
+    let mut centres = plus_plus_weighted(x, w, k, rng);
+    let mut assign = vec![usize::MAX; n];
+    let mut objective = Vec::new();
+    let mut iterations = 0;
+    for _ in 0..max_iters {
+        let d = sq_dists(x, &centres);
+        let new_assign: Vec<usize> =
+            (0..n).map(|i| (0..k).map(|c| (c, d[(i, c)])).fold((0, f64::INFINITY), |a, b| if b.1 < a.1 { b } else { a }).0).collect();
+        objective.push((0..n).map(|i| w[i] * d[(i, new_assign[i])]).sum());
+        if new_assign == assign {
+            break;
+        }
+        assign = new_assign;
+        iterations += 1;
+        let mut sums = Array2::<f64>::zeros(centres.dim());
+        let mut mass = vec![0.0; k];
+        for (i, &c) in assign.iter().enumerate() {
+            sums.row_mut(c).scaled_add(w[i], &x.row(i));
+            mass[c] += w[i];
+        }
+        for c in 0..k {
+            if mass[c] > 0.0 {
+                centres.row_mut(c).assign(&(&sums.row(c) / mass[c]));
+            }
+        }
+    }
+    KMeans { centres, objective, iterations }
+}
+
+/// k-means++ seeding with weights: the first centre with probability proportional to w, each
+/// next one proportional to w_i times the squared distance to the nearest centre so far.
+fn plus_plus_weighted(x: &Array2<f64>, w: &[f64], k: usize, rng: &mut Pcg64) -> Array2<f64> {
+    let n = x.nrows();
+    let draw = |p: &[f64], rng: &mut Pcg64| -> Option<usize> {
+        let total: f64 = p.iter().sum();
+        if total <= 0.0 {
+            return None;
+        }
+        let mut u = rng.random_range(0.0..total);
+        Some(
+            p.iter()
+                .position(|&d| {
+                    u -= d;
+                    u < 0.0
+                })
+                .unwrap_or(n - 1),
+        )
+    };
+    let mut chosen = vec![draw(w, rng).expect("positive weights")];
+    let mut d2: Vec<f64> = vec![f64::INFINITY; n];
+    while chosen.len() < k {
+        let last = x.row(*chosen.last().expect("one centre"));
+        d2.par_iter_mut().enumerate().for_each(|(i, d)| {
+            let e: f64 = x.row(i).iter().zip(last.iter()).map(|(a, b)| (a - b) * (a - b)).sum();
+            *d = d.min(e);
+        });
+        let p: Vec<f64> = d2.iter().zip(w).map(|(d, w)| d * w).collect();
+        // Every weighted point sits on a centre: take any row not yet chosen.
+        let next = draw(&p, rng).unwrap_or_else(|| (0..n).find(|i| !chosen.contains(i)).expect("k <= n"));
+        chosen.push(next);
+    }
+    x.select(Axis(0), &chosen)
+}
+
 /// Squared distance of every row to every centre, [n, k], by |x|^2 + |c|^2 - 2 x.c.
 fn sq_dists(x: &Array2<f64>, centres: &Array2<f64>) -> Mat<f64> {
     let xn: Vec<f64> = x.rows().into_iter().map(|r| r.dot(&r)).collect();
@@ -139,6 +212,22 @@ mod tests {
             let near = km.centres.rows().into_iter().any(|c| ((c[0] - t[0]).powi(2) + (c[1] - t[1]).powi(2)).sqrt() < 0.3);
             assert!(near, "no centre near {t:?}: {:?}", km.centres);
         }
+    }
+
+    #[test]
+    fn weighted_kmeans_with_unit_weights_finds_blobs_and_weights_pull_centres() {
+        let mut rng = Pcg64::seed_from_u64(5);
+        let x = blobs(&mut rng);
+        let km = weighted_kmeans(&x, &vec![1.0; 300], 3, 100, &mut rng);
+        for wnd in km.objective.windows(2) {
+            assert!(wnd[1] <= wnd[0] * (1.0 + 1e-12), "objective rose: {:?}", km.objective);
+        }
+        assert!((objective(&x, &km.centres) - km.objective.last().unwrap()).abs() < 1e-8 * km.objective[0]);
+        // One centre, weights only on blob 1 (rows i % 3 == 1): the centre is blob 1's mean.
+        let w: Vec<f64> = (0..300).map(|i| if i % 3 == 1 { 1.0 } else { 0.0 }).collect();
+        let one = weighted_kmeans(&x, &w, 1, 10, &mut rng);
+        let mean = x.select(Axis(0), &(0..300).filter(|i| i % 3 == 1).collect::<Vec<_>>()).mean_axis(Axis(0)).unwrap();
+        assert!((&one.centres.row(0) - &mean).iter().all(|d| d.abs() < 1e-12), "{:?} vs {mean:?}", one.centres);
     }
 
     #[test]

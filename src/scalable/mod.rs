@@ -9,6 +9,6 @@ pub mod minibatch;
 pub mod natgrad;
 
 pub use adam::{Adam, LearningRate};
-pub use inducing::{initial_inducing, InducingInit};
+pub use inducing::{class_weighted_inducing, initial_inducing, InducingInit};
 pub use minibatch::Minibatches;
 pub use natgrad::NaturalGaussian;

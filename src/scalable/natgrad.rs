@@ -107,6 +107,26 @@ impl NaturalGaussian {
         Err(LinalgError::NotPositiveDefinite { what: "q(u) precision after a natural-gradient step".into(), pivot: 0, last_jitter: 0.0 })
     }
 
+    /// Move the natural parameters a fraction `rho` of the way to a target given in natural
+    /// parameters: theta1 <- (1 - rho) theta1 + rho t1, Lambda <- (1 - rho) Lambda + rho T.
+    /// For a conditionally conjugate model the target is the exact complete-conditional update
+    /// (CAVI at rho = 1, SVI in between; Hoffman et al. 2013). A convex combination of positive
+    /// definite precisions is positive definite, so no step is ever halved.
+    pub fn blend(&mut self, t1: &[f64], target_precision: MatRef<'_, f64>, rho: f64) -> Result<(), LinalgError> {
+        let m = self.dim();
+        let precision = if rho == 1.0 {
+            target_precision.to_owned()
+        } else {
+            Mat::from_fn(m, m, |i, j| (1.0 - rho) * self.precision[(i, j)] + rho * target_precision[(i, j)])
+        };
+        let chol = Chol::factor(precision.as_ref(), "q(u) precision")?;
+        self.theta1 = if rho == 1.0 { t1.to_vec() } else { (0..m).map(|i| (1.0 - rho) * self.theta1[i] + rho * t1[i]).collect() };
+        self.mean = chol.solve_vec(&self.theta1);
+        self.precision = precision;
+        self.chol = chol;
+        Ok(())
+    }
+
     /// The natural-gradient step with the positive-definite retraction of Lin, Schmidt & Khan
     /// (ICML 2020, "Handling the positive-definite constraint in the Bayesian learning rule"):
     ///     G = P - 2 g_S - Lambda,   Lambda <- Lambda + gamma G + gamma^2/2 G Lambda^{-1} G,

@@ -1,0 +1,41 @@
+//! Speed of one SC-MGPC SVI step at Galy-Fajou et al.'s MNIST sizes: M = 200 inducing inputs
+//! per class, minibatch |S| = 100, C = 10 classes, D = 784 inputs, one SE kernel per class
+//! learned by Adam every step (adjoint-form gradient), and without kernel learning. The step
+//! time is the difference of two fits with iteration budgets 20 and 120, over 100 steps, so
+//! initialisation (class-weighted k-means, cut short here) and the final full-data ELBO are
+//! not counted. `cargo bench --bench scmgpc` (set RAYON_NUM_THREADS to compare thread counts).
+use mcgp::kernels::{Kernel, KernelSet, SqExp};
+use mcgp::methods::{self, Budget, FitContext, HyperPolicy, Problem};
+use ndarray::Array2;
+use rand::{RngExt, SeedableRng};
+use rand_pcg::Pcg64;
+use std::time::Instant;
+
+fn main() {
+    mcgp::tune_allocator();
+    faer::set_global_parallelism(faer::Par::Seq);
+    let (n, d, c) = (2000, 784, 10);
+    let mut rng = Pcg64::seed_from_u64(1);
+    let x = Array2::from_shape_fn((n, d), |_| if rng.random_range(0.0..1.0) < 0.8 { 0.0 } else { rng.random_range(0.0..1.0) });
+    let y: Vec<usize> = (0..n).map(|i| i % c).collect();
+    let problem = Problem { x: &x, y: &y, n_classes: c };
+    let kernels = KernelSet::per_class(
+        (0..c)
+            .map(|_| Box::new(SqExp { log_variance: 0.0, log_lengthscales: vec![10f64.ln()], learn_variance: true }) as Box<dyn Kernel>)
+            .collect(),
+    );
+    let settings = serde_json::json!({ "inducing": 200, "batch": 100, "kmeans_subsample": 1000, "kmeans_iters": 2 });
+    println!("scmgpc SVI step, M = 200, |S| = 100, C = {c}, D = {d}, {} threads:", rayon::current_num_threads());
+    for (label, hyper) in [("kernels learned every step", HyperPolicy::Learn), ("kernels fixed", HyperPolicy::Fixed)] {
+        let method = methods::build("scmgpc", &settings).expect("scmgpc");
+        let time = |steps: u64| {
+            let start = Instant::now();
+            let mut rng = Pcg64::seed_from_u64(0);
+            let mut ctx = FitContext::new(&mut rng, None).with_budget(Some(Budget { seconds: None, iterations: Some(steps) }));
+            method.fit(&problem, &kernels, hyper, &mut ctx).expect("fit");
+            start.elapsed().as_secs_f64()
+        };
+        let per_step = (time(120) - time(20)) / 100.0;
+        println!("  {label}: {:.1} ms per step", 1e3 * per_step);
+    }
+}

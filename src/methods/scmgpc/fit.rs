@@ -1,0 +1,110 @@
+//! The training loop: class-weighted k-means inducing sets, then steps (local step on the
+//! batch, global natural-parameter step, an Adam step on the kernels every `hyper_every`)
+//! until the budget, `max_iters` or the timeout, with checkpoints scored off the clock.
+use super::global::{global_step, local_step};
+use super::model::{ScmgpcModel, Sparse};
+use super::{elbo, hyper, Batch, Scmgpc};
+use crate::kernels::KernelSet;
+use crate::methods::{Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Problem, StopReason};
+use crate::scalable::{class_weighted_inducing, Adam, Minibatches, NaturalGaussian};
+use ndarray::Axis;
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64;
+
+pub(crate) fn train(
+    method: &Scmgpc,
+    problem: &Problem,
+    kernels: &KernelSet,
+    hyper_policy: HyperPolicy,
+    ctx: &mut FitContext,
+) -> Result<Box<dyn Fitted>, FitError> {
+    let p = &method.params;
+    let (x, y, c) = (problem.x, problem.y, problem.n_classes);
+    let n = x.nrows();
+    // Independent streams for initialisation and batches.
+    let mut init_rng = Pcg64::seed_from_u64(ctx.rng.next_u64());
+    let batch_seed = ctx.rng.next_u64();
+
+    let (zs, init) =
+        class_weighted_inducing(x, y, c, p.inducing, p.kmeans_subsample, p.kmeans_iters, &mut init_rng).map_err(FitError::Unsupported)?;
+    let m = zs[0].nrows();
+    // q(v^c) = N(0, I), i.e. q(u^c) = p(u^c) (the authors start at Sigma = I in u; batch CAVI
+    // overwrites either in its first step).
+    let qs = (0..c).map(|_| NaturalGaussian::standard(m)).collect();
+    let mut sparse = Sparse::new(kernels.clone(), zs, qs, p.jitter)?;
+    // alpha_i = C (notes §5.4), warm-started from here on.
+    let mut alpha = vec![c as f64; n];
+
+    let learn = hyper_policy == HyperPolicy::Learn;
+    let mut theta = sparse.kernels.log_params();
+    let free: Vec<bool> = sparse.kernels.free_mask().into_iter().map(|f| f && learn).collect();
+    let learn = free.iter().any(|&f| f);
+    let mut adam = Adam::new(theta.len(), p.adam_lr);
+    let full_batch = p.batch == Batch::Named(super::BatchName::Full);
+    let size = match p.batch {
+        Batch::Size(s) => s.min(n),
+        Batch::Named(_) => n,
+    };
+    let mut batches = Minibatches::new(n, size, batch_seed);
+    let all_rows: Vec<usize> = (0..n).collect();
+    let mut stop = StopReason::MaxIterations;
+    let mut t = 0u64;
+    let mut rho = 1.0;
+    let snapshot = |sparse: &Sparse| -> Result<Box<dyn Fitted>, FitError> {
+        Ok(Box::new(ScmgpcModel {
+            sparse: sparse.clone(),
+            predict: p.predict,
+            predict_samples: p.predict_samples,
+            evidence: None,
+            diagnostics: Diagnostics::default(),
+        }))
+    };
+
+    while t < p.max_iters {
+        ctx.check_deadline()?;
+        t += 1;
+        let rows = if full_batch { all_rows.clone() } else { batches.next_batch() };
+        let xb = x.select(Axis(0), &rows);
+        let yb: Vec<usize> = rows.iter().map(|&i| y[i]).collect();
+        let mut alpha_b: Vec<f64> = rows.iter().map(|&i| alpha[i]).collect();
+        let (mg, locals) = local_step(method, &sparse, &xb, &yb, &mut alpha_b);
+        rows.iter().zip(&alpha_b).for_each(|(&i, &a)| alpha[i] = a);
+        if let Some(bad) = alpha_b.iter().find(|a| !a.is_finite()) {
+            return Err(FitError::Numerical(format!("scmgpc: a local shape alpha is {bad} at step {t}")));
+        }
+        let scale = n as f64 / rows.len() as f64;
+        rho = if full_batch { 1.0 } else { p.rho.at(t) };
+        global_step(&mut sparse, &mg, &yb, &locals, scale, rho)?;
+        if learn && t.is_multiple_of(p.hyper_every) {
+            // At the new q, with this step's local parameters (Alg. 1's order).
+            let mg = sparse.marginals(&xb);
+            let g = hyper::gradient(&sparse, &xb, &yb, &mg, &locals, scale);
+            if g.iter().any(|v| !v.is_finite()) {
+                return Err(FitError::Numerical(format!("scmgpc: a kernel gradient is not finite at step {t}")));
+            }
+            let descent: Vec<f64> = g.iter().map(|v| -v).collect();
+            adam.step(&mut theta, &descent, &free);
+            sparse = sparse.with_kernels(sparse.kernels.with_log_params(&theta))?;
+        }
+        ctx.checkpoint_with(t, || Some(elbo::full(method, &sparse, x, y, &alpha)), || snapshot(&sparse))?;
+        if let Some(reason) = ctx.budget_stop(t) {
+            stop = reason;
+            break;
+        }
+    }
+    let evidence = ctx.off_clock(|| elbo::full(method, &sparse, x, y, &alpha));
+    if !evidence.is_finite() {
+        return Err(FitError::Numerical(format!("scmgpc: the full-data ELBO is {evidence}")));
+    }
+    let mut diagnostics = Diagnostics { iterations: Some(t), stop_reason: Some(stop), ..Default::default() };
+    diagnostics.number("epochs", t as f64 * size as f64 / n as f64);
+    diagnostics.number("inducing", m as f64);
+    diagnostics.number("kmeans_rows", init.kmeans_rows as f64);
+    diagnostics.number("kmeans_iterations", init.kmeans_iterations as f64);
+    diagnostics.number("rho_last", rho);
+    diagnostics.number("alpha_mean", alpha.iter().sum::<f64>() / n as f64);
+    diagnostics.note("poisson_rate", format!("{:?}", p.poisson_rate).to_lowercase());
+    diagnostics.note("predict", format!("{:?}", p.predict));
+    diagnostics.note("batch", if full_batch { "full (batch CAVI, rho = 1)".to_string() } else { format!("{size} (SVI, rho {:?})", p.rho) });
+    Ok(Box::new(ScmgpcModel { sparse, predict: p.predict, predict_samples: p.predict_samples, evidence: Some(evidence), diagnostics }))
+}
