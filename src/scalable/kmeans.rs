@@ -24,33 +24,7 @@ pub struct KMeans {
 /// k-means of the rows of `x`: k-means++ seeding, then Lloyd iterations until no assignment
 /// changes or `max_iters`. An empty cluster keeps its centre. Needs 1 <= k <= rows.
 pub fn kmeans(x: &Array2<f64>, k: usize, max_iters: usize, rng: &mut Pcg64) -> KMeans {
-    let n = x.nrows();
-    assert!(k >= 1 && k <= n, "k-means: k = {k} centres for {n} points");
-    let mut centres = plus_plus(x, k, rng);
-    let mut assign = vec![usize::MAX; n];
-    let mut objective = Vec::new();
-    let mut iterations = 0;
-    for _ in 0..max_iters {
-        let (new_assign, obj) = nearest(x, &centres);
-        objective.push(obj);
-        if new_assign == assign {
-            break;
-        }
-        assign = new_assign;
-        iterations += 1;
-        let mut sums = Array2::<f64>::zeros(centres.dim());
-        let mut counts = vec![0usize; k];
-        for (i, &c) in assign.iter().enumerate() {
-            sums.row_mut(c).scaled_add(1.0, &x.row(i));
-            counts[c] += 1;
-        }
-        for c in 0..k {
-            if counts[c] > 0 {
-                centres.row_mut(c).assign(&(&sums.row(c) / counts[c] as f64));
-            }
-        }
-    }
-    KMeans { centres, objective, iterations }
+    lloyd(x, None, k, max_iters, rng)
 }
 
 /// Weighted k-means: minimises sum_i w_i |x_i - c(i)|^2 by weighted k-means++ seeding
@@ -59,18 +33,24 @@ pub fn kmeans(x: &Array2<f64>, k: usize, max_iters: usize, rng: &mut Pcg64) -> K
 /// sets weight class c's rows so the class and the rest carry equal mass. A cluster of zero
 /// weight keeps its centre. Needs 1 <= k <= rows and weights >= 0 with a positive sum.
 pub fn weighted_kmeans(x: &Array2<f64>, w: &[f64], k: usize, max_iters: usize, rng: &mut Pcg64) -> KMeans {
+    assert!(w.len() == x.nrows() && w.iter().all(|v| *v >= 0.0) && w.iter().sum::<f64>() > 0.0, "weighted k-means: weights");
+    lloyd(x, Some(w), k, max_iters, rng)
+}
+
+/// Both k-means: without weights every row weighs exactly 1.0, so the unweighted centres,
+/// objective and draws are those of plain k-means bit for bit (the first centre is then drawn
+/// uniformly by index, as it always was).
+fn lloyd(x: &Array2<f64>, w: Option<&[f64]>, k: usize, max_iters: usize, rng: &mut Pcg64) -> KMeans {
     let n = x.nrows();
     assert!(k >= 1 && k <= n, "k-means: k = {k} centres for {n} points");
-    assert!(w.len() == n && w.iter().all(|v| *v >= 0.0) && w.iter().sum::<f64>() > 0.0, "weighted k-means: weights");
-    let mut centres = plus_plus_weighted(x, w, k, rng);
+    let weight = |i: usize| w.map_or(1.0, |w| w[i]);
+    let mut centres = plus_plus(x, w, k, rng);
     let mut assign = vec![usize::MAX; n];
     let mut objective = Vec::new();
     let mut iterations = 0;
     for _ in 0..max_iters {
-        let d = sq_dists(x, &centres);
-        let new_assign: Vec<usize> =
-            (0..n).map(|i| (0..k).map(|c| (c, d[(i, c)])).fold((0, f64::INFINITY), |a, b| if b.1 < a.1 { b } else { a }).0).collect();
-        objective.push((0..n).map(|i| w[i] * d[(i, new_assign[i])]).sum());
+        let (new_assign, d) = nearest(x, &centres);
+        objective.push((0..n).map(|i| weight(i) * d[i]).sum());
         if new_assign == assign {
             break;
         }
@@ -79,8 +59,8 @@ pub fn weighted_kmeans(x: &Array2<f64>, w: &[f64], k: usize, max_iters: usize, r
         let mut sums = Array2::<f64>::zeros(centres.dim());
         let mut mass = vec![0.0; k];
         for (i, &c) in assign.iter().enumerate() {
-            sums.row_mut(c).scaled_add(w[i], &x.row(i));
-            mass[c] += w[i];
+            sums.row_mut(c).scaled_add(weight(i), &x.row(i));
+            mass[c] += weight(i);
         }
         for c in 0..k {
             if mass[c] > 0.0 {
@@ -91,9 +71,27 @@ pub fn weighted_kmeans(x: &Array2<f64>, w: &[f64], k: usize, max_iters: usize, r
     KMeans { centres, objective, iterations }
 }
 
-/// k-means++ seeding with weights: the first centre with probability proportional to w, each
-/// next one proportional to w_i times the squared distance to the nearest centre so far.
-fn plus_plus_weighted(x: &Array2<f64>, w: &[f64], k: usize, rng: &mut Pcg64) -> Array2<f64> {
+/// Squared distance of every row to every centre, [n, k], by |x|^2 + |c|^2 - 2 x.c.
+fn sq_dists(x: &Array2<f64>, centres: &Array2<f64>) -> Mat<f64> {
+    let xn: Vec<f64> = x.rows().into_iter().map(|r| r.dot(&r)).collect();
+    let cn: Vec<f64> = centres.rows().into_iter().map(|r| r.dot(&r)).collect();
+    let mut g = Mat::zeros(x.nrows(), centres.nrows());
+    matmul(g.as_mut(), Accum::Replace, view(x), view(centres).transpose(), 1.0, crate::linalg::gemm_par());
+    Mat::from_fn(x.nrows(), centres.nrows(), |i, c| (xn[i] + cn[c] - 2.0 * g[(i, c)]).max(0.0))
+}
+
+/// The nearest centre of each row (first on ties) and the squared distance to it.
+fn nearest(x: &Array2<f64>, centres: &Array2<f64>) -> (Vec<usize>, Vec<f64>) {
+    let d = sq_dists(x, centres);
+    (0..x.nrows())
+        .map(|i| (0..centres.nrows()).map(|c| (c, d[(i, c)])).fold((0, f64::INFINITY), |a, b| if b.1 < a.1 { b } else { a }))
+        .unzip()
+}
+
+/// k-means++ seeding (Arthur & Vassilvitskii 2007), weighted where `w` is given: the first
+/// centre uniformly (with probability proportional to w), each next one with probability
+/// proportional to (w_i times) the squared distance to the nearest centre so far.
+fn plus_plus(x: &Array2<f64>, w: Option<&[f64]>, k: usize, rng: &mut Pcg64) -> Array2<f64> {
     let n = x.nrows();
     let draw = |p: &[f64], rng: &mut Pcg64| -> Option<usize> {
         let total: f64 = p.iter().sum();
@@ -110,7 +108,11 @@ fn plus_plus_weighted(x: &Array2<f64>, w: &[f64], k: usize, rng: &mut Pcg64) -> 
                 .unwrap_or(n - 1),
         )
     };
-    let mut chosen = vec![draw(w, rng).expect("positive weights")];
+    let first = match w {
+        None => rng.random_range(0..n),
+        Some(w) => draw(w, rng).expect("positive weights"),
+    };
+    let mut chosen = vec![first];
     let mut d2: Vec<f64> = vec![f64::INFINITY; n];
     while chosen.len() < k {
         let last = x.row(*chosen.last().expect("one centre"));
@@ -118,57 +120,16 @@ fn plus_plus_weighted(x: &Array2<f64>, w: &[f64], k: usize, rng: &mut Pcg64) -> 
             let e: f64 = x.row(i).iter().zip(last.iter()).map(|(a, b)| (a - b) * (a - b)).sum();
             *d = d.min(e);
         });
-        let p: Vec<f64> = d2.iter().zip(w).map(|(d, w)| d * w).collect();
-        // Every weighted point sits on a centre: take any row not yet chosen.
-        let next = draw(&p, rng).unwrap_or_else(|| (0..n).find(|i| !chosen.contains(i)).expect("k <= n"));
-        chosen.push(next);
-    }
-    x.select(Axis(0), &chosen)
-}
-
-/// Squared distance of every row to every centre, [n, k], by |x|^2 + |c|^2 - 2 x.c.
-fn sq_dists(x: &Array2<f64>, centres: &Array2<f64>) -> Mat<f64> {
-    let xn: Vec<f64> = x.rows().into_iter().map(|r| r.dot(&r)).collect();
-    let cn: Vec<f64> = centres.rows().into_iter().map(|r| r.dot(&r)).collect();
-    let mut g = Mat::zeros(x.nrows(), centres.nrows());
-    matmul(g.as_mut(), Accum::Replace, view(x), view(centres).transpose(), 1.0, crate::linalg::gemm_par());
-    Mat::from_fn(x.nrows(), centres.nrows(), |i, c| (xn[i] + cn[c] - 2.0 * g[(i, c)]).max(0.0))
-}
-
-/// The nearest centre of each row (first on ties) and the objective.
-fn nearest(x: &Array2<f64>, centres: &Array2<f64>) -> (Vec<usize>, f64) {
-    let d = sq_dists(x, centres);
-    let best: Vec<(usize, f64)> = (0..x.nrows())
-        .map(|i| (0..centres.nrows()).map(|c| (c, d[(i, c)])).fold((0, f64::INFINITY), |a, b| if b.1 < a.1 { b } else { a }))
-        .collect();
-    (best.iter().map(|b| b.0).collect(), best.iter().map(|b| b.1).sum())
-}
-
-/// k-means++ seeding (Arthur & Vassilvitskii 2007): the first centre uniformly, each next one
-/// with probability proportional to the squared distance to the nearest centre so far.
-fn plus_plus(x: &Array2<f64>, k: usize, rng: &mut Pcg64) -> Array2<f64> {
-    let n = x.nrows();
-    let mut chosen = vec![rng.random_range(0..n)];
-    let mut d2: Vec<f64> = vec![f64::INFINITY; n];
-    while chosen.len() < k {
-        let last = x.row(*chosen.last().expect("one centre"));
-        d2.par_iter_mut().enumerate().for_each(|(i, d)| {
-            let e: f64 = x.row(i).iter().zip(last.iter()).map(|(a, b)| (a - b) * (a - b)).sum();
-            *d = d.min(e);
-        });
-        let total: f64 = d2.iter().sum();
-        let next = if total > 0.0 {
-            let mut u = rng.random_range(0.0..total);
-            d2.iter()
-                .position(|&d| {
-                    u -= d;
-                    u < 0.0
-                })
-                .unwrap_or(n - 1)
-        } else {
-            // Every point sits on a centre: take any not yet chosen.
-            (0..n).find(|i| !chosen.contains(i)).expect("k <= n")
+        let weighted: Vec<f64>;
+        let p = match w {
+            None => &d2,
+            Some(w) => {
+                weighted = d2.iter().zip(w).map(|(d, w)| d * w).collect();
+                &weighted
+            }
         };
+        // Every (weighted) point sits on a centre: take any row not yet chosen.
+        let next = draw(p, rng).unwrap_or_else(|| (0..n).find(|i| !chosen.contains(i)).expect("k <= n"));
         chosen.push(next);
     }
     x.select(Axis(0), &chosen)
