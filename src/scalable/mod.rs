@@ -1,12 +1,14 @@
 //! Machinery shared by the scalable (sparse, stochastic) methods, one place each:
 //! inducing-input initialisation ([`inducing`], with [`kmeans`]), minibatch streams
 //! ([`minibatch`]), Adam with learning-rate schedules ([`adam`]), and natural-gradient steps
-//! for a Gaussian q(u) ([`natgrad`]).
+//! for a Gaussian q(u) ([`natgrad`]), marginals of whitened q(v) at a block of rows
+//! ([`projection`]).
 pub mod adam;
 pub mod inducing;
 pub mod kmeans;
 pub mod minibatch;
 pub mod natgrad;
+pub mod projection;
 
 pub use adam::{Adam, LearningRate};
 pub use inducing::{class_weighted_inducing, initial_inducing, InducingInit};

@@ -102,14 +102,7 @@ impl Sparse {
                 let knn = k.diag(x);
                 let mu = g.q.mean();
                 let (mut mean, mut var) = (vec![0.0; n], vec![0.0; n]);
-                for j in 0..n {
-                    let (mut m, mut aa, mut asa) = (0.0, 0.0, 0.0);
-                    for i in 0..a.nrows() {
-                        let aij = a[(i, j)];
-                        m += aij * mu[i];
-                        aa += aij * aij;
-                        asa += aij * sa[(i, j)];
-                    }
+                for (j, (m, aa, asa)) in crate::scalable::projection::projections(&a, mu, &sa).into_iter().enumerate() {
                     mean[j] = m;
                     // K~_ii clamped at 0 (rounding can take it a hair below), as the authors do.
                     var[j] = (knn[j] + self.jitter - aa).max(0.0) + asa;

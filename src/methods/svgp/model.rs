@@ -95,14 +95,7 @@ impl Sparse {
             let b = &blocks[self.kernel_of(class)];
             let m = self.q[class].mean();
             let s_a = self.q[class].cov_times(b.a.as_ref());
-            for j in 0..n {
-                let (mut mu, mut aa, mut asa) = (0.0, 0.0, 0.0);
-                for i in 0..b.a.nrows() {
-                    let aij = b.a[(i, j)];
-                    mu += aij * m[i];
-                    aa += aij * aij;
-                    asa += aij * s_a[(i, j)];
-                }
+            for (j, (mu, aa, asa)) in crate::scalable::projection::projections(&b.a, m, &s_a).into_iter().enumerate() {
                 mean[(j, class)] = mu;
                 // Clamped: rounding can take k(x, x) - a^T a a hair below zero.
                 var[(j, class)] = (b.knn[j] - aa + asa).max(1e-12);
