@@ -19,7 +19,7 @@ const RECORDED: &[(&str, &str, &str)] = &[
     ("vbmnp_sparse", "vbmnp_sparse=1", "5b8c172000bc4340"),
     ("gibbs_mnp", "gibbs_mnp=1", "25b91bf9542d09ce"),
     ("svgp", "svgp=4", "ac34aff22ee78406"),
-    ("scmgpc", "scmgpc=1", "5d969ede8ebec7e0"),
+    ("scmgpc", "scmgpc=2", "ec3821b281c71523"),
 ];
 
 /// blake3 of the bits of every number a fit gives: probabilities, evidence, kernel parameters.

@@ -49,6 +49,19 @@ impl NaturalGaussian {
         self.precision.as_ref()
     }
 
+    /// The same q(u) in the whitened coordinates of a new factor: u = L_old v = L_new v', so
+    /// v' = T^{-1} v with T = L_old^{-1} L_new (lower triangular), m' = L_new^{-1} L_old m and
+    /// Lambda' = T^T Lambda T. A sparse GP whose kernel step holds q(u) fixed (the unwhitened
+    /// parameterisation) carries its whitened q across the step with this.
+    pub fn reexpress(&self, old: &Chol, new: &Chol) -> Result<NaturalGaussian, LinalgError> {
+        use crate::linalg::{col, matmul_par, to_vec};
+        let mean = to_vec(new.solve_l(matmul_par(old.l(), col(&self.mean).as_ref()).as_ref()).as_ref());
+        let t = old.solve_l(new.l());
+        let p = matmul_par(t.transpose(), matmul_par(self.precision.as_ref(), t.as_ref()).as_ref());
+        let precision = Mat::from_fn(p.nrows(), p.ncols(), |i, j| 0.5 * (p[(i, j)] + p[(j, i)]));
+        NaturalGaussian::from_mean_precision(mean, precision)
+    }
+
     /// S B = Lambda^{-1} B.
     pub fn cov_times(&self, b: MatRef<'_, f64>) -> Mat<f64> {
         self.chol.solve_par(b)

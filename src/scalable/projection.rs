@@ -2,6 +2,7 @@
 //! (K(Z, Z) = L L^T) and q(v) = N(m, S) over the whitened inducing values, column j gives the
 //! marginal q(f_j) = N(a_j^T m, k_jj - a_j^T a_j + a_j^T S a_j). Each method applies its own
 //! floor to the variance (rounding can take k_jj - a_j^T a_j a hair below zero).
+use crate::linalg::Chol;
 use faer::Mat;
 
 /// Per column j of A: (a_j^T m, a_j^T a_j, a_j^T (S A)_j), given `sa` = S A.
@@ -18,6 +19,22 @@ pub fn projections(a: &Mat<f64>, mean: &[f64], sa: &Mat<f64>) -> Vec<(f64, f64, 
             (mu, aa, asa)
         })
         .collect()
+}
+
+/// The part of dF/dL that holding q(u) fixed adds when the kernel or Z move (the unwhitened
+/// parameterisation), for one class with factor L of K(Z, Z), whitened q(v) = N(m, S) and the
+/// gradients g_m, g_S of its expected log-likelihood (S symmetric). With q(u) fixed,
+/// m_v = L^{-1} m_u and S_v = L^{-1} S_u L^{-T} move with L; for
+/// F = E[log lik] - KL(q(v) || N(0, I)), a = dF/dm_v = g_m - m and
+/// B = dF/dS_v = g_S - (I - S^{-1}) / 2, dm_v = -L^{-1} dL m_v and
+/// dS_v = -L^{-1} dL S_v - (.)^T give dF/dL = -tril(L^{-T} (a m^T + 2 B S)), where
+/// 2 B S = 2 g_S S - S + I needs no inverse. Lower triangular, to add to L's adjoint.
+pub fn lbar_holding_u(chol: &Chol, mean: &[f64], cov: &Mat<f64>, g_m: &[f64], g_s: &Mat<f64>) -> Mat<f64> {
+    let m = mean.len();
+    let gs_s = crate::linalg::matmul_par(g_s.as_ref(), cov.as_ref());
+    let x = Mat::from_fn(m, m, |i, j| (g_m[i] - mean[i]) * mean[j] + 2.0 * gs_s[(i, j)] - cov[(i, j)] + if i == j { 1.0 } else { 0.0 });
+    let t = chol.solve_lt(x.as_ref());
+    Mat::from_fn(m, m, |i, j| if i >= j { -t[(i, j)] } else { 0.0 })
 }
 
 #[cfg(test)]

@@ -78,13 +78,20 @@ pub(crate) fn train(
         if learn && t.is_multiple_of(p.hyper_every) {
             // At the new q, with this step's local parameters (Alg. 1's order).
             let mg = sparse.marginals(&xb);
-            let g = hyper::gradient(&sparse, &xb, &yb, &mg, &locals, scale);
+            let g = hyper::gradient(&sparse, &xb, &yb, &mg, &locals, scale, !p.whiten);
             if g.iter().any(|v| !v.is_finite()) {
                 return Err(FitError::Numerical(format!("scmgpc: a kernel gradient is not finite at step {t}")));
             }
             let descent: Vec<f64> = g.iter().map(|v| -v).collect();
             adam.step(&mut theta, &descent, &free);
-            sparse = sparse.with_kernels(sparse.kernels.with_log_params(&theta))?;
+            let mut next = sparse.with_kernels(sparse.kernels.with_log_params(&theta))?;
+            if !p.whiten {
+                // q(u) stays where the global step left it while L moves under it.
+                for (new, old) in next.classes.iter_mut().zip(&sparse.classes) {
+                    new.q = old.q.reexpress(&old.chol, &new.chol)?;
+                }
+            }
+            sparse = next;
         }
         ctx.checkpoint_with(t, || Some(elbo::full(method, &sparse, x, y, &alpha)), || snapshot(&sparse))?;
         if let Some(reason) = ctx.budget_stop(t) {

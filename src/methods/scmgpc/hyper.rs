@@ -5,9 +5,11 @@
 //! one re-evaluation per parameter. The part of the ELBO that depends on the kernels is
 //!     L_h = s sum_{i in S} sum_c [ r_i^c m_i^c / 2 - w_i^c (v_i^c + (m_i^c)^2) / 2 ],
 //! with m = a^T mu, v = k(x, x) + jitter - a^T a + a^T S a, a = L^{-1} k(Z, x); the KL of
-//! q(v) against N(0, I) does not depend on them.
+//! q(v) against N(0, I) does not depend on them while q(v) is held fixed, but does when q(u)
+//! is (`hold_u`, the default: then q(v) = L^{-1} q(u) moves with L).
 use super::local::Local;
 use super::model::{mm, Marginals, Sparse};
+use crate::scalable::projection::lbar_holding_u;
 use ndarray::Array2;
 
 /// L_h of a block of rows (the finite-difference test's objective).
@@ -25,8 +27,17 @@ pub(crate) fn objective(sparse: &Sparse, x: &Array2<f64>, y: &[usize], locals: &
 }
 
 /// dL_h / d(log-parameters), in the kernel set's `log_params` order, from the marginals `mg`
-/// of the rows `x` under the current q.
-pub(crate) fn gradient(sparse: &Sparse, x: &Array2<f64>, y: &[usize], mg: &Marginals, locals: &[Local], scale: f64) -> Vec<f64> {
+/// of the rows `x` under the current q; with `hold_u`, of L_h - KL with q(u) held fixed (the
+/// authors' objective, notes §5.3), which adds `lbar_holding_u` to each class's L adjoint.
+pub(crate) fn gradient(
+    sparse: &Sparse,
+    x: &Array2<f64>,
+    y: &[usize],
+    mg: &Marginals,
+    locals: &[Local],
+    scale: f64,
+    hold_u: bool,
+) -> Vec<f64> {
     let n = x.nrows();
     let mut out = vec![0.0; sparse.kernels.n_params()];
     let offsets: Vec<usize> = sparse
@@ -53,7 +64,14 @@ pub(crate) fn gradient(sparse: &Sparse, x: &Array2<f64>, y: &[usize], mg: &Margi
         let abar = faer::Mat::from_fn(m, n, |i, j| mu[i] * gmu[j] + 2.0 * (blk.sa[(i, j)] - blk.a[(i, j)]) * gvar[j]);
         let kmn_bar = g.chol.solve_lt_par(abar.as_ref());
         let prod = mm(kmn_bar.as_ref(), blk.a.transpose());
-        let lbar = faer::Mat::from_fn(m, m, |i, j| if i >= j { -prod[(i, j)] } else { 0.0 });
+        let mut lbar = faer::Mat::from_fn(m, m, |i, j| if i >= j { -prod[(i, j)] } else { 0.0 });
+        if hold_u {
+            // g_m = A gmu and g_S = A diag(gvar) A^T: the q(v) gradients of L_h.
+            let g_m: Vec<f64> = (0..m).map(|i| (0..n).map(|j| blk.a[(i, j)] * gmu[j]).sum()).collect();
+            let ad = faer::Mat::from_fn(m, n, |i, j| blk.a[(i, j)] * gvar[j]);
+            let g_s = mm(ad.as_ref(), blk.a.transpose());
+            lbar += lbar_holding_u(&g.chol, mu, &g.q.covariance(), &g_m, &g_s);
+        }
         let kmm_bar = g.chol.backprop(lbar.as_ref());
         let kern = sparse.kernel(c);
         let mut gr = kern.gram_vjp(&g.z, &g.kmm, &kmm_bar);

@@ -37,7 +37,7 @@ use crate::scalable::LearningRate;
 use serde::{Deserialize, Serialize};
 
 /// Bumped by hand whenever this method's numbers change (part of every cell key).
-pub const NUMERICS_VERSION: u32 = 1;
+pub const NUMERICS_VERSION: u32 = 2;
 
 /// Which Poisson rate the local step uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,6 +146,11 @@ pub struct ScmgpcParams {
     /// Steps when no budget ends the run first.
     #[serde(default = "d_max_iters")]
     pub max_iters: u64,
+    /// What a kernel step holds fixed: `false` (default), q(u) = N(mu, Sigma) as the authors'
+    /// objective does (notes §5.3: KL(N(mu, Sigma) || N(0, K_mm)) moves with the kernel);
+    /// `true`, the whitened q(v) (u = L v), as svgp's default.
+    #[serde(default)]
+    pub whiten: bool,
 }
 
 impl ScmgpcParams {

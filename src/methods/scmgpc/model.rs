@@ -2,8 +2,9 @@
 //! K(Z^c, Z^c) + jitter I, and q(v^c) in natural parameters for the whitened inducing values
 //! v^c = L_c^{-1} u^c. Whitening is a fixed linear change of variables for fixed kernels, and
 //! natural-parameter averaging commutes with it, so CAVI and SVI steps are exactly those of the
-//! paper's q(u^c) = N(mu^c, Sigma^c); only a hyper-parameter step differs (it holds q(v), not
-//! q(u), fixed, as svgp does). The jitter is the authors' 1e-3 on K_mm and on k(x, x), i.e. a
+//! paper's q(u^c) = N(mu^c, Sigma^c); a hyper-parameter step holds q(u) fixed by default (q(v)
+//! re-expressed under the new factor, as the authors' objective has it), or q(v) with
+//! `whiten: true`. The jitter is the authors' 1e-3 on K_mm and on k(x, x), i.e. a
 //! white-noise term of the latent GP, so Z = X gives K~ = 0 exactly.
 use super::predict::{self, PredictRule};
 use crate::kernels::{Kernel, KernelSet};

@@ -315,11 +315,24 @@ fn the_kernel_gradient_matches_finite_differences() {
                 )
             })
             .collect();
-        let got = hyper::gradient(&sparse, &x, &y, &mg, &locals, 10.0);
+        let got = hyper::gradient(&sparse, &x, &y, &mg, &locals, 10.0, false);
         let want = crate::testing::central_differences(&kernels.log_params(), |p| {
             hyper::objective(&sparse.with_kernels(kernels.with_log_params(p)).unwrap(), &x, &y, &locals, 10.0)
         });
         crate::testing::assert_gradient_close("dL_h / dlog theta", &got, &want, 1e-6);
+        // Holding q(u) fixed (the authors' objective): L_h - KL with q(v) = L^{-1} q(u)
+        // re-expressed under each perturbed kernel.
+        let got_u = hyper::gradient(&sparse, &x, &y, &mg, &locals, 10.0, true);
+        let want_u = crate::testing::central_differences(&kernels.log_params(), |p| {
+            let mut moved = sparse.with_kernels(kernels.with_log_params(p)).unwrap();
+            for (new, old) in moved.classes.iter_mut().zip(&sparse.classes) {
+                new.q = old.q.reexpress(&old.chol, &new.chol).unwrap();
+            }
+            hyper::objective(&moved, &x, &y, &locals, 10.0) - moved.kl()
+        });
+        crate::testing::assert_gradient_close("d(L_h - KL) / dlog theta at fixed q(u)", &got_u, &want_u, 1e-6);
+        let apart: f64 = got.iter().zip(&got_u).map(|(a, b)| (a - b).abs()).sum();
+        assert!(apart > 1e-3, "holding q(u) or q(v) fixed must give different gradients");
     }
 }
 

@@ -12,6 +12,7 @@ use super::SvgpLikelihood;
 use crate::kernels::InputGrads;
 use crate::likelihoods::marginal::ExpectedLogLik;
 use crate::linalg::matmul_par;
+use crate::scalable::projection::lbar_holding_u;
 use faer::Mat;
 use ndarray::Array2;
 use rand_pcg::Pcg64;
@@ -94,33 +95,16 @@ pub(crate) fn block(
     out
 }
 
-/// With q(u) held fixed, q(v) moves with L: m_v = L^{-1} m_u, S_v = L^{-1} S_u L^{-T}. For
-/// F = scale E[log lik] - KL(q(v) || N(0, I)) with a = dF/dm_v = g_m - m_v and
-/// B = dF/dS_v = g_S - (I - S_v^{-1}) / 2, dm_v = -L^{-1} dL m_v and
-/// dS_v = -L^{-1} dL S_v - (.)^T give dF/dL = -tril(L^{-T} (a m_v^T + 2 B S_v)), where
-/// 2 B S_v = 2 g_S S_v - S_v + I needs no inverse. Summed over each kernel's classes.
+/// With q(u) held fixed, q(v) moves with L: each class adds
+/// `scalable::projection::lbar_holding_u` to its kernel's L adjoint.
 fn lbar_of_fixed_u(sparse: &Sparse, g_m: &[Vec<f64>], g_s: &[Mat<f64>]) -> Vec<Mat<f64>> {
     let m = sparse.z.nrows();
     let mut sums: Vec<Mat<f64>> = (0..sparse.chols.len()).map(|_| Mat::zeros(m, m)).collect();
     for (class, q) in sparse.q.iter().enumerate() {
-        let mean = q.mean();
-        let s = q.covariance();
-        let gs_s = matmul_par(g_s[class].as_ref(), s.as_ref());
-        let sum = &mut sums[sparse.kernel_of(class)];
-        for j in 0..m {
-            for i in 0..m {
-                let a = g_m[class][i] - mean[i];
-                sum[(i, j)] += a * mean[j] + 2.0 * gs_s[(i, j)] - s[(i, j)] + if i == j { 1.0 } else { 0.0 };
-            }
-        }
+        let k = sparse.kernel_of(class);
+        sums[k] += lbar_holding_u(&sparse.chols[k], q.mean(), &q.covariance(), &g_m[class], &g_s[class]);
     }
-    sums.iter()
-        .zip(&sparse.chols)
-        .map(|(sum, chol)| {
-            let t = chol.solve_lt(sum.as_ref());
-            Mat::from_fn(m, m, |i, j| if i >= j { -t[(i, j)] } else { 0.0 })
-        })
-        .collect()
+    sums
 }
 
 /// Kernel-parameter and Z gradients from Abar and knn_bar of each kernel.

@@ -40,16 +40,12 @@ impl Posterior {
     /// Lambda' = T^T Lambda T, or L_S' = L_new^{-1} L_old L_S (lower triangular again). This is
     /// how the unwhitened parameterisation keeps q(u) where it is when the kernel or Z move.
     pub fn reexpress(&self, old: &Chol, new: &Chol) -> Result<Posterior, LinalgError> {
-        let mean = to_vec(new.solve_l(matmul_par(old.l(), col(self.mean()).as_ref()).as_ref()).as_ref());
         match self {
-            Posterior::Natural(q) => {
-                let t = old.solve_l(new.l());
-                let lt = matmul_par(q.precision(), t.as_ref());
-                let p = matmul_par(t.transpose(), lt.as_ref());
-                let precision = Mat::from_fn(p.nrows(), p.ncols(), |i, j| 0.5 * (p[(i, j)] + p[(j, i)]));
-                Ok(Posterior::Natural(NaturalGaussian::from_mean_precision(mean, precision)?))
-            }
-            Posterior::Sqrt { l, .. } => Ok(Posterior::Sqrt { mean, l: lower(new.solve_l(matmul_par(old.l(), l.as_ref()).as_ref())) }),
+            Posterior::Natural(q) => Ok(Posterior::Natural(q.reexpress(old, new)?)),
+            Posterior::Sqrt { mean, l } => Ok(Posterior::Sqrt {
+                mean: to_vec(new.solve_l(matmul_par(old.l(), col(mean).as_ref()).as_ref()).as_ref()),
+                l: lower(new.solve_l(matmul_par(old.l(), l.as_ref()).as_ref())),
+            }),
         }
     }
 
