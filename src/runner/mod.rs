@@ -633,6 +633,8 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyho
     let store = Store::new(&opts.results_root, spec.name());
     let _lock = store.lock()?;
     check_owner(spec, &store)?;
+    // What a killed run or shard left half-written (no one else writes under the exclusive lock).
+    crate::atomic::remove_stale_temporaries(&store.dir);
     let prepared = prepare(spec, registry, &opts.project_root, Some(&store))?;
     let mut cells = Vec::new();
     for c in &prepared.cells {
