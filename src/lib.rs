@@ -19,6 +19,7 @@ pub mod report;
 pub mod results;
 pub mod runner;
 pub mod scalable;
+pub mod slurm;
 pub mod spec;
 pub mod special;
 pub mod stats;

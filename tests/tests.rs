@@ -9,5 +9,6 @@ mod loaders;
 mod numerics_versions;
 mod pipeline;
 mod report;
+mod shard;
 mod spec_errors;
 mod vbmnp;

@@ -26,6 +26,8 @@ pub fn spec_on_two_splits(registry: &Registry, name: &str) {
         datasets: Vec::new(),
         progress: false,
         render_report: false,
+        shard: None,
+        shard_plan: None,
     };
     let summary = mcgp::runner::run(&spec, registry, &opts).expect("the reduced spec runs");
     let m = &summary.manifest;

@@ -1,7 +1,7 @@
 //! The `mcgp` command line: run, check, report and list. Glue only; the work lives in the library.
 use clap::{Parser, Subcommand};
 use mcgp::data::{default_data_dir, Registry};
-use mcgp::runner::{self, RunOptions};
+use mcgp::runner::{self, RunOptions, Shard};
 use mcgp::spec::{self, Spec};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -61,6 +61,37 @@ enum Command {
         /// Skip the HTML report.
         #[arg(long)]
         no_report: bool,
+        /// Compute only shard I of N (0 <= I < N; e.g. one task of a job array sharing the
+        /// results folder): every chain of dependent cells falls in one shard. Writes no tables
+        /// or report; a run without --shard, or `mcgp report`, collects every stored cell.
+        #[arg(long, value_name = "I/N")]
+        shard: Option<Shard>,
+        /// With --shard: the chains' assignment that `mcgp slurm` wrote (default: a hash of
+        /// each chain's first cell key).
+        #[arg(long, value_name = "FILE", requires = "shard")]
+        shard_plan: Option<PathBuf>,
+        #[command(flatten)]
+        paths: Paths,
+    },
+    /// Write SLURM scripts that run a spec as a job array (one task per shard) over the shared
+    /// results folder, and a collection job that renders the report after it.
+    Slurm {
+        spec: PathBuf,
+        /// Array tasks (shards).
+        #[arg(long, default_value_t = 4)]
+        shards: usize,
+        /// Time limit of each task, in SLURM's syntax (e.g. 2:00:00).
+        #[arg(long)]
+        time: Option<String>,
+        /// CPUs per task (the task runs that many threads).
+        #[arg(long, default_value_t = 1)]
+        cpus_per_task: usize,
+        /// SLURM partition.
+        #[arg(long)]
+        partition: Option<String>,
+        /// Submit with sbatch and print the job ids.
+        #[arg(long)]
+        submit: bool,
         #[command(flatten)]
         paths: Paths,
     },
@@ -135,6 +166,8 @@ fn options(
         datasets: Vec::new(),
         progress: std::io::stderr().is_terminal(),
         render_report,
+        shard: None,
+        shard_plan: None,
     }
 }
 
@@ -148,15 +181,30 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         recompute: false,
         datasets: Vec::new(),
         no_report: false,
+        shard: None,
+        shard_plan: None,
         paths: default_paths,
     });
     match command {
-        Command::Run { spec, threads, retry_failed, keep_failed, recompute, datasets, no_report, paths } => {
+        Command::Run { spec, threads, retry_failed, keep_failed, recompute, datasets, no_report, shard, shard_plan, paths } => {
             let registry = registry(&paths)?;
             let spec = load_spec(spec.as_deref(), &registry)?;
-            let mut opts = options(&paths, &registry, threads, retry_failed, recompute, !no_report);
+            // A shard renders nothing: the other shards' cells are not all stored yet.
+            let mut opts = options(&paths, &registry, threads, retry_failed, recompute, !no_report && shard.is_none());
             opts.datasets = datasets;
             opts.keep_failed = keep_failed;
+            opts.shard = shard;
+            opts.shard_plan = shard_plan;
+            if let Some(shard) = shard {
+                eprintln!("running {} ({}), shard {shard}", spec.name(), spec.file);
+                let summary = runner::run(&spec, &registry, &opts)?;
+                let m = &summary.manifest;
+                eprintln!(
+                    "shard {shard}: {} cells: {} computed, {} stored, {} failed; {:.1} s wall, {:.1} s CPU; tables and report: `mcgp report` (or `mcgp run`) once every shard is done",
+                    m.cells_total, m.cells_computed, m.cells_cached, m.cells_failed, m.wall_seconds, m.cpu_seconds + 0.0
+                );
+                return Ok(if summary.failed() > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS });
+            }
             eprintln!("running {} ({})", spec.name(), spec.file);
             let summary = runner::run(&spec, &registry, &opts)?;
             let m = &summary.manifest;
@@ -200,6 +248,52 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             for s in &status.stale {
                 println!("  stale: {s}");
+            }
+            let width = status.by_entry.iter().map(|e| e.entry.len() + e.dataset.len() + 1).max().unwrap_or(0).max(13);
+            println!("  {:<width$} {:>8} {:>6} {:>7} {:>5}", "entry/dataset", "computed", "failed", "missing", "stale");
+            for e in &status.by_entry {
+                println!("  {:<width$} {:>8} {:>6} {:>7} {:>5}", format!("{}/{}", e.entry, e.dataset), e.ok, e.failed, e.missing, e.stale);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Slurm { spec: spec_path, shards, time, cpus_per_task, partition, submit, paths } => {
+            let registry = registry(&paths)?;
+            let spec = load_spec(Some(&spec_path), &registry)?;
+            let opts = options(&paths, &registry, None, false, false, false);
+            // The jobs start elsewhere: every path absolute.
+            let absolute = |p: &Path| -> anyhow::Result<PathBuf> {
+                std::fs::create_dir_all(p).ok();
+                std::fs::canonicalize(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))
+            };
+            let slurm = mcgp::slurm::SlurmOptions {
+                shards,
+                time,
+                cpus_per_task,
+                partition,
+                binary: std::env::current_exe()?,
+                project_root: absolute(&opts.project_root)?,
+                spec_path: std::fs::canonicalize(&spec_path).map_err(|e| anyhow::anyhow!("{}: {e}", spec_path.display()))?,
+                results_root: absolute(&opts.results_root)?,
+                reports_root: absolute(&opts.reports_root)?,
+                data_dir: absolute(&opts.data_dir)?,
+            };
+            let files = mcgp::slurm::write_scripts(&spec, &registry, &slurm)?;
+            let estimate: Vec<String> = files.plan_value.estimated_seconds.iter().map(|s| format!("{s:.0}")).collect();
+            println!(
+                "{}: {} cells in {shards} shards, estimated seconds per shard {} ({} cells timed by a previous run)",
+                spec.name(),
+                files.cells,
+                estimate.join(", "),
+                files.timed_cells
+            );
+            println!("array:      {}", files.array.display());
+            println!("collection: {}", files.collect.display());
+            println!("shard plan: {}", files.plan.display());
+            if submit {
+                let (array, collect) = mcgp::slurm::submit(&files)?;
+                println!("submitted array job {array} ({shards} tasks) and collection job {collect} (after the array)");
+            } else {
+                println!("submit:     {} (or mcgp slurm ... --submit)", files.submit.display());
             }
             Ok(ExitCode::SUCCESS)
         }

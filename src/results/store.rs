@@ -99,17 +99,34 @@ impl Store {
         write_atomic(&path, &bytes)
     }
 
-    /// Take the experiment's lock, waiting (with a message on stderr) while another process holds it.
+    /// Take the experiment's lock exclusively, waiting (with a message on stderr) while another
+    /// process holds it: a run or report that writes the tables, the archive and the report.
     pub fn lock(&self) -> Result<ExperimentLock, StoreError> {
+        self.lock_as(false)
+    }
+
+    /// Take the experiment's lock shared: a shard run (`mcgp run --shard`) only adds its own
+    /// cells, each file atomically, so shards run side by side; a run or report that collects
+    /// every cell (exclusive) waits for them to end, and they wait for it.
+    pub fn lock_shared(&self) -> Result<ExperimentLock, StoreError> {
+        self.lock_as(true)
+    }
+
+    fn lock_as(&self, shared: bool) -> Result<ExperimentLock, StoreError> {
         let path = self.dir.join(".lock");
         let io = |source| StoreError::Io { path: path.clone(), source };
         std::fs::create_dir_all(&self.dir).map_err(io)?;
         let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(io)?;
-        match file.try_lock() {
+        let attempt = if shared { file.try_lock_shared() } else { file.try_lock() };
+        match attempt {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
                 eprintln!("{}: another mcgp run or report of this experiment is under way; waiting for it to finish", self.dir.display());
-                file.lock().map_err(io)?;
+                if shared {
+                    file.lock_shared().map_err(io)?;
+                } else {
+                    file.lock().map_err(io)?;
+                }
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
         }

@@ -7,8 +7,10 @@
 //! number of threads and across resumed runs.
 mod cell;
 mod provenance;
+pub mod shard;
 
 pub use cell::run_cell;
+pub use shard::{Shard, ShardPlan};
 
 use crate::data::{make_splits, write_splits, Dataset, Registry, Split};
 use crate::methods::ProblemShape;
@@ -43,6 +45,13 @@ pub struct RunOptions {
     /// Draw a progress bar (on a terminal).
     pub progress: bool,
     pub render_report: bool,
+    /// Compute only this shard's cells (`mcgp run --shard I/N`, e.g. one task of a cluster's
+    /// job array over a shared results folder) and write no tables, manifest or report: other
+    /// shards are adding cells at the same time, and a run without a shard (or `mcgp report`)
+    /// collects them.
+    pub shard: Option<Shard>,
+    /// The chains' assignment to shards (written by `mcgp slurm`); without it, the hash partition.
+    pub shard_plan: Option<PathBuf>,
 }
 
 /// What a run did.
@@ -208,12 +217,29 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     let code = CodeVersion::of(&opts.project_root);
     let wall = Instant::now();
     let store = Store::new(&opts.results_root, spec.name());
-    let _lock = store.lock()?;
+    // Shards of one experiment share the lock (each adds its own cells); a collecting run holds
+    // it alone, so it sees every cell the shards stored and no shard writes while it collects.
+    let _lock = if opts.shard.is_some() { store.lock_shared()? } else { store.lock()? };
     check_owner(spec, &store)?;
-    // A run killed while writing leaves temporary files; under the lock nobody else writes here.
-    crate::atomic::remove_stale_temporaries(&store.dir);
-    crate::atomic::remove_stale_temporaries(&opts.reports_root.join(spec.name()));
-    let prepared = prepare(spec, registry, &opts.project_root, Some(&store))?;
+    if opts.shard.is_none() {
+        // A run killed while writing leaves temporary files; under the exclusive lock nobody
+        // else writes here (a shard cannot tell another shard's file in progress from a stale one).
+        crate::atomic::remove_stale_temporaries(&store.dir);
+        crate::atomic::remove_stale_temporaries(&opts.reports_root.join(spec.name()));
+    }
+    let mut prepared = prepare(spec, registry, &opts.project_root, Some(&store))?;
+    if let Some(shard) = opts.shard {
+        let plan = opts.shard_plan.as_deref().map(ShardPlan::read).transpose()?;
+        if let Some(p) = plan.as_ref().filter(|p| p.experiment != spec.name()) {
+            anyhow::bail!("the shard plan is for experiment {}, not {}", p.experiment, spec.name());
+        }
+        let shards = shard::assign(&prepared.cells, shard.count, plan.as_ref())?;
+        let mut i = 0;
+        prepared.cells.retain(|_| {
+            i += 1;
+            shards[i - 1] == shard.index
+        });
+    }
 
     // Reuse what is stored; everything else is pending.
     let mut done: BTreeMap<String, CellRecord> = BTreeMap::new();
@@ -276,6 +302,13 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     };
     let threads = pool.current_num_threads();
     let abort_after = std::env::var("MCGP_ABORT_AFTER_CELLS").ok().and_then(|v| v.parse::<usize>().ok());
+    // Test hook: pause after storing each cell, so a test can kill a run (a cluster task) while
+    // it is under way with some of its cells stored.
+    let pause_after_cell = std::env::var("MCGP_TEST_PAUSE_AFTER_CELL_SECONDS")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map(std::time::Duration::from_secs_f64);
 
     // A cell runs as soon as the cell it takes hyper-parameters from is done: the cells with
     // nothing to wait for start at once, and each finished cell spawns its dependants.
@@ -323,6 +356,7 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
         failure: Mutex::new(None),
         stored: Mutex::new(0),
         abort_after,
+        pause_after_cell,
         commit: code.label(),
     };
     if spec.raw.one_cell_at_a_time {
@@ -346,6 +380,19 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
 
     // Cells of datasets left out by `datasets` may be missing.
     let cells: Vec<CellRecord> = prepared.cells.iter().filter_map(|c| done.get(&c.key).cloned()).collect();
+    if opts.shard.is_some() {
+        // The shard's part is stored; the manifest describes this shard (returned, not written).
+        let counts = CellCounts {
+            total: prepared.cells.len(),
+            computed: cells.len() - cached,
+            cached,
+            reused: reused_count(&cells),
+            older_code: 0,
+            missing: prepared.cells.len() - cells.len(),
+        };
+        let manifest = manifest(spec, code, &cells, started, wall.elapsed().as_secs_f64(), threads, counts);
+        return Ok(RunSummary { manifest, cells });
+    }
     store.write_tables(&cells)?;
     let missing = prepared.cells.len() - cells.len();
     let this_commit = code.label();
@@ -384,6 +431,8 @@ struct Scheduler<'a> {
     stored: Mutex<usize>,
     /// Test hook: abort the process after this many stored cells, as a kill would.
     abort_after: Option<usize>,
+    /// Test hook: sleep after storing each cell.
+    pause_after_cell: Option<std::time::Duration>,
     /// The code's commit, stored in every record.
     commit: Option<String>,
 }
@@ -429,6 +478,9 @@ impl<'a> Scheduler<'a> {
             }
             *stored
         };
+        if let Some(pause) = self.pause_after_cell {
+            std::thread::sleep(pause);
+        }
         self.bar.inc(1);
         if record.status == Status::Failed {
             self.bar.println(format!(
@@ -493,6 +545,24 @@ pub struct StatusReport {
     pub missing: usize,
     /// Cells with a record only under an older key: "dataset entry [setting] split k: why".
     pub stale: Vec<String>,
+    /// Counts per method entry and dataset, in the spec's order.
+    pub by_entry: Vec<EntryStatus>,
+}
+
+/// One method entry on one dataset in `mcgp status`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EntryStatus {
+    pub entry: String,
+    pub dataset: String,
+    pub total: usize,
+    /// Stored under their current key, as computed.
+    pub ok: usize,
+    /// Stored under their current key, as failed.
+    pub failed: usize,
+    /// Not stored under their current key (stale ones included).
+    pub missing: usize,
+    /// Of the missing, stored under an older key.
+    pub stale: usize,
 }
 
 /// Compare a spec's cells with what its experiment folder stores: a record of the same
@@ -511,16 +581,32 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
             older.insert((rec.dataset.clone(), rec.method.clone(), rec.setting.clone(), rec.split), rec);
         }
     }
-    let mut report = StatusReport { total: prepared.cells.len(), current: 0, missing: 0, stale: Vec::new() };
+    let mut report = StatusReport { total: prepared.cells.len(), current: 0, missing: 0, stale: Vec::new(), by_entry: Vec::new() };
+    let mut by_entry: BTreeMap<(&str, &str), EntryStatus> = BTreeMap::new();
     for cell in &prepared.cells {
-        if current.contains(&cell.key) {
+        let counts = by_entry.entry((cell.entry.name.as_str(), cell.dataset.as_str())).or_insert_with(|| EntryStatus {
+            entry: cell.entry.name.clone(),
+            dataset: cell.dataset.clone(),
+            ..Default::default()
+        });
+        counts.total += 1;
+        // A current record in a cell file, or only in the committed archive (a fresh clone).
+        let stored =
+            if current.contains(&cell.key) { store.read_usable_cell(&cell.key)? } else { store.read_cell(&cell.key).ok().flatten() };
+        if let Some(rec) = stored {
             report.current += 1;
+            match rec.status {
+                Status::Ok => counts.ok += 1,
+                Status::Failed => counts.failed += 1,
+            }
             continue;
         }
+        counts.missing += 1;
         let Some(rec) = older.get(&(cell.dataset.clone(), cell.entry.name.clone(), cell.setting.clone(), cell.split)) else {
             report.missing += 1;
             continue;
         };
+        counts.stale += 1;
         let why = match (&rec.numerics, &rec.data_hash) {
             (None, _) | (_, None) => "stored before code and data versions were recorded".to_string(),
             (Some(n), _) if n != &cell.numerics => format!("numerics {n} -> {}", cell.numerics),
@@ -529,6 +615,14 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
         };
         let setting = if cell.setting.is_empty() { String::new() } else { format!(" [{}]", cell.setting) };
         report.stale.push(format!("{} {}{setting} split {}: {why}", cell.dataset, cell.entry.name, cell.split));
+    }
+    // In the spec's order: datasets, then method entries.
+    for dataset in &spec.raw.datasets {
+        for m in &spec.raw.methods {
+            if let Some(c) = by_entry.remove(&(m.name.as_str(), dataset.as_str())) {
+                report.by_entry.push(c);
+            }
+        }
     }
     Ok(report)
 }
@@ -539,6 +633,8 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyho
     let store = Store::new(&opts.results_root, spec.name());
     let _lock = store.lock()?;
     check_owner(spec, &store)?;
+    // What a killed run or shard left half-written (no one else writes under the exclusive lock).
+    crate::atomic::remove_stale_temporaries(&store.dir);
     let prepared = prepare(spec, registry, &opts.project_root, Some(&store))?;
     let mut cells = Vec::new();
     for c in &prepared.cells {
