@@ -174,6 +174,7 @@ fn figure(id: &str, kind: FigureKind, metric: Option<&str>) -> FigureSpec {
         datasets: vec![],
         log_x: false,
         reference: vec![],
+        log_y: false,
         target: None,
         caption: None,
     }
@@ -194,6 +195,9 @@ fn figures() -> Vec<FigureSpec> {
         points: vec![[0.5, -40.0], [2.0, -35.0]],
     }];
     curve.target = Some(-110.0);
+    let mut curve_log = figure("fig-curve-log", FigureKind::Curve, None);
+    curve_log.trace = Some("grad_norm".into());
+    curve_log.log_y = true;
     let mut multi = figure("fig-multi", FigureKind::Errorbar, None);
     multi.metrics = vec!["error_pct".into(), "log_pred_sum".into()];
     multi.interval = Interval::Ci95;
@@ -205,6 +209,7 @@ fn figures() -> Vec<FigureSpec> {
         scatter,
         trace,
         curve,
+        curve_log,
         figure("fig-empty", FigureKind::Errorbar, Some("no_such_metric")),
     ]
 }
@@ -354,6 +359,10 @@ fn report_shows_tables_figures_failures_and_score() {
         "values at the reference times"
     );
     assert!(html.contains("first at -110 (training time of the first checkpoint there): ep on 5 of 5 splits, at 0.35-0.4 s, laplace on 5 of 5 splits, at 0.35-0.4 s."), "time to target");
+    // A log y axis says so and still draws every method's curve (grad_norm is 1 throughout).
+    let log_texts = texts(&svg("fig-curve-log")).join("|");
+    assert!(log_texts.contains("(log scale)") && log_texts.matches("log scale").count() >= 2, "{log_texts}");
+    assert!(svg("fig-curve-log").matches("<polyline").count() >= 6, "a curve per (dataset, method)");
     assert!(svg("fig-empty").contains("no data"));
     assert!(!svg("fig-errorbar").contains("no data"));
     // Several metrics on one errorbar figure: a series per (metric, method), 95% CI bars.

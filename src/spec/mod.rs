@@ -625,6 +625,9 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
         if !f.reference.is_empty() && f.kind != FigureKind::Curve {
             err(format!("{at}.reference"), Some(&f.id), "only curve figures take `reference`".into());
         }
+        if f.log_y && f.kind != FigureKind::Curve {
+            err(format!("{at}.log_y"), Some(&f.id), "only curve figures take `log_y`".into());
+        }
         if let Some(t) = f.target {
             if f.kind != FigureKind::Curve {
                 err(format!("{at}.target"), Some(&f.id), "only curve figures take `target`".into());

@@ -174,6 +174,9 @@ pub struct FigureSpec {
     /// Curve figures: reference points drawn beside the runs' curves.
     #[serde(default)]
     pub reference: Vec<ReferenceCurve>,
+    /// Curve figures: a logarithmic y axis (test errors that fall from 90% to 3%).
+    #[serde(default)]
+    pub log_y: bool,
     /// Curve figures: a value to reach (e.g. a peer's final test error); the report states,
     /// per method, the training time at which each split's trace first got to it or below.
     #[serde(default)]

@@ -55,19 +55,34 @@ pub(super) fn curve(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<Stri
     if panels.is_empty() {
         return Ok(Plot::NoData(format!("no finished cell has trace points named `{name}`")));
     }
+    // On a log y axis every value is plotted as its log10; a band's lower edge stays above a
+    // tenth of its mean.
+    let log_y = spec.log_y;
+    let ty = |v: f64| if log_y { v.log10() } else { v };
+    let low = |m: f64, s: f64| if log_y { ty((m - s).max(0.1 * m)) } else { m - s };
+    if log_y {
+        for (_, curves, _) in panels.iter_mut() {
+            curves.iter_mut().for_each(|c| c.points.retain(|p| p.1 > 0.0));
+            curves.retain(|c| !c.points.is_empty());
+        }
+    }
     let xs = panels.iter().flat_map(|p| {
         p.1.iter().flat_map(|c| c.points.iter().map(|q| q.0)).chain(p.2.iter().flat_map(|r| r.points.iter().map(|q| q[0].log10())))
     });
     let x_range = padded(xs).ok_or("no finite times")?;
     let ys = panels.iter().flat_map(|p| {
         p.1.iter()
-            .flat_map(|c| c.points.iter().flat_map(|q| [q.1 - q.2, q.1 + q.2]))
-            .chain(p.2.iter().flat_map(|r| r.points.iter().map(|q| q[1])))
+            .flat_map(|c| c.points.iter().flat_map(|q| [low(q.1, q.2), ty(q.1 + q.2)]))
+            .chain(p.2.iter().flat_map(|r| r.points.iter().filter(|q| !log_y || q[1] > 0.0).map(|q| ty(q[1]))))
     });
     let y_range = padded(ys).ok_or("no finite values")?;
     let entries = panels.iter().map(|p| p.1.len() + p.2.len()).max().unwrap_or(1);
     let x_axis = Axis::log10(x_range, "training time (s, log scale)");
-    let y_axis = Axis::linear(legend_room(y_range, entries), metric_label(name));
+    let y_axis = if log_y {
+        Axis::log10(legend_room(y_range, entries), format!("{} (log scale)", metric_label(name)))
+    } else {
+        Axis::linear(legend_room(y_range, entries), metric_label(name))
+    };
     let size = (SIZE.0.max(480 * panels.len() as u32), SIZE.1);
     let svg = render(size, |root| {
         let (top, body) = root.split_vertically(34);
@@ -79,15 +94,15 @@ pub(super) fn curve(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<Stri
                 let colour = method_colour(input, &sel, c.method);
                 if c.splits > 1 {
                     let band: Vec<(f64, f64)> =
-                        c.points.iter().map(|p| (p.0, p.1 + p.2)).chain(c.points.iter().rev().map(|p| (p.0, p.1 - p.2))).collect();
+                        c.points.iter().map(|p| (p.0, ty(p.1 + p.2))).chain(c.points.iter().rev().map(|p| (p.0, low(p.1, p.2)))).collect();
                     chart.draw_series(std::iter::once(Polygon::new(band, colour.mix(0.18).filled()))).map_err(err)?;
                 }
-                chart.draw_series(LineSeries::new(c.points.iter().map(|p| (p.0, p.1)), colour.stroke_width(2))).map_err(err)?;
+                chart.draw_series(LineSeries::new(c.points.iter().map(|p| (p.0, ty(p.1))), colour.stroke_width(2))).map_err(err)?;
                 legend_entry(&mut chart, c.method, colour, None, true)?;
             }
             for (k, r) in refs.iter().enumerate() {
                 let colour = RGBColor(60, 60, 60);
-                let pts: Vec<(f64, f64)> = r.points.iter().map(|p| (p[0].log10(), p[1])).collect();
+                let pts: Vec<(f64, f64)> = r.points.iter().filter(|p| !log_y || p[1] > 0.0).map(|p| (p[0].log10(), ty(p[1]))).collect();
                 chart.draw_series(LineSeries::new(pts.iter().copied(), colour.mix(0.5).stroke_width(1))).map_err(err)?;
                 chart
                     .draw_series(pts.iter().map(|p| EmptyElement::at(*p) + Polygon::new(marker_points(k + 1, 4), colour.filled())))
