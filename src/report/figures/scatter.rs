@@ -1,0 +1,58 @@
+//! Paired scatter over splits: one method's metric against another's, y = x drawn.
+use super::*;
+
+pub(super) fn scatter(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> Result<Plot, String> {
+    let Some(metric) = spec.metric.as_deref() else {
+        return Ok(Plot::NoData("the figure names no metric".into()));
+    };
+    let sel = Selection::new(spec, input);
+    let (Some(mx), Some(my)) = (sel.methods.first().copied(), sel.methods.get(1).copied()) else {
+        return Ok(Plot::NoData("a scatter figure needs two methods".into()));
+    };
+    // Pair cells of the same dataset and split; grid settings pair when equal or when one side has none.
+    let mut points: Vec<(usize, f64, f64)> = Vec::new();
+    for a in sel.ok().filter(|c| c.method == mx) {
+        for b in sel.ok().filter(|c| c.method == my && c.dataset == a.dataset && c.split == a.split) {
+            if !(a.setting == b.setting || a.setting.is_empty() || b.setting.is_empty()) {
+                continue;
+            }
+            if let (Some(x), Some(y), Some(d)) =
+                (cell_value(a, metric), cell_value(b, metric), sel.datasets.iter().position(|d| *d == a.dataset))
+            {
+                points.push((d, x, y));
+            }
+        }
+    }
+    if points.is_empty() {
+        return Ok(Plot::NoData(format!("no (dataset, split) where both {mx} and {my} have `{metric}`")));
+    }
+    let range = padded(points.iter().flat_map(|p| [p.1, p.2])).ok_or("no finite values")?;
+    let label = metric_label(metric);
+    let x_axis = Axis::linear(range, format!("{mx}: {label}"));
+    let y_axis = Axis::linear(range, format!("{my}: {label}"));
+
+    let svg = render((600, 540), |root| {
+        let mut chart = chart(root, &spec.title, &x_axis, &y_axis, false)?;
+        chart
+            .draw_series(LineSeries::new([(range.0, range.0), (range.1, range.1)], BLACK.mix(0.45).stroke_width(1)))
+            .map_err(err)?
+            .label(legend_text("y = x"))
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK.mix(0.45).stroke_width(1)));
+        for (d, dataset) in sel.datasets.iter().enumerate() {
+            let colour = PALETTE[d % PALETTE.len()];
+            let mine: Vec<(f64, f64)> = points.iter().filter(|p| p.0 == d).map(|p| (p.1, p.2)).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let marks = mine.iter().map(|p| EmptyElement::at(*p) + Polygon::new(marker_points(d, 4), colour.filled()));
+            chart.draw_series(marks).map_err(err)?;
+            legend_entry(&mut chart, dataset, colour, Some(d), false)?;
+        }
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)
+    })?;
+    notes.insert(0, format!("One point per (dataset, split); points above the line have higher {label} for {my}."));
+    Ok(Plot::Svg(svg))
+}
+
+// ---------------------------------------------------------------------------------------
+// Traces: one line per cell against iteration or time
