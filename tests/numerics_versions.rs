@@ -18,7 +18,7 @@ const RECORDED: &[(&str, &str, &str)] = &[
     ("vbmnp", "vbmnp=1", "0d16a0079d243cbe"),
     ("vbmnp_sparse", "vbmnp_sparse=1", "5b8c172000bc4340"),
     ("gibbs_mnp", "gibbs_mnp=1", "25b91bf9542d09ce"),
-    ("svgp", "svgp=4", "ac34aff22ee78406"),
+    ("svgp", "svgp=5", "e60af2691ef5e9fd"),
     ("scmgpc", "scmgpc=2", "ec3821b281c71523"),
 ];
 
