@@ -22,6 +22,8 @@ pub(crate) fn quick_settings(method: &str) -> serde_json::Value {
         "klmnl" => serde_json::json!({ "max_hyper_iters": 8 }),
         "svgp" => serde_json::json!({ "inducing": 4, "batch_size": 5, "max_iters": 20, "inducing_init": { "init": "random" } }),
         "scmgpc" => serde_json::json!({ "inducing": 4, "batch": 5, "max_iters": 20, "predict": "monte_carlo", "predict_samples": 200 }),
+        "ep" | "sep" => serde_json::json!({ "inducing": 4, "max_iters": 10 }),
+        "gfitc" => serde_json::json!({ "inducing": 4, "max_iters": 5 }),
         _ => serde_json::Value::Null,
     }
 }

@@ -72,6 +72,14 @@ const EXPECTED: &[Expected] = &[
         train_counts: &[48; 11],
         test_counts: Some(&[42; 11]),
     },
+    // The same files restricted to classes 1-6 (keep_classes): SOURCES.md's 48 and 42 per class.
+    Expected {
+        name: "vowel6",
+        features: 10,
+        class_names: &["1", "2", "3", "4", "5", "6"],
+        train_counts: &[48; 6],
+        test_counts: Some(&[42; 6]),
+    },
     Expected { name: "svmguide2", features: 20, class_names: &["1", "2", "3"], train_counts: &[221, 117, 53], test_counts: None },
     Expected {
         name: "dna",
@@ -126,6 +134,7 @@ const ROWS: &[(&str, usize)] = &[
     ("segment", 2310),
     ("waveform", 5000),
     ("vowel", 528 + 462),
+    ("vowel6", 6 * (48 + 42)),
     ("svmguide2", 391),
     ("dna", 2000 + 1186),
     ("letter", 20000),
@@ -235,6 +244,12 @@ fn vowel() {
     // row.names dropped, y is the label: first row 1,1,-3.639,0.418,...
     assert_eq!(d.feature_names[0], "x.1");
     assert_eq!(d.x[[0, 0]], -3.639);
+    // vowel6 keeps the rows of classes 1-6 in their order.
+    let six = check("vowel6");
+    let kept: Vec<usize> = (0..d.n()).filter(|&i| d.y[i] < 6).collect();
+    assert_eq!(six.n(), kept.len());
+    assert_eq!(six.x.row(7), d.x.row(kept[7]));
+    assert_eq!(six.x.row(300), d.x.row(kept[300]));
 }
 
 #[test]

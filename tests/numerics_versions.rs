@@ -20,6 +20,9 @@ const RECORDED: &[(&str, &str, &str)] = &[
     ("gibbs_mnp", "gibbs_mnp=1", "25b91bf9542d09ce"),
     ("svgp", "svgp=5", "e60af2691ef5e9fd"),
     ("scmgpc", "scmgpc=2", "ec3821b281c71523"),
+    ("ep", "ep=1", "1bdd2c9d72717509"),
+    ("sep", "ep=1", "b678681b93e9048d"),
+    ("gfitc", "gfitc=1", "42c593a5910ab25d"),
 ];
 
 /// blake3 of the bits of every number a fit gives: probabilities, evidence, kernel parameters.

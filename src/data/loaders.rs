@@ -6,7 +6,7 @@
 //! (MNIST is 70000 x 784). Labels stay text until all files are read, because the class indices
 //! depend on the set of labels over all files.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Cursor, Read};
 use std::path::Path;
 
@@ -30,8 +30,11 @@ pub(crate) fn load(name: &str, spec: &DatasetSpec, dir: &Path) -> Result<Dataset
 
     let mut table = Table::default();
     read_files(&mut table, &spec.files, spec, dir)?;
-    let n_train = table.labels.len();
+    let mut n_train = table.labels.len();
     read_files(&mut table, test_files, spec, dir)?;
+    if let Some(keep) = &spec.keep_classes {
+        n_train = table.keep_classes(keep, n_train);
+    }
 
     let d = table.width.unwrap_or(0);
     let n = table.labels.len();
@@ -110,6 +113,27 @@ struct Table {
     origins: Vec<(usize, usize)>,
     files: Vec<String>,
     feature_names: Option<Vec<String>>,
+}
+
+impl Table {
+    /// Drop the rows whose label is not in `keep` (normalised like the class names); returns
+    /// how many of the first `n_train` rows remain.
+    fn keep_classes(&mut self, keep: &[String], n_train: usize) -> usize {
+        let keep: HashSet<String> = keep.iter().map(|l| normalize_label(l)).collect();
+        let d = self.width.unwrap_or(0);
+        let mask: Vec<bool> = self.labels.iter().map(|l| keep.contains(&normalize_label(l))).collect();
+        let mut row = 0;
+        self.values.retain(|_| {
+            let k = mask[row / d.max(1)];
+            row += 1;
+            k
+        });
+        let mut i = 0;
+        self.labels.retain(|_| (mask[i], i += 1).0);
+        let mut i = 0;
+        self.origins.retain(|_| (mask[i], i += 1).0);
+        mask[..n_train].iter().filter(|&&k| k).count()
+    }
 }
 
 impl Table {
@@ -456,6 +480,7 @@ mod tests {
             drop_columns: vec![],
             n_features: None,
             class_order: None,
+            keep_classes: None,
             generator: None,
             n: None,
             seed: None,
@@ -509,6 +534,22 @@ mod tests {
         let short = vec!["van".to_string()];
         let msg = assign_classes(&t, Some(&short), p()).expect_err("bus not listed").to_string();
         assert!(msg.starts_with("f:1: label 'bus'"), "{msg}");
+    }
+
+    #[test]
+    fn keep_classes_drops_other_rows_and_counts_the_training_part() {
+        let mut t = Table { width: Some(2), ..Default::default() };
+        t.files.push("f".into());
+        for (i, l) in ["1", "7", "2", "7", "1.0"].iter().enumerate() {
+            t.values.extend([i as f64, 10.0 * i as f64]);
+            t.push_label(l.to_string(), i + 1);
+        }
+        // Rows 0-2 from the training files, 3-4 from the test files.
+        let n_train = t.keep_classes(&["+1".to_string(), "2".to_string()], 3);
+        assert_eq!(n_train, 2);
+        assert_eq!(t.labels, ["1", "2", "1.0"]);
+        assert_eq!(t.values, [0.0, 0.0, 2.0, 20.0, 4.0, 40.0]);
+        assert_eq!(t.origins.iter().map(|o| o.1).collect::<Vec<_>>(), [1, 3, 5]);
     }
 
     #[test]

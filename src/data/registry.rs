@@ -73,6 +73,12 @@ pub struct DatasetSpec {
     /// them.
     #[serde(default)]
     pub class_order: Option<Vec<String>>,
+    /// Only the rows of these classes are kept (Villacampa-Calvo & Hernandez-Lobato's vowel:
+    /// its first 6 classes); labels normalised like the data's. Left out of the serialised
+    /// entry when absent, so the content hashes (cell keys) of entries without it are those
+    /// from before the field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_classes: Option<Vec<String>>,
     /// Format synthetic: the generator's name, the number of rows and the seed.
     #[serde(default)]
     pub generator: Option<String>,
@@ -170,6 +176,7 @@ impl DatasetSpec {
             || !self.drop_columns.is_empty()
             || self.n_features.is_some()
             || self.class_order.is_some()
+            || self.keep_classes.is_some()
         {
             return Err("format synthetic allows only `generator`, `n`, `seed`, `description` and `citation`".into());
         }
@@ -327,6 +334,16 @@ mod tests {
         let dir = write_registry("x: {files: [a], format: csv, label_column: 0, drop_columns: [0], description: d, citation: c}\n");
         let msg = Registry::load(dir.path()).expect_err("label dropped").to_string();
         assert!(msg.contains("label column 0"), "{msg}");
+    }
+
+    #[test]
+    fn fields_added_later_leave_older_entries_serialised_as_before() {
+        // The content hash (part of every cell key) serialises the entry: a new optional field
+        // must not appear in entries that do not use it.
+        let dir = write_registry("x: {files: [a], format: csv, description: d, citation: c}\n");
+        let reg = Registry::load(dir.path()).expect("registry");
+        let text = serde_json::to_string(reg.spec("x").expect("entry")).expect("json");
+        assert!(!text.contains("keep_classes"), "{text}");
     }
 
     #[test]

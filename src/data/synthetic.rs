@@ -12,6 +12,15 @@
 //! (G&R Figure 3: class 1 against classes 2 + 3). The `-2d` variants keep only x1 and x2 (the
 //! same rows): the notes (§6.2 FLAG) note that with the 8 noise inputs an isotropic kernel is
 //! nearly uninformative over the paper's (s, phi) grid, and the authors may have used x1, x2 only.
+//!
+//! `vc2017-gp3`: the 2-D, 3-class problem of Villacampa-Calvo & Hernandez-Lobato (2017) §4.2
+//! (notes §4.2): x ~ U([-2.5, 2.5]^2), three latent functions drawn from a GP prior with a unit
+//! squared-exponential kernel (amplitude 1, length-scale 1) plus latent noise 1e-3 (the paper
+//! does not give them; the notes' recommendation), y = argmax_c f^c(x). The first 1000 rows are
+//! the training set, drawn jointly (Cholesky of K + 1e-3 I); every later row is a test row whose
+//! f is drawn from its conditional given the 1000 training values (independently per test row:
+//! the joint over 10,000 test rows would need a 10^4 x 10^4 factor, and given 1000 points in
+//! the square at length-scale 1 the conditional variances are of the order of the noise).
 use ndarray::Array2;
 use rand::{RngExt, SeedableRng};
 use rand_distr::StandardNormal;
@@ -24,7 +33,10 @@ use super::Dataset;
 pub const GENERATOR_VERSION: u32 = 1;
 
 /// Generators known to `format: synthetic` entries.
-pub const GENERATORS: &[&str] = &["gr2006-toy", "gr2006-toy-binary", "gr2006-toy-2d", "gr2006-toy-2d-binary"];
+pub const GENERATORS: &[&str] = &["gr2006-toy", "gr2006-toy-binary", "gr2006-toy-2d", "gr2006-toy-2d-binary", "vc2017-gp3"];
+
+/// Training rows of `vc2017-gp3` (the rest are test rows).
+pub const VC2017_TRAIN: usize = 1000;
 
 /// Number of input dimensions of the G&R toy (2 relevant + 8 noise).
 pub const GR2006_TOY_DIM: usize = 10;
@@ -48,6 +60,15 @@ pub fn generate(name: &str, generator: &str, n: usize, seed: u64) -> Result<Data
         "gr2006-toy-2d-binary" => {
             let (x, y) = gr2006_toy(n, seed);
             Ok(dataset(name, x.slice(ndarray::s![.., ..2]).to_owned(), merge_2_3(y), &["1", "2+3"], generator, seed))
+        }
+        "vc2017-gp3" => {
+            if n <= VC2017_TRAIN {
+                return Err(format!("vc2017-gp3 needs more than its {VC2017_TRAIN} training rows, got n = {n}"));
+            }
+            let (x, y) = vc2017_gp3(n, seed)?;
+            let mut d = dataset(name, x, y, &["1", "2", "3"], generator, seed);
+            d.n_fixed_train = Some(VC2017_TRAIN);
+            Ok(d)
         }
         other => Err(format!("unknown generator \"{other}\" (known: {})", GENERATORS.join(", "))),
     }
@@ -96,6 +117,38 @@ pub fn gr2006_toy(n: usize, seed: u64) -> (Array2<f64>, Vec<usize>) {
         y.push(t);
     }
     (x, y)
+}
+
+/// The Villacampa-Calvo & Hernandez-Lobato (2017) §4.2 problem: `n` rows [n, 2], classes 0..3.
+pub fn vc2017_gp3(n: usize, seed: u64) -> Result<(Array2<f64>, Vec<usize>), String> {
+    const NOISE: f64 = 1e-3;
+    let mut rng = Pcg64::seed_from_u64(seed);
+    let x = Array2::from_shape_fn((n, 2), |_| -2.5 + 5.0 * rng.random::<f64>());
+    let se = |a: usize, b: usize| (-0.5 * ((x[[a, 0]] - x[[b, 0]]).powi(2) + (x[[a, 1]] - x[[b, 1]]).powi(2))).exp();
+    let m = VC2017_TRAIN;
+    let k = faer::Mat::from_fn(m, m, |a, b| se(a, b) + if a == b { NOISE } else { 0.0 });
+    let chol = crate::linalg::Chol::factor(k.as_ref(), "vc2017-gp3 prior").map_err(|e| e.to_string())?;
+    // Training values f = L z; a test row's conditional mean is k^T K^{-1} f = h^T z with
+    // h = L^{-1} k, its variance 1 + noise - h^T h: one solve for all test rows and classes.
+    let z = faer::Mat::from_fn(m, 3, |_, _| rng.sample::<f64, _>(StandardNormal));
+    let f_train = chol.l() * &z;
+    let h = chol.solve_l_par(faer::Mat::from_fn(m, n - m, |a, i| se(m + i, a)).as_ref());
+    let mut f = Array2::<f64>::zeros((n, 3));
+    for i in 0..m {
+        for c in 0..3 {
+            f[[i, c]] = f_train[(i, c)];
+        }
+    }
+    for i in m..n {
+        let col = i - m;
+        let var = (1.0 + NOISE - (0..m).map(|a| h[(a, col)] * h[(a, col)]).sum::<f64>()).max(0.0);
+        for c in 0..3 {
+            let mean: f64 = (0..m).map(|a| h[(a, col)] * z[(a, c)]).sum();
+            f[[i, c]] = mean + var.sqrt() * rng.sample::<f64, _>(StandardNormal);
+        }
+    }
+    let y = (0..n).map(|i| crate::linalg::argmax(f.row(i).as_slice().expect("row"))).collect();
+    Ok((x, y))
 }
 
 #[cfg(test)]
@@ -154,6 +207,32 @@ mod tests {
             assert!((var - 1.0).abs() < 4.0 * (2.0 / nf).sqrt(), "dim {j} var {var}");
             assert!((m4 / (var * var) - 3.0).abs() < 4.0 * (96.0 / nf).sqrt(), "dim {j} kurtosis {}", m4 / (var * var));
         }
+    }
+
+    #[test]
+    fn gp3_has_three_classes_in_contiguous_regions() {
+        let d = generate("t", "vc2017-gp3", 3000, 5).expect("gen");
+        assert_eq!(d.n_fixed_train, Some(VC2017_TRAIN));
+        assert!(d.x.iter().all(|v| (-2.5..=2.5).contains(v)));
+        let counts = (0..3).map(|c| d.y.iter().filter(|&&y| y == c).count()).collect::<Vec<_>>();
+        assert!(counts.iter().all(|&n| n > 150), "{counts:?}");
+        // A smooth draw at length-scale 1: a test row's nearest training row has its class far
+        // more often than chance (1/3).
+        let agree = (VC2017_TRAIN..3000)
+            .filter(|&i| {
+                let near = (0..VC2017_TRAIN)
+                    .min_by(|&a, &b| {
+                        let da = (d.x[[i, 0]] - d.x[[a, 0]]).powi(2) + (d.x[[i, 1]] - d.x[[a, 1]]).powi(2);
+                        let db = (d.x[[i, 0]] - d.x[[b, 0]]).powi(2) + (d.x[[i, 1]] - d.x[[b, 1]]).powi(2);
+                        da.total_cmp(&db)
+                    })
+                    .expect("rows");
+                d.y[near] == d.y[i]
+            })
+            .count();
+        assert!(agree as f64 / 2000.0 > 0.85, "nearest-neighbour agreement {agree} of 2000");
+        assert_eq!(generate("t", "vc2017-gp3", 3000, 5).expect("gen").y, d.y);
+        assert!(generate("t", "vc2017-gp3", 1000, 5).is_err());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Multi-class likelihoods p(y | f) for a latent C-vector f per datum.
 pub mod logistic_softmax;
 pub mod marginal;
+pub mod pairwise_step;
 pub mod polya_gamma;
 pub mod probit;
 pub mod softmax;

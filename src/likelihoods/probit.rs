@@ -235,9 +235,19 @@ pub fn truncated_moments(m: &[f64], t: usize) -> TruncatedMoments {
 /// (G&R 2006 §4.5 and App. B; notes §3, §5.1). `var` are the latent variances (without
 /// the unit auxiliary noise).
 pub fn log_predictive_class_prob(mean: &[f64], var: &[f64], k: usize) -> f64 {
+    let with_noise: Vec<f64> = var.iter().map(|s| 1.0 + s.max(0.0)).collect();
+    log_argmax_prob(mean, &with_noise, k)
+}
+
+/// log P(f_k is the largest) for independent f_j ~ N(mean_j, var_j):
+/// log E_u[prod_{j != k} Phi((u s_k + mean_k - mean_j) / s_j)], s_j = sqrt(var_j), by the
+/// adapted rule (accurate far into the tails). The predictive of the arg-max likelihood
+/// (Kim & Ghahramani 2006; Villacampa-Calvo & Hernandez-Lobato 2017 eq. 68). Variances must be
+/// positive.
+pub fn log_argmax_prob(mean: &[f64], var: &[f64], k: usize) -> f64 {
     assert_eq!(mean.len(), var.len());
-    let v: Vec<f64> = var.iter().map(|s| (1.0 + s.max(0.0)).sqrt()).collect();
-    let (a, b): (Vec<f64>, Vec<f64>) = (0..mean.len()).filter(|&j| j != k).map(|j| (v[k] / v[j], (mean[k] - mean[j]) / v[j])).unzip();
+    let s: Vec<f64> = var.iter().map(|v| v.sqrt()).collect();
+    let (a, b): (Vec<f64>, Vec<f64>) = (0..mean.len()).filter(|&j| j != k).map(|j| (s[k] / s[j], (mean[k] - mean[j]) / s[j])).unzip();
     log_concave_rule(&a, &b).log_total
 }
 

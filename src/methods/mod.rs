@@ -5,6 +5,8 @@
 //! comes from `FitContext::rng`, so a cell's seed fixes its result bit for bit.
 mod context;
 mod contract;
+pub mod ep;
+pub mod gfitc;
 pub mod gibbs_mnp;
 pub mod importance;
 pub mod klmnl;
@@ -57,6 +59,15 @@ pub const METHODS: &[(&str, &str)] = &[(
 ), (
     "scmgpc",
     "SC-MGPC: augmented logistic-softmax sparse GP classifier (Galy-Fajou et al. 2018) with closed-form CAVI/SVI updates (corrected Poisson rate by default), class-weighted k-means inducing sets per class, Adam on the kernels; evidence = full-data ELBO",
+ ), (
+    "ep",
+    "EP for the arg-max multi-class GP with inducing values kept (Villacampa-Calvo & Hernandez-Lobato 2017): rank-one sites per pairwise factor, batch (damped, adaptive rates) or minibatch (Adam); evidence = log Z_q",
+), (
+    "sep",
+    "Stochastic EP (Villacampa-Calvo & Hernandez-Lobato 2017): the EP above with each class's sites tied, memory C M^2 independent of N",
+), (
+    "gfitc",
+    "Generalised FITC (Kim & Ghahramani 2006 likelihood, FITC prior): EP on the exact pairwise step factors to convergence, L-BFGS on log Z_EP over kernels and inducing inputs (Villacampa-Calvo & Hernandez-Lobato 2017's baseline)",
 )];
 
 /// The numerics version of a method as it enters cell keys: its own `NUMERICS_VERSION` and
@@ -73,6 +84,8 @@ pub fn numerics_version(method: &str) -> Option<String> {
         "gibbs_mnp" => format!("gibbs_mnp={}", gibbs_mnp::NUMERICS_VERSION),
         "svgp" => format!("svgp={}", svgp::NUMERICS_VERSION),
         "scmgpc" => format!("scmgpc={}", scmgpc::NUMERICS_VERSION),
+        "ep" | "sep" => format!("ep={}", ep::NUMERICS_VERSION),
+        "gfitc" => format!("gfitc={}", gfitc::NUMERICS_VERSION),
         _ => return None,
     };
     let bumped =
@@ -92,6 +105,9 @@ pub fn build(name: &str, settings: &serde_json::Value) -> Result<Box<dyn Method>
         "gibbs_mnp" => Ok(Box::new(gibbs_mnp::GibbsMnpParams::from_settings(settings)?.check()?)),
         "svgp" => Ok(Box::new(svgp::SvgpParams::from_settings(settings)?.check()?)),
         "scmgpc" => Ok(Box::new(scmgpc::ScmgpcParams::from_settings(settings)?.check()?)),
+        "ep" => Ok(Box::new(ep::EpParams::from_settings(settings)?.check(false)?)),
+        "sep" => Ok(Box::new(ep::EpParams::from_settings(settings)?.check(true)?)),
+        "gfitc" => Ok(Box::new(gfitc::GfitcParams::from_settings(settings)?.check()?)),
         other => Err(format!("unknown method \"{other}\"")),
     }
 }

@@ -9,13 +9,17 @@ use crate::spec::{PaperValue, ToleranceRule};
 /// A non-finite run mean never matches.
 pub fn within_tolerance(rule: &ToleranceRule, paper: &PaperValue, run: &Aggregate) -> (bool, f64, String) {
     let (tol, label) = match *rule {
-        ToleranceRule::StandardError { k, rel } => match paper.sd.filter(|sd| sd.is_finite() && *sd >= 0.0) {
+        ToleranceRule::StandardError { k, rel, floor } => match paper.sd.filter(|sd| sd.is_finite() && *sd >= 0.0) {
             Some(sd_paper) => {
                 // The paper's own n when given, else assume it used as many splits as this run.
                 let n_run = run.n.max(1) as f64;
                 let n_paper = paper.n.filter(|&n| n > 0).map_or(n_run, |n| n as f64);
                 let se = (sd_paper * sd_paper / n_paper + run.sd * run.sd / n_run).sqrt();
-                (k * se, format!("{}·SE", short(k)))
+                if floor > k * se {
+                    (floor, format!("±{} (floor above {}·SE)", short(floor), short(k)))
+                } else {
+                    (k * se, format!("{}·SE", short(k)))
+                }
             }
             None => (rel * paper.mean.abs(), format!("±{}% (paper gives no sd)", short(rel * 100.0))),
         },
@@ -30,9 +34,10 @@ pub fn within_tolerance(rule: &ToleranceRule, paper: &PaperValue, run: &Aggregat
 /// Describes a table's rule in a sentence, for the text under the table.
 pub fn describe(rule: &ToleranceRule) -> String {
     match *rule {
-        ToleranceRule::StandardError { k, rel } => format!(
+        ToleranceRule::StandardError { k, rel, floor } => format!(
             "{k}·SE: |run − paper| ≤ {k}·√(sd_paper²/n_paper + sd_run²/n_run), with n_paper = the run's n \
-             when the paper does not give it; ±{}% of the paper's mean where the paper gives no sd.",
+             when the paper does not give it{}; ±{}% of the paper's mean where the paper gives no sd.",
+            if floor > 0.0 { format!(", and never below ±{} (the paper's rounding)", short(floor)) } else { String::new() },
             short(rel * 100.0),
             k = short(k)
         ),
@@ -68,7 +73,7 @@ mod tests {
         Aggregate { mean, sd, se: sd / (n as f64).sqrt(), n, n_nonfinite: 0 }
     }
 
-    const SE3: ToleranceRule = ToleranceRule::StandardError { k: 3.0, rel: 0.1 };
+    const SE3: ToleranceRule = ToleranceRule::StandardError { k: 3.0, rel: 0.1, floor: 0.0 };
 
     #[test]
     fn standard_error_uses_both_sds() {
@@ -88,7 +93,7 @@ mod tests {
     #[test]
     fn standard_error_assumes_run_n_when_paper_n_missing() {
         // paper sd 3, run sd 4, both over n = 25: sqrt(9/25 + 16/25) = 1; k = 2 gives tol 2.
-        let rule = ToleranceRule::StandardError { k: 2.0, rel: 0.1 };
+        let rule = ToleranceRule::StandardError { k: 2.0, rel: 0.1, floor: 0.0 };
         let p = paper(50.0, Some(3.0), None);
         let (ok, tol, label) = within_tolerance(&rule, &p, &run(52.0, 4.0, 25));
         assert_eq!(tol, 2.0);
@@ -115,6 +120,21 @@ mod tests {
         assert_eq!(tol, 20.0);
         assert!(ok);
         assert!(!within_tolerance(&SE3, &neg, &run(-221.0, 1.0, 10)).0);
+    }
+
+    #[test]
+    fn a_floor_covers_the_papers_rounding_where_its_sd_is_printed_as_zero() {
+        // "0.33 +- 0.00" over 20 splits: 3 SE is 0 for a run without spread, the floor 0.005 is not.
+        let rule = ToleranceRule::StandardError { k: 3.0, rel: 0.1, floor: 0.005 };
+        let p = paper(0.33, Some(0.0), Some(20));
+        let (ok, tol, label) = within_tolerance(&rule, &p, &run(0.334, 0.0, 20));
+        assert!(ok);
+        assert_eq!(tol, 0.005);
+        assert_eq!(label, "±0.005 (floor above 3·SE)");
+        assert!(!within_tolerance(&rule, &p, &run(0.336, 0.0, 20)).0);
+        // Where 3 SE is wider, it decides.
+        let wide = paper(0.33, Some(0.1), Some(20));
+        assert_eq!(within_tolerance(&rule, &wide, &run(0.33, 0.1, 20)).2, "3·SE");
     }
 
     #[test]

@@ -42,6 +42,15 @@ impl Default for InducingInit {
     }
 }
 
+/// M for `n` training rows: `fraction` of them rounded (at least 1, at most n) when given
+/// (Villacampa-Calvo & Hernandez-Lobato's 5%, 10%, 20%), else `m`.
+pub fn count(m: usize, fraction: Option<f64>, n: usize) -> usize {
+    match fraction {
+        Some(f) => ((f * n as f64).round() as usize).clamp(1, n),
+        None => m,
+    }
+}
+
 /// What initialisation did, for the cell's diagnostics.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct InitReport {

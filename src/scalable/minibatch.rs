@@ -2,6 +2,36 @@
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_pcg::Pcg64;
+use serde::{Deserialize, Serialize};
+
+/// `batch: full` or a minibatch size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Batch {
+    Size(usize),
+    Named(BatchName),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchName {
+    /// Every training row every step (batch CAVI, batch EP).
+    Full,
+}
+
+impl Batch {
+    /// Rows per step for `n` training rows (`full`: all of them).
+    pub fn rows(&self, n: usize) -> usize {
+        match *self {
+            Batch::Size(s) => s.min(n),
+            Batch::Named(BatchName::Full) => n,
+        }
+    }
+
+    pub fn is_full(&self) -> bool {
+        *self == Batch::Named(BatchName::Full)
+    }
+}
 
 /// Batches of `size` rows; each epoch is a fresh permutation, split in order, the last batch of
 /// an epoch possibly smaller. A stream is deterministic in its seed.

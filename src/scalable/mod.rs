@@ -2,8 +2,10 @@
 //! inducing-input initialisation ([`inducing`], with [`kmeans`]), minibatch streams
 //! ([`minibatch`]), Adam with learning-rate schedules ([`adam`]), and natural-gradient steps
 //! for a Gaussian q(u) ([`natgrad`]), marginals of whitened q(v) at a block of rows
-//! ([`projection`]).
+//! ([`projection`]), and the fitted model of the sparse arg-max-likelihood methods
+//! ([`argmax_model`]).
 pub mod adam;
+pub mod argmax_model;
 pub mod inducing;
 pub mod kmeans;
 pub mod minibatch;

@@ -76,13 +76,17 @@ fn is_true(b: &bool) -> bool {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "rule", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ToleranceRule {
-    /// |run - paper| <= k * sqrt(sd_paper^2/n_paper + sd_run^2/n_run) (the default, k = 3).
-    /// Falls back to `relative` with `rel` where the paper gives no sd.
+    /// |run - paper| <= max(k * sqrt(sd_paper^2/n_paper + sd_run^2/n_run), floor) (the default,
+    /// k = 3, floor 0). `floor` is for papers that print their numbers rounded (half the last
+    /// printed digit: a printed "0.33 +- 0.00" still means anything in [0.325, 0.335)). Falls
+    /// back to `relative` with `rel` where the paper gives no sd.
     StandardError {
         #[serde(default = "default_k")]
         k: f64,
         #[serde(default = "default_rel")]
         rel: f64,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        floor: f64,
     },
     /// |run - paper| <= rel * |paper|.
     Relative { rel: f64 },
@@ -96,10 +100,13 @@ fn default_k() -> f64 {
 fn default_rel() -> f64 {
     0.1
 }
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
 
 impl Default for ToleranceRule {
     fn default() -> Self {
-        ToleranceRule::StandardError { k: default_k(), rel: default_rel() }
+        ToleranceRule::StandardError { k: default_k(), rel: default_rel(), floor: 0.0 }
     }
 }
 

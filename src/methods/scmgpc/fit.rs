@@ -3,7 +3,7 @@
 //! until the budget, `max_iters` or the timeout, with checkpoints scored off the clock.
 use super::global::{global_step, local_step};
 use super::model::{ScmgpcModel, Sparse};
-use super::{elbo, hyper, Batch, Scmgpc};
+use super::{elbo, hyper, Scmgpc};
 use crate::kernels::KernelSet;
 use crate::methods::{Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Problem, StopReason};
 use crate::scalable::{class_weighted_inducing, Adam, Minibatches, NaturalGaussian};
@@ -40,11 +40,8 @@ pub(crate) fn train(
     let free: Vec<bool> = sparse.kernels.free_mask().into_iter().map(|f| f && learn).collect();
     let learn = free.iter().any(|&f| f);
     let mut adam = Adam::new(theta.len(), p.adam_lr);
-    let full_batch = p.batch == Batch::Named(super::BatchName::Full);
-    let size = match p.batch {
-        Batch::Size(s) => s.min(n),
-        Batch::Named(_) => n,
-    };
+    let full_batch = p.batch.is_full();
+    let size = p.batch.rows(n);
     let mut batches = Minibatches::new(n, size, batch_seed);
     let all_rows: Vec<usize> = (0..n).collect();
     let mut stop = StopReason::MaxIterations;

@@ -33,6 +33,7 @@ pub use predict::PredictRule;
 
 use crate::kernels::KernelSet;
 use crate::methods::{FitContext, FitError, Fitted, HyperPolicy, Method, Problem, ProblemShape};
+pub use crate::scalable::minibatch::{Batch, BatchName};
 use crate::scalable::LearningRate;
 use serde::{Deserialize, Serialize};
 
@@ -47,21 +48,6 @@ pub enum PoissonRate {
     Corrected,
     /// Eq. 6 as printed (and as the authors' code ran for the paper's numbers).
     Printed,
-}
-
-/// `batch: full` or a minibatch size.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Batch {
-    Size(usize),
-    Named(BatchName),
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BatchName {
-    /// Batch CAVI: every row every step, rho = 1.
-    Full,
 }
 
 fn d_m() -> usize {

@@ -1,0 +1,166 @@
+//! The training loop (EP-inner-approx): per iteration one refinement of the sites (all of
+//! them, or a minibatch's) and one step on the kernels and Z, until `max_iters`, the budget or
+//! the timeout; checkpoints scored off the clock.
+use super::state::State;
+use super::{Ep, Scheme};
+use crate::kernels::KernelSet;
+use crate::methods::{Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Method, Problem, StopReason};
+use crate::scalable::{initial_inducing, Adam, Minibatches};
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64;
+
+/// App. G's adaptive rates: one per parameter, x1.02 while the gradient's sign holds, x0.5
+/// when it flips, capped at 1 (gradient ascent).
+struct AdaptiveRates {
+    rate: Vec<f64>,
+    last: Vec<f64>,
+}
+
+impl AdaptiveRates {
+    fn new(n: usize, start: f64) -> Self {
+        AdaptiveRates { rate: vec![start; n], last: vec![0.0; n] }
+    }
+
+    fn step(&mut self, theta: &mut [f64], grad: &[f64], free: &[bool]) {
+        for j in 0..theta.len() {
+            if !free[j] {
+                continue;
+            }
+            if self.last[j] != 0.0 {
+                self.rate[j] = if grad[j] * self.last[j] >= 0.0 { (self.rate[j] * 1.02).min(1.0) } else { self.rate[j] * 0.5 };
+            }
+            self.last[j] = grad[j];
+            theta[j] += self.rate[j] * grad[j];
+        }
+    }
+
+    fn halve(&mut self) {
+        self.rate.iter_mut().for_each(|r| *r *= 0.5);
+    }
+}
+
+pub(crate) fn train(
+    method: &Ep,
+    problem: &Problem,
+    kernels: &KernelSet,
+    hyper: HyperPolicy,
+    ctx: &mut FitContext,
+) -> Result<Box<dyn Fitted>, FitError> {
+    let p = &method.params;
+    let (x, y, c) = (problem.x, problem.y, problem.n_classes);
+    let n = x.nrows();
+    let mut init_rng = Pcg64::seed_from_u64(ctx.rng.next_u64());
+    let batch_seed = ctx.rng.next_u64();
+
+    let m = p.inducing_for(n);
+    let zs = (0..c)
+        .map(|_| initial_inducing(x, y, c, m, &p.inducing_init, &mut init_rng).map(|(z, _)| z))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(FitError::Unsupported)?;
+    let mut state = State::new(kernels.clone(), zs, method.tied, y)?;
+
+    let mut theta = state.theta();
+    let n_kern = state.kernels.n_params();
+    let learn = hyper == HyperPolicy::Learn;
+    let mut free: Vec<bool> = state.kernels.free_mask().into_iter().map(|f| f && learn).collect();
+    free.extend(std::iter::repeat_n(p.learn_inducing, theta.len() - n_kern));
+    let moves = free.iter().any(|&f| f);
+    let full = p.batch.is_full();
+    let mut rates = AdaptiveRates::new(theta.len(), p.rate);
+    let mut adam = Adam::new(theta.len(), p.adam_lr);
+    let mut batches = Minibatches::new(n, p.batch.rows(n), batch_seed);
+    let all_rows: Vec<usize> = (0..n).collect();
+    let mut damping = if full { p.damping } else { 1.0 };
+    let (mut rollbacks, mut skipped, mut total_sweeps) = (0u64, 0u64, 0u64);
+    let mut stop = StopReason::MaxIterations;
+    let mut t = 0u64;
+    let snapshot = |s: &State| -> Result<Box<dyn Fitted>, FitError> { Ok(Box::new(s.model(None, Diagnostics::default()))) };
+
+    while t < p.max_iters {
+        ctx.check_deadline()?;
+        t += 1;
+        let rows = if full { all_rows.clone() } else { batches.next_batch() };
+        // Inner-approx: one refinement; outer: refinements until the sites settle.
+        let sweeps = if p.scheme == Scheme::Outer { p.outer_max_sweeps } else { 1 };
+        if p.scheme == Scheme::Outer {
+            // Each step's EP starts its damping schedule afresh (warm-started sites).
+            damping = p.damping;
+        }
+        for _ in 0..sweeps {
+            let mut retries = 0;
+            let change = loop {
+                match state.refine(x, y, &rows, damping) {
+                    Ok(change) => break change,
+                    // A minibatch's failed refinement leaves its sites as they were.
+                    Err(_) if !full => {
+                        skipped += 1;
+                        break 0.0;
+                    }
+                    Err(e) if t == 1 || retries >= p.max_retries => {
+                        return Err(FitError::Numerical(format!(
+                            "{}: refinement failed at iteration {t} after {retries} roll-backs: {e}",
+                            method.name()
+                        )))
+                    }
+                    Err(_) => {
+                        retries += 1;
+                        rollbacks += 1;
+                        damping *= 0.5;
+                        rates.halve();
+                    }
+                }
+            };
+            total_sweeps += 1;
+            if p.scheme == Scheme::Outer {
+                damping *= p.damping_decay;
+                if change < p.outer_tol {
+                    break;
+                }
+            }
+        }
+        if moves {
+            let scale = n as f64 / rows.len() as f64;
+            let grad = state.gradient(x, y, &rows, scale)?;
+            let before = theta.clone();
+            if full {
+                rates.step(&mut theta, &grad, &free);
+            } else {
+                let descent: Vec<f64> = grad.iter().map(|g| -g).collect();
+                adam.step(&mut theta, &descent, &free);
+            }
+            if state.set_theta(&theta).is_err() {
+                // A step to kernels or inducing inputs whose matrices fail: stay, smaller steps.
+                theta = before;
+                rates.halve();
+                rollbacks += 1;
+            }
+        }
+        if full && p.scheme == Scheme::InnerApprox {
+            damping *= p.damping_decay;
+        }
+        ctx.checkpoint_with(t, || state.log_z_q(x, y).ok(), || snapshot(&state))?;
+        if let Some(reason) = ctx.budget_stop(t) {
+            stop = reason;
+            break;
+        }
+    }
+    let evidence = ctx.off_clock(|| state.log_z_q(x, y))?;
+    if !evidence.is_finite() {
+        return Err(FitError::Numerical(format!("{}: log Z_q is {evidence}", method.name())));
+    }
+    let mut diagnostics = Diagnostics { iterations: Some(t), stop_reason: Some(stop), ..Default::default() };
+    diagnostics.number("inducing", m as f64);
+    diagnostics.number("epochs", t as f64 * p.batch.rows(n) as f64 / n as f64);
+    diagnostics.number("rollbacks", rollbacks as f64);
+    diagnostics.number("site_sweeps", total_sweeps as f64);
+    diagnostics.number("damping_last", damping);
+    if !full {
+        diagnostics.number("skipped_batches", skipped as f64);
+    }
+    diagnostics.number("state_bytes", state.site_bytes() as f64);
+    diagnostics.note(
+        "batch",
+        if full { "full (parallel updates, damped)".to_string() } else { format!("{} (undamped, Adam {:?})", p.batch.rows(n), p.adam_lr) },
+    );
+    Ok(Box::new(state.model(Some(evidence), diagnostics)))
+}

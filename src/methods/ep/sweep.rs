@@ -1,0 +1,174 @@
+//! One pass over the factors of a block of rows: every factor's cavity, tilted moments and new
+//! site, the log normalisers, and the per-row scalars the gradient needs.
+//!
+//! EP's cavity of factor (i, k) on class c removes that factor's own site (C1, C2) along the
+//! direction u_o it was stored with; the tilted distribution uses the current u = K^{-1} k_i,
+//! which differs from u_o after a kernel or Z step (notes §2.9). With the posterior
+//! projections d_uu = u^T V u, d_uo = u^T V u_o, d_oo = u_o^T V u_o, t_u = u^T m, t_o = u_o^T m:
+//!     cavity variance  u^T V\ u = d_uu + r d_uo^2,           r = C1 / (1 - C1 d_oo)
+//!     cavity mean      u^T m\   = t_u + (C1 t_o - C2) d_uo / (1 - C1 d_oo)
+//! SEP's cavity is one per class (the tied site scaled by 1 - 1/n_c), the same formulas with
+//! C1 = C2 = 0 on the cavity's own projections.
+use super::sparse::{ClassPosterior, ClassPrior, PriorRows};
+use crate::likelihoods::pairwise_step::{PairSites, Side, Site1d, Tilted};
+use crate::methods::FitError;
+use faer::Mat;
+use ndarray::Array2;
+
+/// Projections of one row's direction(s) on class c's q (or SEP's class cavity).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Proj {
+    pub d_uu: f64,
+    pub d_uo: f64,
+    pub d_oo: f64,
+    pub t_u: f64,
+    pub t_o: f64,
+}
+
+/// A factor's cavity along the current direction, and the coefficients of A^{-1} k_o in
+/// K^{-1} m\ (`c_m`) and in K^{-1} V\ u (`c_w`) that the gradient needs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cavity {
+    pub mean: f64,
+    pub var: f64,
+    pub c_m: f64,
+    pub c_w: f64,
+}
+
+impl Proj {
+    /// The cavity after removing the site (c1, c2) stored along u_o. `None` when the removal
+    /// is not positive definite (1 - C1 d_oo <= 0) or the variance is not positive.
+    pub fn cavity(&self, c1: f64, c2: f64) -> Option<Cavity> {
+        let keep = 1.0 - c1 * self.d_oo;
+        if !(keep > 0.0) {
+            return None;
+        }
+        let r = c1 / keep;
+        let var = self.d_uu + r * self.d_uo * self.d_uo;
+        if !(var >= 0.0 && var.is_finite()) {
+            return None;
+        }
+        Some(Cavity { mean: self.t_u + (c1 * self.t_o - c2) * self.d_uo / keep, var, c_m: r * self.t_o - c2 / keep, c_w: r * self.d_uo })
+    }
+
+    /// g(theta\) - g(theta) of removing the site (c1, c2) stored along u_o: the part of
+    /// log s~ besides log Z (notes §2.5, the corrected eq. 61), for one side.
+    pub fn removal_gain(&self, c1: f64, c2: f64) -> f64 {
+        let keep = 1.0 - c1 * self.d_oo;
+        -0.5 * keep.ln() + (c1 * self.t_o * self.t_o - 2.0 * c2 * self.t_o + c2 * c2 * self.d_oo) / (2.0 * keep)
+    }
+}
+
+/// Class c's view of a block of rows.
+pub(crate) struct ClassView {
+    pub rows: PriorRows,
+    /// A^{-1} k_i per row, [M, n] (A of the posterior, or of SEP's cavity).
+    pub ainv_k: Mat<f64>,
+    /// EP: A^{-1} k_o per row, k_o = K u_o (the stored direction in kernel space).
+    pub ainv_ko: Option<Mat<f64>>,
+    /// K^{-1} m of the posterior (EP) or of SEP's cavity.
+    pub beta: Vec<f64>,
+    pub proj: Vec<Proj>,
+}
+
+impl ClassView {
+    /// EP: projections on the posterior `post`, with the stored directions `old_dirs` [M, n]
+    /// (f-bar space; zero columns for rows without sites yet).
+    pub fn per_factor(prior: &ClassPrior, rows: PriorRows, post: &ClassPosterior, old_dirs: &Mat<f64>) -> ClassView {
+        let ko = crate::linalg::matmul_par(prior.k().as_ref(), old_dirs.as_ref());
+        let e_u = post.a_chol.solve_l_par(rows.kmn.as_ref());
+        let e_o = post.a_chol.solve_l_par(ko.as_ref());
+        let n = rows.kmn.ncols();
+        let m = prior.m();
+        let col = |a: &Mat<f64>, b: &Mat<f64>, j: usize| (0..m).map(|r| a[(r, j)] * b[(r, j)]).sum::<f64>();
+        let proj = (0..n)
+            .map(|j| Proj {
+                d_uu: col(&e_u, &e_u, j),
+                d_uo: col(&e_u, &e_o, j),
+                d_oo: col(&e_o, &e_o, j),
+                t_u: (0..m).map(|r| rows.kmn[(r, j)] * post.beta[r]).sum(),
+                t_o: (0..m).map(|r| ko[(r, j)] * post.beta[r]).sum(),
+            })
+            .collect();
+        let ainv_k = post.a_chol.solve_lt_par(e_u.as_ref());
+        let ainv_ko = post.a_chol.solve_lt_par(e_o.as_ref());
+        ClassView { rows, ainv_k, ainv_ko: Some(ainv_ko), beta: post.beta.clone(), proj }
+    }
+
+    /// SEP: projections on the class cavity `cavity`.
+    pub fn tied(prior: &ClassPrior, rows: PriorRows, cavity: &ClassPosterior) -> ClassView {
+        let e_u = cavity.a_chol.solve_l_par(rows.kmn.as_ref());
+        let m = prior.m();
+        let proj = (0..rows.kmn.ncols())
+            .map(|j| Proj {
+                d_uu: (0..m).map(|r| e_u[(r, j)] * e_u[(r, j)]).sum(),
+                t_u: (0..m).map(|r| rows.kmn[(r, j)] * cavity.beta[r]).sum(),
+                ..Proj::default()
+            })
+            .collect();
+        let ainv_k = cavity.a_chol.solve_lt_par(e_u.as_ref());
+        ClassView { rows, ainv_k, ainv_ko: None, beta: cavity.beta.clone(), proj }
+    }
+}
+
+/// Per row and class, sums over the factors touching (row, class) of d log Z / d a (`ga`),
+/// times c_m (`ga_cm`), d log Z / d b (`gb`), times c_w (`gb_cw`).
+#[derive(Clone, Debug)]
+pub(crate) struct GradScalars {
+    pub ga: Array2<f64>,
+    pub ga_cm: Array2<f64>,
+    pub gb: Array2<f64>,
+    pub gb_cw: Array2<f64>,
+}
+
+/// What a sweep gives back.
+pub(crate) struct Sweep {
+    /// The new sites of every factor of the block (undamped).
+    pub sites: PairSites,
+    /// sum of log Z over the block's factors.
+    pub log_z: f64,
+    /// EP: sum over the block's factors of the two removal gains (log s~ - log Z).
+    pub removal_gain: f64,
+    pub grad: GradScalars,
+}
+
+/// Cavities, tilted moments and new sites of every factor of the rows with classes `y`.
+pub(crate) fn sweep(views: &[ClassView], y: &[usize], stored: &PairSites) -> Result<Sweep, FitError> {
+    let (n, c) = (y.len(), views.len());
+    let mut sites = PairSites::zeros(n, c);
+    let zeros = || Array2::<f64>::zeros((n, c));
+    let mut grad = GradScalars { ga: zeros(), ga_cm: zeros(), gb: zeros(), gb_cw: zeros() };
+    let (mut log_z, mut removal_gain) = (0.0, 0.0);
+    let fail =
+        |j: usize, k: usize, what: &str| FitError::Numerical(format!("ep: {what} for the factor of row {} against class {}", j + 1, k + 1));
+    for (j, &yj) in y.iter().enumerate() {
+        for k in (0..c).filter(|&k| k != yj) {
+            let (c1y, c2y, c1k, c2k) = (stored.c1y[(j, k)], stored.c2y[(j, k)], stored.c1k[(j, k)], stored.c2k[(j, k)]);
+            let (py, pk) = (&views[yj].proj[j], &views[k].proj[j]);
+            let cav_y = py.cavity(c1y, c2y).ok_or_else(|| fail(j, k, "a negative cavity variance"))?;
+            let cav_k = pk.cavity(c1k, c2k).ok_or_else(|| fail(j, k, "a negative cavity variance"))?;
+            let side_y = Side { mean: cav_y.mean, var: cav_y.var, fitc_var: views[yj].rows.fitc_var[j] };
+            let side_k = Side { mean: cav_k.mean, var: cav_k.var, fitc_var: views[k].rows.fitc_var[j] };
+            let t = Tilted::new(side_y, side_k).ok_or_else(|| fail(j, k, "a non-finite tilted distribution"))?;
+            let Site1d { precision: p_y, natural_mean: h_y } = t.site(side_y, 1.0);
+            let Site1d { precision: p_k, natural_mean: h_k } = t.site(side_k, -1.0);
+            sites.c1y[(j, k)] = p_y;
+            sites.c2y[(j, k)] = h_y;
+            sites.c1k[(j, k)] = p_k;
+            sites.c2k[(j, k)] = h_k;
+            log_z += t.log_z;
+            removal_gain += py.removal_gain(c1y, c2y) + pk.removal_gain(c1k, c2k);
+            let (ga, gb) = (t.d_mean(), t.d_var());
+            for (class, sign, cav) in [(yj, 1.0, cav_y), (k, -1.0, cav_k)] {
+                grad.ga[(j, class)] += sign * ga;
+                grad.ga_cm[(j, class)] += sign * ga * cav.c_m;
+                grad.gb[(j, class)] += gb;
+                grad.gb_cw[(j, class)] += gb * cav.c_w;
+            }
+        }
+    }
+    if !(log_z.is_finite() && removal_gain.is_finite()) {
+        return Err(FitError::Numerical(format!("ep: the log normalisers of a block are not finite ({log_z}, {removal_gain})")));
+    }
+    Ok(Sweep { sites, log_z, removal_gain, grad })
+}

@@ -1,0 +1,469 @@
+//! EP and SEP against mathematics (the notes' checklist item 1): the cavity projections and
+//! the closed-form log s~ against dense inversion, the new q against the tilted moments by
+//! quadrature, log Z_q at the prior, the gradient against finite differences of the objective
+//! with the sites and cavities frozen and, at convergence, of log Z_q itself, EP's log Z_q and
+//! predictive against brute-force integration of the same model, SEP close to EP, and SEP's
+//! memory independent of N.
+use super::sparse::{ClassPosterior, ClassPrior};
+use super::state::State;
+use super::sweep::Proj;
+use super::EpParams;
+use crate::kernels::{KernelKind, KernelParams, KernelSet, LengthScale};
+use crate::linalg::Chol;
+use crate::methods::{FitContext, HyperPolicy, Problem};
+use crate::special::{log_normal_cdf, normal_cdf};
+use faer::Mat;
+use ndarray::{Array2, Axis};
+use rand::{RngExt, SeedableRng};
+use rand_pcg::Pcg64;
+
+/// The paper's kernel: squared-exponential ARD plus white noise, one per class.
+fn paper_kernels(d: usize, c: usize, noise: f64) -> KernelSet {
+    let se = KernelParams { ard: true, lengthscale: LengthScale::One(1.2), variance: 1.5, ..Default::default() };
+    let white = KernelParams { kind: KernelKind::White, variance: noise, ..Default::default() };
+    KernelParams { kind: KernelKind::Sum, terms: vec![se, white], per_class: true, ..Default::default() }.kernel_set(d, c).unwrap()
+}
+
+fn toy(n: usize, d: usize, c: usize, seed: u64) -> (Array2<f64>, Vec<usize>) {
+    let mut rng = Pcg64::seed_from_u64(seed);
+    let x = Array2::from_shape_fn((n, d), |_| rng.random_range(-2.0..2.0));
+    // Classes by the nearest of c centres, so the problem is learnable.
+    let centres = Array2::from_shape_fn((c, d), |(k, j)| if j == 0 { -1.5 + 3.0 * k as f64 / (c - 1) as f64 } else { 0.0 });
+    let y = (0..n)
+        .map(|i| {
+            (0..c)
+                .min_by(|&a, &b| {
+                    let da: f64 = (0..d).map(|j| (x[(i, j)] - centres[(a, j)]).powi(2)).sum();
+                    let db: f64 = (0..d).map(|j| (x[(i, j)] - centres[(b, j)]).powi(2)).sum();
+                    da.total_cmp(&db)
+                })
+                .unwrap()
+        })
+        .collect();
+    (x, y)
+}
+
+fn inverse(a: &Mat<f64>) -> Mat<f64> {
+    Chol::factor(a.as_ref(), "test").unwrap().solve(Mat::<f64>::identity(a.nrows(), a.nrows()).as_ref())
+}
+
+fn quad(u: &[f64], a: &Mat<f64>, v: &[f64]) -> f64 {
+    (0..u.len()).map(|i| (0..v.len()).map(|j| u[i] * a[(i, j)] * v[j]).sum::<f64>()).sum()
+}
+
+fn rand_spd(m: usize, rng: &mut Pcg64) -> Mat<f64> {
+    let b = Mat::from_fn(m, m, |_, _| rng.random_range(-1.0..1.0));
+    let mut a = &b * b.transpose();
+    for i in 0..m {
+        a[(i, i)] += 0.5;
+    }
+    a
+}
+
+#[test]
+fn cavity_projections_and_log_s_match_dense_inversion() {
+    let mut rng = Pcg64::seed_from_u64(1);
+    let m = 4;
+    for _ in 0..5 {
+        let v = rand_spd(m, &mut rng);
+        let mean: Vec<f64> = (0..m).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let u: Vec<f64> = (0..m).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let uo: Vec<f64> = (0..m).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let vm = |w: &[f64]| (0..m).map(|i| (0..m).map(|j| v[(i, j)] * w[j]).sum::<f64>()).collect::<Vec<f64>>();
+        let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+        let proj =
+            Proj { d_uu: quad(&u, &v, &u), d_uo: quad(&u, &v, &uo), d_oo: quad(&uo, &v, &uo), t_u: dot(&u, &mean), t_o: dot(&uo, &mean) };
+        // A site that can be removed (1 - C1 d_oo = 0.4 > 0), and one that cannot.
+        let (c1, c2) = (0.6 / proj.d_oo, -0.4);
+        assert!(proj.cavity(1.2 / proj.d_oo, c2).is_none());
+        // Dense: Lambda\ = V^{-1} - c1 uo uo^T, h\ = V^{-1} m - c2 uo.
+        let lam = inverse(&v);
+        let lam_cav = Mat::from_fn(m, m, |i, j| lam[(i, j)] - c1 * uo[i] * uo[j]);
+        let h: Vec<f64> = (0..m).map(|i| (0..m).map(|j| lam[(i, j)] * mean[j]).sum::<f64>() - c2 * uo[i]).collect();
+        let v_cav = inverse(&lam_cav);
+        let m_cav: Vec<f64> = (0..m).map(|i| (0..m).map(|j| v_cav[(i, j)] * h[j]).sum()).collect();
+        let cav = proj.cavity(c1, c2).unwrap();
+        assert!((cav.var - quad(&u, &v_cav, &u)).abs() < 1e-10, "{} vs {}", cav.var, quad(&u, &v_cav, &u));
+        assert!((cav.mean - dot(&u, &m_cav)).abs() < 1e-10);
+        // The gradient's vectors: K^{-1} m\ = beta + c_m A^{-1} k_o and K^{-1} V\ u = A^{-1} k + c_w A^{-1} k_o
+        // become, with K = I, m\ = m + c_m V uo and V\ u = V u + c_w V uo.
+        let (vu, vuo) = (vm(&u), vm(&uo));
+        for i in 0..m {
+            assert!((m_cav[i] - (mean[i] + cav.c_m * vuo[i])).abs() < 1e-10);
+            let vcu: f64 = (0..m).map(|j| v_cav[(i, j)] * u[j]).sum();
+            assert!((vcu - (vu[i] + cav.c_w * vuo[i])).abs() < 1e-10);
+        }
+        // log s~ - log Z = g(theta\) - g(theta), g = 1/2 log|V| + 1/2 m^T V^{-1} m.
+        let g = |cov: &Mat<f64>, mu: &[f64]| 0.5 * Chol::factor(cov.as_ref(), "t").unwrap().log_det() + 0.5 * quad(mu, &inverse(cov), mu);
+        let dense = g(&v_cav, &m_cav) - g(&v, &mean);
+        assert!((proj.removal_gain(c1, c2) - dense).abs() < 1e-10, "{} vs {dense}", proj.removal_gain(c1, c2));
+    }
+}
+
+/// The 2-D quadrature of the tilted distribution of one factor with Gaussian projections.
+fn tilted_moments(ay: f64, dy: f64, ak: f64, dk: f64, s: f64) -> (f64, f64, f64) {
+    let n = 1201;
+    let h = 20.0 / (n - 1) as f64;
+    let (mut z, mut e, mut e2) = (0.0, 0.0, 0.0);
+    for i in 0..n {
+        let u = -10.0 + i as f64 * h;
+        let zy = ay + dy.sqrt() * u;
+        for j in 0..n {
+            let v = -10.0 + j as f64 * h;
+            let zk = ak + dk.sqrt() * v;
+            let w = (-0.5 * (u * u + v * v)).exp() * normal_cdf((zy - zk) / s.sqrt());
+            z += w;
+            e += w * zy;
+            e2 += w * zy * zy;
+        }
+    }
+    let mean = e / z;
+    ((z * h * h / (2.0 * std::f64::consts::PI)).ln(), mean, e2 / z - mean * mean)
+}
+
+#[test]
+fn one_undamped_refinement_gives_the_tilted_moments_of_a_single_factor() {
+    // Two classes and one row: one factor, whose new q must carry its tilted moments.
+    let (x, _) = toy(5, 2, 2, 3);
+    let kernels = paper_kernels(2, 2, 0.3);
+    let zs = vec![x.slice(ndarray::s![0..3, ..]).to_owned(), x.slice(ndarray::s![2..5, ..]).to_owned()];
+    let y = vec![1];
+    let x1 = x.select(Axis(0), &[4]);
+    let mut state = State::new(kernels.clone(), zs, false, &y).unwrap();
+    let rows = state.priors.iter().enumerate().map(|(k, p)| p.rows(kernels.class(k), &x1)).collect::<Vec<_>>();
+    // Cavity = prior: projections u^T K u = k^T K^{-1} k, means 0.
+    let d: Vec<f64> = rows.iter().map(|r| (0..3).map(|a| r.kmn[(a, 0)] * r.dirs[(a, 0)]).sum()).collect();
+    let s: f64 = rows.iter().map(|r| r.fitc_var[0]).sum();
+    let (log_z, mean_y, var_y) = tilted_moments(0.0, d[1], 0.0, d[0], s);
+    state.refine(&x1, &y, &[0], 1.0).unwrap();
+    // Posterior projection of class y = 1 along u.
+    let post = &state.posts[1];
+    let e = post.a_chol.solve_l_par(rows[1].kmn.as_ref());
+    let proj_var: f64 = (0..3).map(|a| e[(a, 0)] * e[(a, 0)]).sum();
+    let proj_mean: f64 = (0..3).map(|a| rows[1].kmn[(a, 0)] * post.beta[a]).sum();
+    assert!((proj_mean - mean_y).abs() < 1e-7, "mean {proj_mean} vs {mean_y}");
+    assert!((proj_var - var_y).abs() < 1e-7, "var {proj_var} vs {var_y}");
+    // log Z_q of one factor with its site in place equals its log Z (EP is exact for one factor).
+    let lzq = state.log_z_q(&x1, &y).unwrap();
+    assert!((lzq - log_z).abs() < 1e-7, "log Z_q {lzq} vs {log_z}");
+}
+
+#[test]
+fn log_z_q_at_the_prior_is_the_sum_of_log_phi() {
+    let (x, y) = toy(12, 2, 3, 4);
+    let kernels = paper_kernels(2, 3, 0.5);
+    let zs: Vec<Array2<f64>> = (0..3).map(|k| x.slice(ndarray::s![k..k + 4, ..]).to_owned()).collect();
+    for tied in [false, true] {
+        let state = State::new(kernels.clone(), zs.clone(), tied, &y).unwrap();
+        // Zero sites: every cavity is the prior, every mean 0, so each factor's log Z = log Phi(0).
+        let expected = 12.0 * 2.0 * log_normal_cdf(0.0);
+        let got = state.log_z_q(&x, &y).unwrap();
+        assert!((got - expected).abs() < 1e-10, "tied {tied}: {got} vs {expected}");
+    }
+}
+
+/// The objective whose gradient eq. 10 is, with the sites and every factor's cavity frozen in
+/// inducing-value space at the current state: sum_c [g(theta_c) - g(theta_prior,c)] at theta
+/// plus sum over factors of log Z(theta; cavity frozen). Dense, for tests.
+/// A cavity (m\, V\) in inducing-value space.
+type DenseCavity = (Vec<f64>, Mat<f64>);
+
+struct Frozen {
+    /// Per class: the site sums Sigma~, mu~ (inducing-value space).
+    sums: Vec<(Mat<f64>, Vec<f64>)>,
+    /// Per (row, class, other class k) the cavity (m\, V\) of the factor (row, k) on that class.
+    cavities: Vec<Vec<Vec<Option<DenseCavity>>>>,
+}
+
+fn dense_posterior(prior: &ClassPrior, post: &ClassPosterior) -> (Vec<f64>, Mat<f64>) {
+    let k = prior.k();
+    let ainv = inverse(&post.a_chol.reconstruct());
+    let v = &k * &ainv * &k;
+    let m = (0..k.nrows()).map(|i| (0..k.nrows()).map(|j| k[(i, j)] * post.beta[j]).sum()).collect();
+    (m, v)
+}
+
+impl Frozen {
+    fn new(state: &State, x: &Array2<f64>, y: &[usize]) -> Frozen {
+        let c = state.n_classes();
+        let sums = state.sums.iter().map(|s| (s.precision.clone(), s.natural_mean.clone())).collect();
+        let mut cavities = vec![vec![vec![None; c]; c]; y.len()];
+        for class in 0..c {
+            let prior = &state.priors[class];
+            let (m, v) = match &state.factors {
+                Some(_) => dense_posterior(prior, &state.posts[class]),
+                None => {
+                    let keep = 1.0 - 1.0 / state.n_factors[class];
+                    dense_posterior(prior, &ClassPosterior::new(prior, &state.sums[class].scaled(keep), class).unwrap())
+                }
+            };
+            let lam = inverse(&v);
+            let h: Vec<f64> = (0..m.len()).map(|i| (0..m.len()).map(|j| lam[(i, j)] * m[j]).sum()).collect();
+            for (i, &yi) in y.iter().enumerate() {
+                for k in (0..c).filter(|&k| k != yi) {
+                    if class != yi && class != k {
+                        continue;
+                    }
+                    let (c1, c2, uo) = match &state.factors {
+                        Some(store) => {
+                            let s = &store.sites;
+                            let (c1, c2) = if class == yi { (s.c1y[(i, k)], s.c2y[(i, k)]) } else { (s.c1k[(i, k)], s.c2k[(i, k)]) };
+                            (c1, c2, store.dirs[class].row(i).to_vec())
+                        }
+                        None => (0.0, 0.0, vec![0.0; m.len()]),
+                    };
+                    let lc = Mat::from_fn(m.len(), m.len(), |a, b| lam[(a, b)] - c1 * uo[a] * uo[b]);
+                    let vc = inverse(&lc);
+                    let hc: Vec<f64> = (0..m.len()).map(|a| h[a] - c2 * uo[a]).collect();
+                    let mc = (0..m.len()).map(|a| (0..m.len()).map(|b| vc[(a, b)] * hc[b]).sum()).collect();
+                    cavities[i][class][k] = Some((mc, vc));
+                }
+            }
+        }
+        let _ = x;
+        Frozen { sums, cavities }
+    }
+
+    fn value(&self, state: &State, theta: &[f64], x: &Array2<f64>, y: &[usize]) -> f64 {
+        let n_kern = state.kernels.n_params();
+        let kernels = state.kernels.with_log_params(&theta[..n_kern]);
+        let mut at = n_kern;
+        let c = state.n_classes();
+        let mut total = 0.0;
+        let mut proj = vec![vec![vec![(0.0, 0.0); c]; c]; y.len()];
+        for class in 0..c {
+            let z0 = &state.priors[class].z;
+            let z = Array2::from_shape_vec(z0.dim(), theta[at..at + z0.len()].to_vec()).unwrap();
+            at += z0.len();
+            let kern = kernels.class(class);
+            let kmm = kern.gram_many(&z);
+            let kinv = inverse(&kmm);
+            let (sig, mu) = &self.sums[class];
+            let lam = Mat::from_fn(kmm.nrows(), kmm.nrows(), |a, b| kinv[(a, b)] + sig[(a, b)]);
+            let v = inverse(&lam);
+            let logdet = |a: &Mat<f64>| Chol::factor(a.as_ref(), "t").unwrap().log_det();
+            total += 0.5 * logdet(&v) + 0.5 * quad(mu, &v, mu) - 0.5 * logdet(&kmm);
+            let kmn = kern.cross_many(&z, x);
+            let knn = kern.diag(x);
+            for (i, &yi) in y.iter().enumerate() {
+                let kc: Vec<f64> = (0..z.nrows()).map(|a| kmn[(a, i)]).collect();
+                let u: Vec<f64> = (0..z.nrows()).map(|a| (0..z.nrows()).map(|b| kinv[(a, b)] * kc[b]).sum()).collect();
+                let s = knn[i] - kc.iter().zip(&u).map(|(p, q)| p * q).sum::<f64>();
+                for k in (0..c).filter(|&k| k != yi) {
+                    if let Some((mc, vc)) = &self.cavities[i][class][k] {
+                        let a: f64 = u.iter().zip(mc).map(|(p, q)| p * q).sum();
+                        proj[i][class][k] = (a, s + quad(&u, vc, &u));
+                    }
+                }
+            }
+        }
+        for (i, &yi) in y.iter().enumerate() {
+            for k in (0..c).filter(|&k| k != yi) {
+                let (ay, by) = proj[i][yi][k];
+                let (ak, bk) = proj[i][k][k];
+                total += log_normal_cdf((ay - ak) / (by + bk).sqrt());
+            }
+        }
+        total
+    }
+}
+
+#[test]
+fn gradient_matches_finite_differences_with_sites_and_cavities_frozen() {
+    let (x, y) = toy(10, 2, 3, 5);
+    let kernels = paper_kernels(2, 3, 0.4);
+    for tied in [false, true] {
+        let zs = (0..3).map(|k| x.slice(ndarray::s![k..k + 3, ..]).to_owned()).collect();
+        let mut state = State::new(kernels.clone(), zs, tied, &y).unwrap();
+        let all: Vec<usize> = (0..10).collect();
+        for _ in 0..3 {
+            state.refine(&x, &y, &all, 0.7).unwrap();
+        }
+        let theta = state.theta();
+        let grad = state.gradient(&x, &y, &all, 1.0).unwrap();
+        let frozen = Frozen::new(&state, &x, &y);
+        let h = 1e-5;
+        for j in 0..theta.len() {
+            let mut tp = theta.clone();
+            tp[j] += h;
+            let mut tm = theta.clone();
+            tm[j] -= h;
+            let fd = (frozen.value(&state, &tp, &x, &y) - frozen.value(&state, &tm, &x, &y)) / (2.0 * h);
+            assert!(
+                (fd - grad[j]).abs() < 1e-6 * (1.0 + fd.abs()),
+                "tied {tied}, theta[{j}]: analytic {} vs finite difference {fd}",
+                grad[j]
+            );
+        }
+    }
+}
+
+/// Batch EP with fixed kernels and Z to convergence (plain damping 0.5).
+fn converge(state: &mut State, x: &Array2<f64>, y: &[usize], iters: usize) {
+    let all: Vec<usize> = (0..y.len()).collect();
+    for _ in 0..iters {
+        state.refine(x, y, &all, 0.5).unwrap();
+    }
+}
+
+#[test]
+fn at_convergence_the_gradient_is_that_of_log_z_q() {
+    let (x, y) = toy(9, 1, 3, 6);
+    let kernels = paper_kernels(1, 3, 0.3);
+    let zs: Vec<Array2<f64>> = (0..3).map(|k| x.slice(ndarray::s![2 * k..2 * k + 2, ..]).to_owned()).collect();
+    let mut state = State::new(kernels.clone(), zs.clone(), false, &y).unwrap();
+    converge(&mut state, &x, &y, 300);
+    let theta = state.theta();
+    let all: Vec<usize> = (0..9).collect();
+    let grad = state.gradient(&x, &y, &all, 1.0).unwrap();
+    let h = 1e-4;
+    for j in 0..theta.len() {
+        let at = |t: &[f64]| {
+            let mut s = State::new(kernels.clone(), zs.clone(), false, &y).unwrap();
+            s.set_theta(t).unwrap();
+            converge(&mut s, &x, &y, 300);
+            s.log_z_q(&x, &y).unwrap()
+        };
+        let mut tp = theta.clone();
+        tp[j] += h;
+        let mut tm = theta.clone();
+        tm[j] -= h;
+        let fd = (at(&tp) - at(&tm)) / (2.0 * h);
+        assert!((fd - grad[j]).abs() < 1e-4 * (1.0 + fd.abs()), "theta[{j}]: eq. 10 {} vs d log Z_q {fd}", grad[j]);
+    }
+}
+
+/// log p(y) and p(y* | y) of the model EP approximates (the pairwise factors of eq. 6, FITC),
+/// with one inducing value per class, by a 3-D grid.
+#[test]
+fn ep_matches_brute_force_integration_on_a_tiny_problem() {
+    let (x, y) = toy(6, 1, 3, 7);
+    let kernels = paper_kernels(1, 3, 0.3);
+    let zs: Vec<Array2<f64>> = (0..3).map(|k| x.slice(ndarray::s![k..k + 1, ..]).to_owned()).collect();
+    let mut state = State::new(kernels.clone(), zs, false, &y).unwrap();
+    converge(&mut state, &x, &y, 400);
+    let log_z_q = state.log_z_q(&x, &y).unwrap();
+    // Brute force over fbar in R^3: prior N(0, K_c) per class, factors Phi((u_y fy - u_k fk) / sqrt(s_y + s_k)).
+    let rows: Vec<_> = (0..3).map(|k| state.priors[k].rows(kernels.class(k), &x)).collect();
+    let sd: Vec<f64> = (0..3).map(|k| state.priors[k].k()[(0, 0)].sqrt()).collect();
+    let xs = Array2::from_shape_vec((1, 1), vec![0.1]).unwrap();
+    let test_rows: Vec<_> = (0..3).map(|k| state.priors[k].rows(kernels.class(k), &xs)).collect();
+    let g = 61;
+    let h = 12.0 / (g - 1) as f64;
+    let mut log_terms = Vec::new();
+    let mut pred = [0.0; 3];
+    for a in 0..g {
+        for b in 0..g {
+            for cc in 0..g {
+                let e = [-6.0 + a as f64 * h, -6.0 + b as f64 * h, -6.0 + cc as f64 * h];
+                let f: Vec<f64> = (0..3).map(|k| sd[k] * e[k]).collect();
+                let mut lw = -0.5 * e.iter().map(|v| v * v).sum::<f64>();
+                for (i, &yi) in y.iter().enumerate() {
+                    for k in (0..3).filter(|&k| k != yi) {
+                        let my = rows[yi].dirs[(0, i)] * f[yi];
+                        let mk = rows[k].dirs[(0, i)] * f[k];
+                        lw += log_normal_cdf((my - mk) / (rows[yi].fitc_var[i] + rows[k].fitc_var[i]).sqrt());
+                    }
+                }
+                log_terms.push(lw);
+                // p(y* = c | fbar): the exact arg-max likelihood over the FITC conditionals.
+                let mean: Vec<f64> = (0..3).map(|k| test_rows[k].dirs[(0, 0)] * f[k]).collect();
+                let var: Vec<f64> = (0..3).map(|k| test_rows[k].fitc_var[0]).collect();
+                for (c, p) in pred.iter_mut().enumerate() {
+                    *p += lw.exp() * crate::likelihoods::probit::log_argmax_prob(&mean, &var, c).exp();
+                }
+            }
+        }
+    }
+    let log_z_grid = crate::linalg::log_sum_exp(&log_terms) + 3.0 * (h / (2.0 * std::f64::consts::PI).sqrt()).ln();
+    let total: f64 = log_terms.iter().map(|v| v.exp()).sum();
+    let model = state.model(None, Default::default());
+    let ep_pred = crate::methods::Fitted::predict(&model, &xs, &mut Pcg64::seed_from_u64(0)).unwrap().probs;
+    assert!((log_z_q - log_z_grid).abs() < 0.05, "EP log Z_q {log_z_q} vs brute force {log_z_grid}");
+    for c in 0..3 {
+        assert!((ep_pred[(0, c)] - pred[c] / total).abs() < 0.02, "class {c}: EP {} vs brute force {}", ep_pred[(0, c)], pred[c] / total);
+    }
+}
+
+fn fit(
+    name: &str,
+    settings: serde_json::Value,
+    x: &Array2<f64>,
+    y: &[usize],
+    kernels: &KernelSet,
+    hyper: HyperPolicy,
+) -> Box<dyn crate::methods::Fitted> {
+    let method = crate::methods::build(name, &settings).unwrap();
+    let mut rng = Pcg64::seed_from_u64(11);
+    let mut ctx = FitContext::new(&mut rng, None);
+    method.fit(&Problem { x, y, n_classes: 3 }, kernels, hyper, &mut ctx).unwrap()
+}
+
+#[test]
+fn sep_is_close_to_ep_and_both_classify_the_toy_problem() {
+    let (x, y) = toy(60, 2, 3, 8);
+    let kernels = paper_kernels(2, 3, 0.1);
+    let settings = serde_json::json!({ "inducing": 6, "max_iters": 60, "damping_decay": 1.0 });
+    let ep = fit("ep", settings.clone(), &x, &y, &kernels, HyperPolicy::Fixed);
+    let sep = fit("sep", settings, &x, &y, &kernels, HyperPolicy::Fixed);
+    let (ze, zs) = (ep.evidence().unwrap().value, sep.evidence().unwrap().value);
+    assert!((ze - zs).abs() < 0.05 * ze.abs(), "log Z_q: EP {ze}, SEP {zs}");
+    let mut rng = Pcg64::seed_from_u64(0);
+    let (pe, ps) = (ep.predict(&x, &mut rng).unwrap().probs, sep.predict(&x, &mut rng).unwrap().probs);
+    let max_gap = pe.iter().zip(ps.iter()).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    assert!(max_gap < 0.1, "EP and SEP predictive probabilities differ by {max_gap}");
+    let errors = (0..60).filter(|&i| crate::linalg::argmax(pe.row(i).as_slice().unwrap()) != y[i]).count();
+    assert!(errors <= 6, "EP misclassifies {errors} of 60 training rows");
+}
+
+#[test]
+fn learning_raises_log_z_q_in_batch_and_minibatch_mode() {
+    let (x, y) = toy(60, 2, 3, 9);
+    let kernels = paper_kernels(2, 3, 1.0);
+    for name in ["ep", "sep"] {
+        let fixed = fit(name, serde_json::json!({ "inducing": 5, "max_iters": 40 }), &x, &y, &kernels, HyperPolicy::Fixed);
+        let learned = fit(name, serde_json::json!({ "inducing": 5, "max_iters": 40 }), &x, &y, &kernels, HyperPolicy::Learn);
+        let (f, l) = (fixed.evidence().unwrap().value, learned.evidence().unwrap().value);
+        assert!(l > f, "{name}: learned log Z_q {l} not above the fixed kernel's {f}");
+        let mini = fit(
+            name,
+            serde_json::json!({ "inducing": 5, "max_iters": 300, "batch": 10, "adam_lr": 0.01 }),
+            &x,
+            &y,
+            &kernels,
+            HyperPolicy::Learn,
+        );
+        let z = mini.evidence().unwrap().value;
+        assert!(z > f, "{name}: minibatch log Z_q {z} not above the fixed kernel's batch value {f}");
+    }
+}
+
+#[test]
+fn sep_memory_does_not_grow_with_n_and_ep_memory_does() {
+    let kernels = paper_kernels(2, 3, 0.5);
+    let bytes = |n: usize, tied: bool| {
+        let (x, y) = toy(n, 2, 3, 10);
+        let zs = (0..3).map(|k| x.slice(ndarray::s![k..k + 4, ..]).to_owned()).collect();
+        State::new(kernels.clone(), zs, tied, &y).unwrap().site_bytes()
+    };
+    assert_eq!(bytes(20, true), bytes(200, true));
+    // EP: 4 scalars per (row, class) and an M-vector per (row, class): (4 + 4) 3 8 bytes per row.
+    assert_eq!(bytes(200, false) - bytes(20, false), 180 * 3 * (4 + 4) * 8);
+}
+
+#[test]
+fn settings_are_checked_with_the_field_named() {
+    for (bad, field) in [
+        (serde_json::json!({ "inducing": 0 }), "inducing"),
+        (serde_json::json!({ "inducing_fraction": 1.5 }), "inducing_fraction"),
+        (serde_json::json!({ "damping": 0.0 }), "damping"),
+        (serde_json::json!({ "batch": 0 }), "batch"),
+    ] {
+        let err = match serde_json::from_value::<EpParams>(bad).map_err(|e| e.to_string()).and_then(|p| p.check(true).map(|_| ())) {
+            Err(e) => e,
+            Ok(()) => panic!("accepted a bad {field}"),
+        };
+        assert!(err.contains(field), "{err}");
+    }
+    assert_eq!(serde_json::from_value::<EpParams>(serde_json::json!({ "inducing_fraction": 0.05 })).unwrap().inducing_for(193), 10);
+}

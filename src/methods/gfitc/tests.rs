@@ -1,0 +1,123 @@
+//! GFITC against mathematics: the O(N M^2) posterior and normaliser against the dense N x N
+//! forms, the gradient at converged EP against finite differences of log Z_EP re-converged,
+//! log Z_EP against the exact probability on a one-row problem, and learning that raises it.
+use super::fitc::ClassFitc;
+use super::inner::{self, InnerSettings};
+use super::{classes_at, gradient};
+use crate::kernels::{KernelKind, KernelParams, KernelSet, LengthScale};
+use crate::linalg::Chol;
+use crate::methods::{FitContext, HyperPolicy, Problem};
+use faer::Mat;
+use ndarray::Array2;
+use rand::{RngExt, SeedableRng};
+use rand_pcg::Pcg64;
+
+fn paper_kernels(d: usize, c: usize, noise: f64) -> KernelSet {
+    let se = KernelParams { ard: true, lengthscale: LengthScale::One(1.1), variance: 1.3, ..Default::default() };
+    let white = KernelParams { kind: KernelKind::White, variance: noise, ..Default::default() };
+    KernelParams { kind: KernelKind::Sum, terms: vec![se, white], per_class: true, ..Default::default() }.kernel_set(d, c).unwrap()
+}
+
+fn toy(n: usize, c: usize, seed: u64) -> (Array2<f64>, Vec<usize>) {
+    let mut rng = Pcg64::seed_from_u64(seed);
+    let x = Array2::from_shape_fn((n, 2), |_| rng.random_range(-2.0..2.0));
+    let y = (0..n).map(|i| (((x[(i, 0)] + 2.0) / 4.0 * c as f64) as usize).min(c - 1)).collect();
+    (x, y)
+}
+
+fn inverse(a: &Mat<f64>) -> Mat<f64> {
+    Chol::factor(a.as_ref(), "test").unwrap().solve(Mat::<f64>::identity(a.nrows(), a.nrows()).as_ref())
+}
+
+#[test]
+fn posterior_and_normaliser_match_the_dense_forms() {
+    let (x, _) = toy(7, 3, 1);
+    let kernels = paper_kernels(2, 3, 0.2);
+    let z = x.slice(ndarray::s![0..3, ..]).to_owned();
+    let f = ClassFitc::new(kernels.class(0), z, &x, 0).unwrap();
+    let mut rng = Pcg64::seed_from_u64(2);
+    let tau: Vec<f64> = (0..7).map(|_| rng.random_range(0.1..2.0)).collect();
+    let nu: Vec<f64> = (0..7).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let post = f.posterior(&tau, &nu, 0).unwrap();
+    // Dense: K_FITC = Q + D, Sigma = (K_FITC^{-1} + T)^{-1}, mu = Sigma nu.
+    let kinv = inverse(&f.k());
+    let q = f.kmn.transpose() * &kinv * &f.kmn;
+    let kf = Mat::from_fn(7, 7, |i, j| q[(i, j)] + if i == j { f.d[i] } else { 0.0 });
+    let kf_inv = inverse(&kf);
+    let sigma = inverse(&Mat::from_fn(7, 7, |i, j| kf_inv[(i, j)] + if i == j { tau[i] } else { 0.0 }));
+    for i in 0..7 {
+        let mu: f64 = (0..7).map(|j| sigma[(i, j)] * nu[j]).sum();
+        assert!((post.mean[i] - mu).abs() < 1e-10, "mean {i}: {} vs {mu}", post.mean[i]);
+        assert!((post.var[i] - sigma[(i, i)]).abs() < 1e-10, "var {i}");
+    }
+    let logdet = |a: &Mat<f64>| Chol::factor(a.as_ref(), "t").unwrap().log_det();
+    let mu: Vec<f64> = (0..7).map(|i| (0..7).map(|j| sigma[(i, j)] * nu[j]).sum()).collect();
+    let dense = 0.5 * logdet(&sigma) - 0.5 * logdet(&kf) + 0.5 * nu.iter().zip(&mu).map(|(a, b)| a * b).sum::<f64>();
+    assert!((f.log_normaliser_gain(&post, &tau, &nu) - dense).abs() < 1e-10);
+}
+
+const TIGHT: InnerSettings = InnerSettings { damping: 0.5, damping_decay: 1.0, tol: 1e-12, max_iters: 5000 };
+
+#[test]
+fn log_z_ep_on_one_row_is_close_to_the_exact_probability() {
+    // One row, three classes, M = 1: f^c ~ N(0, kappa) independently, p(y) = P(f_y largest).
+    let x = Array2::from_shape_vec((1, 2), vec![0.3, -0.2]).unwrap();
+    let kernels = paper_kernels(2, 3, 0.2);
+    let theta: Vec<f64> = kernels.log_params().into_iter().chain([0.0, 0.0, 1.0, 1.0, -1.0, 0.5]).collect();
+    let (_, classes) = classes_at(&kernels, &[(1, 2); 3], &theta, &x).unwrap();
+    let y = vec![1];
+    let mut sites = inner::initial_sites(1, 3, &y);
+    let (posts, report) = inner::run(&classes, &y, &mut sites, TIGHT).unwrap();
+    assert!(report.converged);
+    let lz = inner::log_z(&classes, &posts, &sites, &y).unwrap();
+    let kappa = 1.3 + 0.2;
+    let exact = crate::likelihoods::probit::log_argmax_prob(&[0.0; 3], &[kappa; 3], 1);
+    assert!((exact - (1.0f64 / 3.0).ln()).abs() < 1e-9);
+    assert!((lz - exact).abs() < 0.03, "log Z_EP {lz} vs exact {exact}");
+}
+
+#[test]
+fn gradient_at_convergence_matches_finite_differences_of_log_z_ep() {
+    let (x, y) = toy(8, 3, 3);
+    let kernels = paper_kernels(2, 3, 0.3);
+    let shapes = [(2, 2); 3];
+    let mut theta = kernels.log_params();
+    for k in 0..3 {
+        theta.extend(x.slice(ndarray::s![2 * k..2 * k + 2, ..]).iter().copied());
+    }
+    let at = |t: &[f64]| {
+        let (ks, classes) = classes_at(&kernels, &shapes, t, &x).unwrap();
+        let mut sites = inner::initial_sites(8, 3, &y);
+        let (posts, report) = inner::run(&classes, &y, &mut sites, TIGHT).unwrap();
+        assert!(report.converged);
+        (inner::log_z(&classes, &posts, &sites, &y).unwrap(), gradient(&ks, &classes, &posts, &sites, &x, &y))
+    };
+    let (_, grad) = at(&theta);
+    let h = 1e-5;
+    for j in 0..theta.len() {
+        let mut tp = theta.clone();
+        tp[j] += h;
+        let mut tm = theta.clone();
+        tm[j] -= h;
+        let fd = (at(&tp).0 - at(&tm).0) / (2.0 * h);
+        assert!((fd - grad[j]).abs() < 1e-5 * (1.0 + fd.abs()), "theta[{j}]: gradient {} vs finite difference {fd}", grad[j]);
+    }
+}
+
+#[test]
+fn learning_raises_log_z_ep_and_classifies_the_toy_problem() {
+    let (x, y) = toy(60, 3, 4);
+    let kernels = paper_kernels(2, 3, 1.0);
+    let fit = |hyper: HyperPolicy| {
+        let method = crate::methods::build("gfitc", &serde_json::json!({ "inducing": 5, "max_iters": 30 })).unwrap();
+        let mut rng = Pcg64::seed_from_u64(5);
+        let mut ctx = FitContext::new(&mut rng, None);
+        method.fit(&Problem { x: &x, y: &y, n_classes: 3 }, &kernels, hyper, &mut ctx).unwrap()
+    };
+    let (fixed, learned) = (fit(HyperPolicy::Fixed), fit(HyperPolicy::Learn));
+    let (f, l) = (fixed.evidence().unwrap().value, learned.evidence().unwrap().value);
+    assert!(l > f, "learned log Z_EP {l} not above the fixed kernel's {f}");
+    let probs = learned.predict(&x, &mut Pcg64::seed_from_u64(0)).unwrap().probs;
+    let errors = (0..60).filter(|&i| crate::linalg::argmax(probs.row(i).as_slice().unwrap()) != y[i]).count();
+    assert!(errors <= 6, "{errors} of 60 training rows misclassified");
+}
