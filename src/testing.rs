@@ -21,3 +21,12 @@ pub fn assert_gradient_close(what: &str, got: &[f64], want: &[f64], rel: f64) {
         assert!((g - w).abs() < rel * (1.0 + w.abs()), "{what}[{i}]: analytic {g} vs finite difference {w}");
     }
 }
+
+/// Villacampa-Calvo & Hernandez-Lobato (2017)'s kernel for `c` classes on `d` inputs: one
+/// squared-exponential ARD (length-scales 1.2, amplitude 1.5) plus white noise per class.
+pub fn se_ard_plus_white(d: usize, c: usize, noise: f64) -> crate::kernels::KernelSet {
+    use crate::kernels::{KernelKind, KernelParams, LengthScale};
+    let se = KernelParams { ard: true, lengthscale: LengthScale::One(1.2), variance: 1.5, ..Default::default() };
+    let white = KernelParams { kind: KernelKind::White, variance: noise, ..Default::default() };
+    KernelParams { kind: KernelKind::Sum, terms: vec![se, white], per_class: true, ..Default::default() }.kernel_set(d, c).expect("kernel")
+}

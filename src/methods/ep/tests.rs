@@ -8,21 +8,15 @@ use super::sparse::{ClassPosterior, ClassPrior};
 use super::state::State;
 use super::sweep::Proj;
 use super::EpParams;
-use crate::kernels::{KernelKind, KernelParams, KernelSet, LengthScale};
+use crate::kernels::KernelSet;
 use crate::linalg::Chol;
 use crate::methods::{FitContext, HyperPolicy, Problem};
 use crate::special::{log_normal_cdf, normal_cdf};
+use crate::testing::{assert_gradient_close, central_differences, se_ard_plus_white};
 use faer::Mat;
 use ndarray::{Array2, Axis};
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64;
-
-/// The paper's kernel: squared-exponential ARD plus white noise, one per class.
-fn paper_kernels(d: usize, c: usize, noise: f64) -> KernelSet {
-    let se = KernelParams { ard: true, lengthscale: LengthScale::One(1.2), variance: 1.5, ..Default::default() };
-    let white = KernelParams { kind: KernelKind::White, variance: noise, ..Default::default() };
-    KernelParams { kind: KernelKind::Sum, terms: vec![se, white], per_class: true, ..Default::default() }.kernel_set(d, c).unwrap()
-}
 
 fn toy(n: usize, d: usize, c: usize, seed: u64) -> (Array2<f64>, Vec<usize>) {
     let mut rng = Pcg64::seed_from_u64(seed);
@@ -125,7 +119,7 @@ fn tilted_moments(ay: f64, dy: f64, ak: f64, dk: f64, s: f64) -> (f64, f64, f64)
 fn one_undamped_refinement_gives_the_tilted_moments_of_a_single_factor() {
     // Two classes and one row: one factor, whose new q must carry its tilted moments.
     let (x, _) = toy(5, 2, 2, 3);
-    let kernels = paper_kernels(2, 2, 0.3);
+    let kernels = se_ard_plus_white(2, 2, 0.3);
     let zs = vec![x.slice(ndarray::s![0..3, ..]).to_owned(), x.slice(ndarray::s![2..5, ..]).to_owned()];
     let y = vec![1];
     let x1 = x.select(Axis(0), &[4]);
@@ -151,7 +145,7 @@ fn one_undamped_refinement_gives_the_tilted_moments_of_a_single_factor() {
 #[test]
 fn log_z_q_at_the_prior_is_the_sum_of_log_phi() {
     let (x, y) = toy(12, 2, 3, 4);
-    let kernels = paper_kernels(2, 3, 0.5);
+    let kernels = se_ard_plus_white(2, 3, 0.5);
     let zs: Vec<Array2<f64>> = (0..3).map(|k| x.slice(ndarray::s![k..k + 4, ..]).to_owned()).collect();
     for tied in [false, true] {
         let state = State::new(kernels.clone(), zs.clone(), tied, &y).unwrap();
@@ -271,7 +265,7 @@ impl Frozen {
 #[test]
 fn gradient_matches_finite_differences_with_sites_and_cavities_frozen() {
     let (x, y) = toy(10, 2, 3, 5);
-    let kernels = paper_kernels(2, 3, 0.4);
+    let kernels = se_ard_plus_white(2, 3, 0.4);
     for tied in [false, true] {
         let zs = (0..3).map(|k| x.slice(ndarray::s![k..k + 3, ..]).to_owned()).collect();
         let mut state = State::new(kernels.clone(), zs, tied, &y).unwrap();
@@ -282,19 +276,8 @@ fn gradient_matches_finite_differences_with_sites_and_cavities_frozen() {
         let theta = state.theta();
         let grad = state.gradient(&x, &y, &all, 1.0).unwrap();
         let frozen = Frozen::new(&state, &x, &y);
-        let h = 1e-5;
-        for j in 0..theta.len() {
-            let mut tp = theta.clone();
-            tp[j] += h;
-            let mut tm = theta.clone();
-            tm[j] -= h;
-            let fd = (frozen.value(&state, &tp, &x, &y) - frozen.value(&state, &tm, &x, &y)) / (2.0 * h);
-            assert!(
-                (fd - grad[j]).abs() < 1e-6 * (1.0 + fd.abs()),
-                "tied {tied}, theta[{j}]: analytic {} vs finite difference {fd}",
-                grad[j]
-            );
-        }
+        let fd = central_differences(&theta, |t| frozen.value(&state, t, &x, &y));
+        assert_gradient_close(&format!("tied {tied}: eq. 10 against frozen sites and cavities"), &grad, &fd, 1e-6);
     }
 }
 
@@ -309,28 +292,20 @@ fn converge(state: &mut State, x: &Array2<f64>, y: &[usize], iters: usize) {
 #[test]
 fn at_convergence_the_gradient_is_that_of_log_z_q() {
     let (x, y) = toy(9, 1, 3, 6);
-    let kernels = paper_kernels(1, 3, 0.3);
+    let kernels = se_ard_plus_white(1, 3, 0.3);
     let zs: Vec<Array2<f64>> = (0..3).map(|k| x.slice(ndarray::s![2 * k..2 * k + 2, ..]).to_owned()).collect();
     let mut state = State::new(kernels.clone(), zs.clone(), false, &y).unwrap();
     converge(&mut state, &x, &y, 300);
     let theta = state.theta();
     let all: Vec<usize> = (0..9).collect();
     let grad = state.gradient(&x, &y, &all, 1.0).unwrap();
-    let h = 1e-4;
-    for j in 0..theta.len() {
-        let at = |t: &[f64]| {
-            let mut s = State::new(kernels.clone(), zs.clone(), false, &y).unwrap();
-            s.set_theta(t).unwrap();
-            converge(&mut s, &x, &y, 300);
-            s.log_z_q(&x, &y).unwrap()
-        };
-        let mut tp = theta.clone();
-        tp[j] += h;
-        let mut tm = theta.clone();
-        tm[j] -= h;
-        let fd = (at(&tp) - at(&tm)) / (2.0 * h);
-        assert!((fd - grad[j]).abs() < 1e-4 * (1.0 + fd.abs()), "theta[{j}]: eq. 10 {} vs d log Z_q {fd}", grad[j]);
-    }
+    let fd = central_differences(&theta, |t| {
+        let mut s = State::new(kernels.clone(), zs.clone(), false, &y).unwrap();
+        s.set_theta(t).unwrap();
+        converge(&mut s, &x, &y, 300);
+        s.log_z_q(&x, &y).unwrap()
+    });
+    assert_gradient_close("eq. 10 at convergence against d log Z_q", &grad, &fd, 1e-4);
 }
 
 /// log p(y) and p(y* | y) of the model EP approximates (the pairwise factors of eq. 6, FITC),
@@ -338,7 +313,7 @@ fn at_convergence_the_gradient_is_that_of_log_z_q() {
 #[test]
 fn ep_matches_brute_force_integration_on_a_tiny_problem() {
     let (x, y) = toy(6, 1, 3, 7);
-    let kernels = paper_kernels(1, 3, 0.3);
+    let kernels = se_ard_plus_white(1, 3, 0.3);
     let zs: Vec<Array2<f64>> = (0..3).map(|k| x.slice(ndarray::s![k..k + 1, ..]).to_owned()).collect();
     let mut state = State::new(kernels.clone(), zs, false, &y).unwrap();
     converge(&mut state, &x, &y, 400);
@@ -402,7 +377,7 @@ fn fit(
 #[test]
 fn sep_is_close_to_ep_and_both_classify_the_toy_problem() {
     let (x, y) = toy(60, 2, 3, 8);
-    let kernels = paper_kernels(2, 3, 0.1);
+    let kernels = se_ard_plus_white(2, 3, 0.1);
     let settings = serde_json::json!({ "inducing": 6, "max_iters": 60, "damping_decay": 1.0 });
     let ep = fit("ep", settings.clone(), &x, &y, &kernels, HyperPolicy::Fixed);
     let sep = fit("sep", settings, &x, &y, &kernels, HyperPolicy::Fixed);
@@ -419,7 +394,7 @@ fn sep_is_close_to_ep_and_both_classify_the_toy_problem() {
 #[test]
 fn learning_raises_log_z_q_in_batch_and_minibatch_mode() {
     let (x, y) = toy(60, 2, 3, 9);
-    let kernels = paper_kernels(2, 3, 1.0);
+    let kernels = se_ard_plus_white(2, 3, 1.0);
     for name in ["ep", "sep"] {
         let fixed = fit(name, serde_json::json!({ "inducing": 5, "max_iters": 40 }), &x, &y, &kernels, HyperPolicy::Fixed);
         let learned = fit(name, serde_json::json!({ "inducing": 5, "max_iters": 40 }), &x, &y, &kernels, HyperPolicy::Learn);
@@ -440,7 +415,7 @@ fn learning_raises_log_z_q_in_batch_and_minibatch_mode() {
 
 #[test]
 fn sep_memory_does_not_grow_with_n_and_ep_memory_does() {
-    let kernels = paper_kernels(2, 3, 0.5);
+    let kernels = se_ard_plus_white(2, 3, 0.5);
     let bytes = |n: usize, tied: bool| {
         let (x, y) = toy(n, 2, 3, 10);
         let zs = (0..3).map(|k| x.slice(ndarray::s![k..k + 4, ..]).to_owned()).collect();

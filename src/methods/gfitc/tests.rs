@@ -4,19 +4,13 @@
 use super::fitc::ClassFitc;
 use super::inner::{self, InnerSettings};
 use super::{classes_at, gradient};
-use crate::kernels::{KernelKind, KernelParams, KernelSet, LengthScale};
 use crate::linalg::Chol;
 use crate::methods::{FitContext, HyperPolicy, Problem};
+use crate::testing::{assert_gradient_close, central_differences, se_ard_plus_white};
 use faer::Mat;
 use ndarray::Array2;
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64;
-
-fn paper_kernels(d: usize, c: usize, noise: f64) -> KernelSet {
-    let se = KernelParams { ard: true, lengthscale: LengthScale::One(1.1), variance: 1.3, ..Default::default() };
-    let white = KernelParams { kind: KernelKind::White, variance: noise, ..Default::default() };
-    KernelParams { kind: KernelKind::Sum, terms: vec![se, white], per_class: true, ..Default::default() }.kernel_set(d, c).unwrap()
-}
 
 fn toy(n: usize, c: usize, seed: u64) -> (Array2<f64>, Vec<usize>) {
     let mut rng = Pcg64::seed_from_u64(seed);
@@ -32,7 +26,7 @@ fn inverse(a: &Mat<f64>) -> Mat<f64> {
 #[test]
 fn posterior_and_normaliser_match_the_dense_forms() {
     let (x, _) = toy(7, 3, 1);
-    let kernels = paper_kernels(2, 3, 0.2);
+    let kernels = se_ard_plus_white(2, 3, 0.2);
     let z = x.slice(ndarray::s![0..3, ..]).to_owned();
     let f = ClassFitc::new(kernels.class(0), z, &x, 0).unwrap();
     let mut rng = Pcg64::seed_from_u64(2);
@@ -62,7 +56,7 @@ const TIGHT: InnerSettings = InnerSettings { damping: 0.5, damping_decay: 1.0, t
 fn log_z_ep_on_one_row_is_close_to_the_exact_probability() {
     // One row, three classes, M = 1: f^c ~ N(0, kappa) independently, p(y) = P(f_y largest).
     let x = Array2::from_shape_vec((1, 2), vec![0.3, -0.2]).unwrap();
-    let kernels = paper_kernels(2, 3, 0.2);
+    let kernels = se_ard_plus_white(2, 3, 0.2);
     let theta: Vec<f64> = kernels.log_params().into_iter().chain([0.0, 0.0, 1.0, 1.0, -1.0, 0.5]).collect();
     let (_, classes) = classes_at(&kernels, &[(1, 2); 3], &theta, &x).unwrap();
     let y = vec![1];
@@ -79,7 +73,7 @@ fn log_z_ep_on_one_row_is_close_to_the_exact_probability() {
 #[test]
 fn gradient_at_convergence_matches_finite_differences_of_log_z_ep() {
     let (x, y) = toy(8, 3, 3);
-    let kernels = paper_kernels(2, 3, 0.3);
+    let kernels = se_ard_plus_white(2, 3, 0.3);
     let shapes = [(2, 2); 3];
     let mut theta = kernels.log_params();
     for k in 0..3 {
@@ -93,21 +87,14 @@ fn gradient_at_convergence_matches_finite_differences_of_log_z_ep() {
         (inner::log_z(&classes, &posts, &sites, &y).unwrap(), gradient(&ks, &classes, &posts, &sites, &x, &y))
     };
     let (_, grad) = at(&theta);
-    let h = 1e-5;
-    for j in 0..theta.len() {
-        let mut tp = theta.clone();
-        tp[j] += h;
-        let mut tm = theta.clone();
-        tm[j] -= h;
-        let fd = (at(&tp).0 - at(&tm).0) / (2.0 * h);
-        assert!((fd - grad[j]).abs() < 1e-5 * (1.0 + fd.abs()), "theta[{j}]: gradient {} vs finite difference {fd}", grad[j]);
-    }
+    let fd = central_differences(&theta, |t| at(t).0);
+    assert_gradient_close("the GFITC gradient at convergence against d log Z_EP", &grad, &fd, 1e-5);
 }
 
 #[test]
 fn learning_raises_log_z_ep_and_classifies_the_toy_problem() {
     let (x, y) = toy(60, 3, 4);
-    let kernels = paper_kernels(2, 3, 1.0);
+    let kernels = se_ard_plus_white(2, 3, 1.0);
     let fit = |hyper: HyperPolicy| {
         let method = crate::methods::build("gfitc", &serde_json::json!({ "inducing": 5, "max_iters": 30 })).unwrap();
         let mut rng = Pcg64::seed_from_u64(5);
