@@ -20,8 +20,8 @@ const RECORDED: &[(&str, &str, &str)] = &[
     ("gibbs_mnp", "gibbs_mnp=1", "25b91bf9542d09ce"),
     ("svgp", "svgp=5", "e60af2691ef5e9fd"),
     ("scmgpc", "scmgpc=2", "ec3821b281c71523"),
-    ("ep", "ep=1", "1bdd2c9d72717509"),
-    ("sep", "ep=1", "b678681b93e9048d"),
+    ("ep", "ep=2", "4d30be7395cf67dd"),
+    ("sep", "ep=2", "ffb31ebc76aa6e75"),
     ("gfitc", "gfitc=1", "42c593a5910ab25d"),
 ];
 

@@ -160,6 +160,12 @@ pub fn name_matches(keep: &str, name: &str) -> bool {
     same(name) || (class_suffix(keep).is_none() && class_suffix(name).is_some_and(same))
 }
 
+/// Whether a parameter name (`lengthscale`, `lengthscale_3`, `c2.se.lengthscale_1`) is a
+/// squared-exponential length-scale.
+pub fn is_lengthscale(name: &str) -> bool {
+    name.rsplit('.').next().is_some_and(|last| last.starts_with("lengthscale"))
+}
+
 /// `c2.variance` -> `variance`: the part after a per-class prefix.
 fn class_suffix(name: &str) -> Option<&str> {
     let (head, rest) = name.split_once('.')?;

@@ -10,15 +10,20 @@ use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 
 /// App. G's adaptive rates: one per parameter, x1.02 while the gradient's sign holds, x0.5
-/// when it flips, capped at 1 (gradient ascent).
+/// when it flips, capped at 1 (gradient ascent). The rule is not invariant to the
+/// parameterisation, so steps are taken in the authors' units: their length-scale parameter is
+/// log l^2 = 2 log l, where a step of rate r moves log l by r g / 4 for g = d/d log l (`unit`
+/// 0.25 for length-scales, 1 for the rest).
 struct AdaptiveRates {
     rate: Vec<f64>,
     last: Vec<f64>,
+    unit: Vec<f64>,
 }
 
 impl AdaptiveRates {
-    fn new(n: usize, start: f64) -> Self {
-        AdaptiveRates { rate: vec![start; n], last: vec![0.0; n] }
+    fn new(start: f64, unit: Vec<f64>) -> Self {
+        let n = unit.len();
+        AdaptiveRates { rate: vec![start; n], last: vec![0.0; n], unit }
     }
 
     fn step(&mut self, theta: &mut [f64], grad: &[f64], free: &[bool]) {
@@ -30,7 +35,7 @@ impl AdaptiveRates {
                 self.rate[j] = if grad[j] * self.last[j] >= 0.0 { (self.rate[j] * 1.02).min(1.0) } else { self.rate[j] * 0.5 };
             }
             self.last[j] = grad[j];
-            theta[j] += self.rate[j] * grad[j];
+            theta[j] += self.unit[j] * self.rate[j] * grad[j];
         }
     }
 
@@ -66,7 +71,10 @@ pub(crate) fn train(
     free.extend(std::iter::repeat_n(p.learn_inducing, theta.len() - n_kern));
     let moves = free.iter().any(|&f| f);
     let full = p.batch.is_full();
-    let mut rates = AdaptiveRates::new(theta.len(), p.rate);
+    let mut unit: Vec<f64> =
+        state.kernels.param_names().iter().map(|n| if crate::kernels::is_lengthscale(n) { 0.25 } else { 1.0 }).collect();
+    unit.resize(theta.len(), 1.0);
+    let mut rates = AdaptiveRates::new(p.rate, unit);
     let mut adam = Adam::new(theta.len(), p.adam_lr);
     let mut batches = Minibatches::new(n, p.batch.rows(n), batch_seed);
     let all_rows: Vec<usize> = (0..n).collect();

@@ -196,7 +196,7 @@ fn with_lengthscales(kernels: &KernelSet, l: f64) -> KernelSet {
     let names = kernels.param_names();
     let mut p = kernels.log_params();
     for (v, name) in p.iter_mut().zip(&names) {
-        if name.rsplit('.').next().is_some_and(|last| last.starts_with("lengthscale")) {
+        if crate::kernels::is_lengthscale(name) {
             *v = l.ln();
         }
     }
