@@ -72,6 +72,9 @@ pub(crate) fn train(
         free.extend(std::iter::repeat_n(true, c * Posterior::n_sqrt_params(m)));
     }
     let learn_inputs = free[..n_kern + n_z].iter().any(|&f| f);
+    if p.optimizer == Optimizer::Lbfgs {
+        return super::lbfgs::train(method, problem, &sparse, &theta, &free, ctx, &init);
+    }
     let mut adam = Adam::new(theta.len(), p.adam_lr);
     let mut batches = Minibatches::new(n, p.batch_size, batch_seed);
     let identity = Mat::<f64>::identity(m, m);
@@ -145,30 +148,8 @@ pub(crate) fn train(
             }
         }
         adam.step(&mut theta, &grad, &free);
-        if !natural {
-            let size = Posterior::n_sqrt_params(m);
-            q = (0..c)
-                .map(|class| Posterior::sqrt_from_flat(m, &theta[n_kern + n_z + class * size..n_kern + n_z + (class + 1) * size]))
-                .collect();
-        }
-        let kernels = sparse.kernels.with_log_params(&theta[..n_kern]);
-        let z = Array2::from_shape_vec(sparse.z.dim(), theta[n_kern..n_kern + n_z].to_vec()).expect("Z shape");
-        let mut next = Sparse::new(kernels, z, q)?;
-        next.whiten = p.whiten;
-        if !p.whiten && (learn_inputs || !natural) {
-            // Unwhitened: q(u) stays where its step left it while L moves under it.
-            next.q = (0..c)
-                .map(|class| {
-                    let k = next.kernel_of(class);
-                    if natural {
-                        next.q[class].reexpress(&sparse.chols[k], &next.chols[k])
-                    } else {
-                        Ok(Posterior::sqrt_whitened(&next.q[class], &next.chols[k]))
-                    }
-                })
-                .collect::<Result<_, _>>()?;
-        }
-        sparse = next;
+        let q = if natural { Some(q) } else { None };
+        sparse = sparse_at(&sparse, &theta, q, learn_inputs)?;
 
         ctx.checkpoint_with(t, || Some(full_elbo(&sparse)), || snapshot(&sparse))?;
         if let Some(reason) = ctx.budget_stop(t) {
@@ -189,6 +170,36 @@ pub(crate) fn train(
         return Err(FitError::Numerical(format!("svgp: the full-data ELBO is {evidence}")));
     }
     Ok(Box::new(SvgpModel { sparse, likelihood: method.likelihood.clone(), evidence: Some(evidence), diagnostics }))
+}
+
+/// The model at Adam's (or L-BFGS's) vector `theta` = (kernel log-parameters, Z, then with
+/// `q: None` each class's q as mean and square root), from the model `prev` before the step;
+/// `q: Some` carries natural-gradient posteriors over. Unwhitened, q(u) stays where the step
+/// left it while L moves under it.
+pub(crate) fn sparse_at(prev: &Sparse, theta: &[f64], q: Option<Vec<Posterior>>, learn_inputs: bool) -> Result<Sparse, FitError> {
+    let (n_kern, n_z, m, c) = (prev.kernels.n_params(), prev.z.len(), prev.z.nrows(), prev.n_classes());
+    let natural = q.is_some();
+    let q = q.unwrap_or_else(|| {
+        let size = Posterior::n_sqrt_params(m);
+        (0..c).map(|class| Posterior::sqrt_from_flat(m, &theta[n_kern + n_z + class * size..n_kern + n_z + (class + 1) * size])).collect()
+    });
+    let kernels = prev.kernels.with_log_params(&theta[..n_kern]);
+    let z = Array2::from_shape_vec(prev.z.dim(), theta[n_kern..n_kern + n_z].to_vec()).expect("Z shape");
+    let mut next = Sparse::new(kernels, z, q)?;
+    next.whiten = prev.whiten;
+    if !prev.whiten && (learn_inputs || !natural) {
+        next.q = (0..c)
+            .map(|class| {
+                let k = next.kernel_of(class);
+                if natural {
+                    next.q[class].reexpress(&prev.chols[k], &next.chols[k])
+                } else {
+                    Ok(Posterior::sqrt_whitened(&next.q[class], &next.chols[k]))
+                }
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    Ok(next)
 }
 
 /// Every length-scale of every squared-exponential term set to `l`.

@@ -12,6 +12,7 @@
 //! clock at checkpoints and at the end.
 mod elbo;
 mod fit;
+mod lbfgs;
 mod model;
 mod posterior;
 #[cfg(test)]
@@ -44,6 +45,10 @@ pub enum Optimizer {
     NatgradAdam,
     /// Adam for everything (q as mean and lower-triangular square root).
     Adam,
+    /// Batch L-BFGS on the full-data ELBO over everything (q as for `adam`), `max_iters`
+    /// iterations (Villacampa-Calvo & Hernandez-Lobato's VI on the UCI tables: 250);
+    /// minibatch settings are ignored.
+    Lbfgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -269,6 +269,7 @@ fn training_raises_the_elbo_and_separates_three_blobs() {
         ("robust_max", "adam", true),
         ("robust_max", "natgrad_adam", false),
         ("robust_max", "adam", false),
+        ("robust_max", "lbfgs", true),
     ] {
         let settings = serde_json::json!({ "inducing": 10, "batch_size": 30, "max_iters": 300, "likelihood": likelihood, "optimizer": optimizer, "adam_lr": 0.03, "whiten": whiten });
         let method = crate::methods::build("svgp", &settings).unwrap();
@@ -283,5 +284,45 @@ fn training_raises_the_elbo_and_separates_three_blobs() {
         // The prior q (the start) has ELBO = N E[log lik at f ~ prior]; the fit must beat it.
         let evidence = model.evidence().unwrap().value;
         assert!(evidence > -150.0 * (3.0f64).ln(), "{likelihood}/{optimizer}/whiten={whiten}: ELBO {evidence} no better than guessing");
+    }
+}
+
+#[test]
+fn the_lbfgs_objective_gradient_matches_finite_differences_of_the_full_elbo() {
+    use crate::methods::Problem;
+    let x = inputs(12, 2, 31);
+    let y: Vec<usize> = (0..12).map(|i| i % 3).collect();
+    let method =
+        crate::methods::parse_settings::<SvgpParams>(&serde_json::json!({ "inducing": 4, "optimizer": "lbfgs" })).unwrap().check().unwrap();
+    for whiten in [true, false] {
+        let z = x.slice(ndarray::s![0..4, ..]).to_owned();
+        let mut rng = Pcg64::seed_from_u64(4);
+        let q: Vec<Posterior> = (0..3)
+            .map(|_| {
+                let mean: Vec<f64> = (0..4).map(|_| rng.random_range(-1.0..1.0)).collect();
+                let l = Mat::from_fn(4, 4, |i, j| {
+                    if i == j {
+                        0.5 + rng.random_range(0.0..0.5)
+                    } else if i > j {
+                        rng.random_range(-0.3..0.3)
+                    } else {
+                        0.0
+                    }
+                });
+                Posterior::Sqrt { mean, l }
+            })
+            .collect();
+        let mut start = Sparse::new(KernelSet::shared_se(&se(1.1, 1.4)), z, q).unwrap();
+        start.whiten = whiten;
+        let mut theta = start.kernels.log_params();
+        theta.extend(start.z.iter().copied());
+        for qc in &start.q {
+            theta.extend(qc.sqrt_to_flat());
+        }
+        let problem = Problem { x: &x, y: &y, n_classes: 3 };
+        let at = |t: &[f64]| super::fit::sparse_at(&start, t, None, true).unwrap();
+        let (_, grad) = super::lbfgs::elbo_and_grad(&at(&theta), &problem, &method, true, theta.len());
+        let fd = central_differences(&theta, |t| super::lbfgs::elbo_and_grad(&at(t), &problem, &method, true, t.len()).0);
+        crate::testing::assert_gradient_close(&format!("whiten {whiten}"), &grad, &fd, 1e-5);
     }
 }
