@@ -63,7 +63,7 @@ pub(crate) fn block(
     let fixed_u = wants.inputs && !sparse.whiten;
     let gmu = |class: usize| -> Vec<f64> { per_row.iter().map(|r| scale * r.d_mean[class]).collect() };
     let gvar = |class: usize| -> Vec<f64> { per_row.iter().map(|r| scale * r.d_var[class]).collect() };
-    let m = sparse.z.nrows();
+    let m = sparse.m();
     let n_kernels = sparse.chols.len();
     let mut abar: Vec<Mat<f64>> = if wants.inputs { (0..n_kernels).map(|_| Mat::zeros(m, n)).collect() } else { Vec::new() };
     let mut knn_bar: Vec<Vec<f64>> = vec![vec![0.0; n]; n_kernels];
@@ -98,7 +98,7 @@ pub(crate) fn block(
 /// With q(u) held fixed, q(v) moves with L: each class adds
 /// `scalable::projection::lbar_holding_u` to its kernel's L adjoint.
 fn lbar_of_fixed_u(sparse: &Sparse, g_m: &[Vec<f64>], g_s: &[Mat<f64>]) -> Vec<Mat<f64>> {
-    let m = sparse.z.nrows();
+    let m = sparse.m();
     let mut sums: Vec<Mat<f64>> = (0..sparse.chols.len()).map(|_| Mat::zeros(m, m)).collect();
     for (class, q) in sparse.q.iter().enumerate() {
         let k = sparse.kernel_of(class);
@@ -116,27 +116,41 @@ fn input_grads(
     knn_bar: &[Vec<f64>],
     lbar_q: Option<&[Mat<f64>]>,
 ) -> InputGrads {
-    let mut params = Vec::with_capacity(sparse.kernels.n_params());
-    let mut gz = Array2::zeros(sparse.z.dim());
-    for (k, kern) in sparse.kernels.kernels().iter().enumerate() {
-        let chol = &sparse.chols[k];
-        let blk = &mg.blocks[k];
-        let kmn_bar = chol.solve_lt_par(abar[k].as_ref());
+    // Each prior's gradient goes to its kernel's parameters (summed where the kernel is shared)
+    // and to its Z (summed where Z is shared); the Z sets are stacked in order.
+    let offsets: Vec<usize> = sparse
+        .kernels
+        .kernels()
+        .iter()
+        .scan(0, |at, k| {
+            let o = *at;
+            *at += k.n_params();
+            Some(o)
+        })
+        .collect();
+    let mut params = vec![0.0; sparse.kernels.n_params()];
+    let m = sparse.m();
+    let mut gz = Array2::zeros((sparse.zs.len() * m, sparse.zs[0].ncols()));
+    for p in 0..sparse.chols.len() {
+        let (kern, chol, blk, zi) = (sparse.prior_kernel(p), &sparse.chols[p], &mg.blocks[p], sparse.prior_z(p));
+        let z = &sparse.zs[zi];
+        let kmn_bar = chol.solve_lt_par(abar[p].as_ref());
         let prod = matmul_par(kmn_bar.as_ref(), blk.a.transpose());
-        let m = prod.nrows();
         let lbar = Mat::from_fn(m, m, |i, j| match lbar_q {
             _ if i < j => 0.0,
-            Some(extra) => extra[k][(i, j)] - prod[(i, j)],
+            Some(extra) => extra[p][(i, j)] - prod[(i, j)],
             None => -prod[(i, j)],
         });
         let kmm_bar = chol.backprop(lbar.as_ref());
-        let mut g = kern.gram_vjp(&sparse.z, &sparse.kmms[k], &kmm_bar);
-        g.add(&kern.cross_vjp(&sparse.z, x, &blk.kmn, &kmn_bar));
-        for (p, d) in g.params.iter_mut().zip(kern.diag_vjp(x, &knn_bar[k])) {
-            *p += d;
+        let mut g = kern.gram_vjp(z, &sparse.kmms[p], &kmm_bar);
+        g.add(&kern.cross_vjp(z, x, &blk.kmn, &kmn_bar));
+        for (q, d) in g.params.iter_mut().zip(kern.diag_vjp(x, &knn_bar[p])) {
+            *q += d;
         }
-        params.extend(g.params);
-        gz += &g.z;
+        let o = offsets[p.min(offsets.len() - 1)];
+        params[o..o + g.params.len()].iter_mut().zip(&g.params).for_each(|(a, b)| *a += b);
+        let mut rows = gz.slice_mut(ndarray::s![zi * m..(zi + 1) * m, ..]);
+        rows += &g.z;
     }
     InputGrads { params, z: gz }
 }

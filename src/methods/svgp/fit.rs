@@ -32,12 +32,21 @@ pub(crate) fn train(
     let batch_seed = ctx.rng.next_u64();
     let mut lik_rng = Pcg64::seed_from_u64(ctx.rng.next_u64());
 
-    let (z0, init) = initial_inducing(x, y, c, p.inducing, &p.inducing_init, &mut init_rng).map_err(FitError::Unsupported)?;
+    // One set of M inducing inputs, or one per class drawn independently.
+    let sets = if p.inducing_per_class { c } else { 1 };
+    let mut zs = Vec::with_capacity(sets);
+    let mut init = crate::scalable::inducing::InitReport::default();
+    for _ in 0..sets {
+        let (z, report) = initial_inducing(x, y, c, p.inducing, &p.inducing_init, &mut init_rng).map_err(FitError::Unsupported)?;
+        init.kmeans_rows += report.kmeans_rows;
+        init.kmeans_iterations = init.kmeans_iterations.max(report.kmeans_iterations);
+        zs.push(z);
+    }
     let kernels = match p.lengthscale_init {
         LengthscaleInit::Kernel => kernels.clone(),
-        LengthscaleInit::MedianInducing => with_lengthscales(kernels, median_distance(&z0).max(1e-6)),
+        LengthscaleInit::MedianInducing => with_lengthscales(kernels, median_distance(&zs[0]).max(1e-6)),
     };
-    let m = z0.nrows();
+    let m = zs[0].nrows();
     let natural = p.optimizer == Optimizer::NatgradAdam;
     let q: Vec<Posterior> = (0..c)
         .map(|_| {
@@ -48,15 +57,15 @@ pub(crate) fn train(
             }
         })
         .collect();
-    let mut sparse = Sparse::new(kernels, z0, q)?;
+    let mut sparse = Sparse::new(kernels, zs, q)?;
     sparse.whiten = p.whiten;
 
     // Adam's vector: kernel log-parameters, then Z, then (optimizer: adam) each class's q.
     let learn_kernel = hyper == HyperPolicy::Learn;
     let n_kern = sparse.kernels.n_params();
-    let n_z = sparse.z.len();
+    let n_z = sparse.n_z();
     let mut theta: Vec<f64> = sparse.kernels.log_params();
-    theta.extend(sparse.z.iter().copied());
+    sparse.zs.iter().for_each(|z| theta.extend(z.iter().copied()));
     let mut free: Vec<bool> = sparse.kernels.free_mask().into_iter().map(|f| f && learn_kernel).collect();
     free.extend(std::iter::repeat_n(p.learn_inducing, n_z));
     if !natural {
@@ -160,7 +169,7 @@ pub(crate) fn train(
     let evidence = ctx.off_clock(|| full_elbo(&sparse));
     let mut diagnostics = Diagnostics { iterations: Some(t), stop_reason: Some(stop), ..Default::default() };
     diagnostics.number("epochs", t as f64 * p.batch_size.min(n) as f64 / n as f64);
-    diagnostics.number("inducing", m as f64);
+    diagnostics.number("inducing", (m * sets) as f64);
     diagnostics.number("kmeans_rows", init.kmeans_rows as f64);
     diagnostics.number("kmeans_iterations", init.kmeans_iterations as f64);
     if natural {
@@ -177,15 +186,18 @@ pub(crate) fn train(
 /// `q: Some` carries natural-gradient posteriors over. Unwhitened, q(u) stays where the step
 /// left it while L moves under it.
 pub(crate) fn sparse_at(prev: &Sparse, theta: &[f64], q: Option<Vec<Posterior>>, learn_inputs: bool) -> Result<Sparse, FitError> {
-    let (n_kern, n_z, m, c) = (prev.kernels.n_params(), prev.z.len(), prev.z.nrows(), prev.n_classes());
+    let (n_kern, n_z, m, c) = (prev.kernels.n_params(), prev.n_z(), prev.m(), prev.n_classes());
     let natural = q.is_some();
     let q = q.unwrap_or_else(|| {
         let size = Posterior::n_sqrt_params(m);
         (0..c).map(|class| Posterior::sqrt_from_flat(m, &theta[n_kern + n_z + class * size..n_kern + n_z + (class + 1) * size])).collect()
     });
     let kernels = prev.kernels.with_log_params(&theta[..n_kern]);
-    let z = Array2::from_shape_vec(prev.z.dim(), theta[n_kern..n_kern + n_z].to_vec()).expect("Z shape");
-    let mut next = Sparse::new(kernels, z, q)?;
+    let d = prev.zs[0].ncols();
+    let zs = (0..prev.zs.len())
+        .map(|i| Array2::from_shape_vec((m, d), theta[n_kern + i * m * d..n_kern + (i + 1) * m * d].to_vec()).expect("Z shape"))
+        .collect();
+    let mut next = Sparse::new(kernels, zs, q)?;
     next.whiten = prev.whiten;
     if !prev.whiten && (learn_inputs || !natural) {
         next.q = (0..c)

@@ -22,8 +22,8 @@ const DRAWS_SEED: u64 = 0x1BF6_5EED;
 /// The full-data ELBO at `sparse` and its gradient in theta's layout.
 pub(crate) fn elbo_and_grad(sparse: &Sparse, problem: &Problem, method: &Svgp, learn_inputs: bool, n_theta: usize) -> (f64, Vec<f64>) {
     let (x, y) = (problem.x, problem.y);
-    let m = sparse.z.nrows();
-    let (n_kern, n_z) = (sparse.kernels.n_params(), sparse.z.len());
+    let m = sparse.m();
+    let (n_kern, n_z) = (sparse.kernels.n_params(), sparse.n_z());
     let mut rng = Pcg64::seed_from_u64(DRAWS_SEED);
     let mut ell = 0.0;
     let mut grad = vec![0.0; n_theta];
@@ -65,7 +65,7 @@ pub(crate) fn train(
     ctx: &mut FitContext,
     init: &InitReport,
 ) -> Result<Box<dyn Fitted>, FitError> {
-    let n_kern_z = start.kernels.n_params() + start.z.len();
+    let n_kern_z = start.kernels.n_params() + start.n_z();
     let learn_inputs = free[..n_kern_z].iter().any(|&f| f);
     let evals = AtomicU64::new(0);
     let best: Mutex<Option<(f64, Vec<f64>)>> = Mutex::new(None);
@@ -109,7 +109,7 @@ pub(crate) fn train(
         ..Default::default()
     };
     diagnostics.number("hyper_iterations", min.iterations as f64).number("hyper_evaluations", min.evaluations as f64);
-    diagnostics.number("inducing", start.z.nrows() as f64);
+    diagnostics.number("inducing", (start.m() * start.zs.len()) as f64);
     diagnostics.number("kmeans_rows", init.kmeans_rows as f64);
     diagnostics.note("hyper_stop_reason", min.stop_reason);
     Ok(Box::new(model(sparse, Some(evidence), diagnostics)))

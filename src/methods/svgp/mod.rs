@@ -117,6 +117,10 @@ pub struct SvgpParams {
     /// Whether Adam moves Z.
     #[serde(default = "d_true")]
     pub learn_inducing: bool,
+    /// One set of M inducing inputs per class, drawn independently (Villacampa-Calvo &
+    /// Hernandez-Lobato's VI), instead of one set shared by the classes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inducing_per_class: bool,
     #[serde(default = "d_likelihood")]
     pub likelihood: LikelihoodKind,
     /// Robust-max: probability mass spread over the other classes.

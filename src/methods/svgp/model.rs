@@ -16,10 +16,13 @@ pub(crate) const BLOCK_ROWS: usize = 2000;
 #[derive(Clone, Debug)]
 pub struct Sparse {
     pub kernels: KernelSet,
-    pub z: Array2<f64>,
-    /// Factor of K(Z, Z) for each distinct kernel (one if shared).
+    /// The inducing inputs: one set shared by the classes, or one per class
+    /// (`inducing_per_class`, Villacampa-Calvo & Hernandez-Lobato's VI).
+    pub zs: Vec<Array2<f64>>,
+    /// Factor of K(Z, Z) for each distinct (kernel, Z) pair, a "prior" (one if both are shared,
+    /// else one per class).
     pub chols: Vec<Chol>,
-    /// Gram K(Z, Z) of each distinct kernel (without jitter), for its gradient.
+    /// Gram K(Z, Z) of each prior (without jitter), for its gradient.
     pub kmms: Vec<Mat<f64>>,
     pub q: Vec<Posterior>,
     /// The parameterisation optimised: whitened (q(v) held fixed when the kernel or Z move,
@@ -46,29 +49,52 @@ pub(crate) struct Marginals {
 }
 
 impl Sparse {
-    pub fn new(kernels: KernelSet, z: Array2<f64>, q: Vec<Posterior>) -> Result<Sparse, FitError> {
+    /// `zs`: one set shared by all classes, or one per class.
+    pub fn new(kernels: KernelSet, zs: Vec<Array2<f64>>, q: Vec<Posterior>) -> Result<Sparse, FitError> {
+        let n_priors = kernels.kernels().len().max(zs.len());
         let mut chols = Vec::new();
         let mut kmms = Vec::new();
-        for (i, k) in kernels.kernels().iter().enumerate() {
-            let kmm = k.gram_many(&z);
-            let what = if kernels.is_shared() { "the shared kernel".to_string() } else { format!("class {}", i + 1) };
+        for p in 0..n_priors {
+            let (k, z) = (&kernels.kernels()[p.min(kernels.kernels().len() - 1)], &zs[p.min(zs.len() - 1)]);
+            let kmm = k.gram_many(z);
+            let what = if n_priors == 1 { "the shared kernel".to_string() } else { format!("class {}", p + 1) };
             chols.push(kmm_factor(&kmm, &what)?);
             kmms.push(kmm);
         }
-        Ok(Sparse { kernels, z, chols, kmms, q, whiten: true })
+        Ok(Sparse { kernels, zs, chols, kmms, q, whiten: true })
     }
 
     pub fn n_classes(&self) -> usize {
         self.q.len()
     }
 
-    /// Index of the kernel of class c.
+    /// Index of the prior (kernel and Z) of class c.
     pub fn kernel_of(&self, c: usize) -> usize {
-        if self.kernels.is_shared() {
+        if self.chols.len() == 1 {
             0
         } else {
             c
         }
+    }
+
+    /// The kernel of prior p.
+    pub fn prior_kernel(&self, p: usize) -> &dyn crate::kernels::Kernel {
+        self.kernels.kernels()[p.min(self.kernels.kernels().len() - 1)].as_ref()
+    }
+
+    /// Index into `zs` of prior p's inducing inputs.
+    pub fn prior_z(&self, p: usize) -> usize {
+        p.min(self.zs.len() - 1)
+    }
+
+    /// M, the inducing inputs of each prior.
+    pub fn m(&self) -> usize {
+        self.zs[0].nrows()
+    }
+
+    /// Number of inducing-input coordinates (all sets).
+    pub fn n_z(&self) -> usize {
+        self.zs.iter().map(|z| z.len()).sum()
     }
 
     pub fn jitter(&self) -> f64 {
@@ -76,13 +102,10 @@ impl Sparse {
     }
 
     pub(crate) fn marginals(&self, x: &Array2<f64>) -> Marginals {
-        let blocks: Vec<KernelBlock> = self
-            .kernels
-            .kernels()
-            .iter()
-            .zip(&self.chols)
-            .map(|(k, chol)| {
-                let kmn = k.cross_many(&self.z, x);
+        let blocks: Vec<KernelBlock> = (0..self.chols.len())
+            .map(|p| {
+                let (k, chol) = (self.prior_kernel(p), &self.chols[p]);
+                let kmn = k.cross_many(&self.zs[self.prior_z(p)], x);
                 let a = chol.solve_l_par(kmn.as_ref());
                 KernelBlock { knn: k.diag(x), kmn, a }
             })

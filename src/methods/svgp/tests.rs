@@ -35,7 +35,7 @@ fn with_z_equal_x_and_a_gaussian_likelihood_one_natural_step_is_exact_and_the_el
         Mat::from_fn(6, 6, |i, j| if i == j { 2.0 } else { 0.1 }),
     )
     .unwrap();
-    let mut sparse = Sparse::new(kernels.clone(), x.clone(), vec![Posterior::Natural(start)]).unwrap();
+    let mut sparse = Sparse::new(kernels.clone(), vec![x.clone()], vec![Posterior::Natural(start)]).unwrap();
     let mut rng = Pcg64::seed_from_u64(0);
     let g = elbo::block(&sparse, &x, &rows, &lik, &mut rng, 1.0, Wants { q: true, inputs: false });
     let Posterior::Natural(q) = &mut sparse.q[0] else { unreachable!() };
@@ -57,11 +57,16 @@ fn with_z_equal_x_and_a_gaussian_likelihood_one_natural_step_is_exact_and_the_el
     assert!((bound - exact).abs() < 1e-8, "ELBO {bound} vs log marginal likelihood {exact}");
 }
 
-/// A 3-class problem with M = 4 inducing inputs, and a q with some structure.
+/// A 3-class problem with M = 4 inducing inputs (one set, or `per_class_z` one per class),
+/// and a q with some structure.
 fn problem(per_class: bool, natural: bool) -> (Sparse, Array2<f64>, Vec<usize>) {
+    problem_with(per_class, false, natural)
+}
+
+fn problem_with(per_class: bool, per_class_z: bool, natural: bool) -> (Sparse, Array2<f64>, Vec<usize>) {
     let x = inputs(9, 2, 2);
     let y: Vec<usize> = (0..9).map(|i| i % 3).collect();
-    let z = inputs(4, 2, 3);
+    let zs: Vec<Array2<f64>> = if per_class_z { (0..3).map(|c| inputs(4, 2, 3 + c as u64)).collect() } else { vec![inputs(4, 2, 3)] };
     let kernels = if per_class {
         KernelSet::per_class(
             (0..3).map(|c| Box::new(se(0.8 + 0.2 * c as f64, 1.0 + 0.3 * c as f64)) as Box<dyn crate::kernels::Kernel>).collect(),
@@ -92,7 +97,18 @@ fn problem(per_class: bool, natural: bool) -> (Sparse, Array2<f64>, Vec<usize>) 
             }
         })
         .collect();
-    (Sparse::new(kernels, z, q).unwrap(), x, y)
+    (Sparse::new(kernels, zs, q).unwrap(), x, y)
+}
+
+/// All inducing inputs, set after set, row-major.
+fn flat_zs(zs: &[Array2<f64>]) -> Vec<f64> {
+    zs.iter().flat_map(|z| z.iter().copied()).collect()
+}
+
+/// Sets shaped like `like` from `flat_zs`' layout.
+fn zs_from(v: &[f64], like: &[Array2<f64>]) -> Vec<Array2<f64>> {
+    let size = like[0].len();
+    like.iter().enumerate().map(|(i, z)| Array2::from_shape_vec(z.dim(), v[i * size..(i + 1) * size].to_vec()).unwrap()).collect()
 }
 
 fn assert_close(what: &str, got: &[f64], want: &[f64]) {
@@ -103,21 +119,17 @@ fn assert_close(what: &str, got: &[f64], want: &[f64]) {
 fn elbo_gradients_in_kernel_parameters_inducing_inputs_and_q_match_finite_differences() {
     let lik = SvgpLikelihood::RobustMax(crate::likelihoods::marginal::RobustMax::new(1e-3, 20));
     let scale = 2.5;
-    for per_class in [false, true] {
-        let (sparse, x, y) = problem(per_class, false);
+    for (per_class, per_class_z) in [(false, false), (true, false), (false, true), (true, true)] {
+        let (sparse, x, y) = problem_with(per_class, per_class_z, false);
         let ell = |s: &Sparse| scale * elbo::block(s, &x, &y, &lik, &mut Pcg64::seed_from_u64(0), scale, Wants::default()).ell;
         let g = elbo::block(&sparse, &x, &y, &lik, &mut Pcg64::seed_from_u64(0), scale, Wants { q: true, inputs: true });
         let inputs = g.inputs.as_ref().unwrap();
         let p0 = sparse.kernels.log_params();
-        let with = |p: &[f64], z: &Array2<f64>| Sparse::new(sparse.kernels.with_log_params(p), z.clone(), sparse.q.clone()).unwrap();
-        assert_close(&format!("per_class={per_class} kernel"), &inputs.params, &central_differences(&p0, |p| ell(&with(p, &sparse.z))));
-        let z0: Vec<f64> = sparse.z.iter().copied().collect();
+        let with = |p: &[f64], zs: Vec<Array2<f64>>| Sparse::new(sparse.kernels.with_log_params(p), zs, sparse.q.clone()).unwrap();
+        let what = format!("per_class={per_class} per_class_z={per_class_z}");
+        assert_close(&format!("{what} kernel"), &inputs.params, &central_differences(&p0, |p| ell(&with(p, sparse.zs.clone()))));
         let gz: Vec<f64> = inputs.z.iter().copied().collect();
-        assert_close(
-            &format!("per_class={per_class} Z"),
-            &gz,
-            &central_differences(&z0, |v| ell(&with(&p0, &Array2::from_shape_vec(sparse.z.dim(), v.to_vec()).unwrap()))),
-        );
+        assert_close(&format!("{what} Z"), &gz, &central_differences(&flat_zs(&sparse.zs), |v| ell(&with(&p0, zs_from(v, &sparse.zs)))));
         // q: the Adam parameterisation's gradient of E[log lik] - KL, class by class.
         for class in 0..3 {
             let flat = sparse.q[class].sqrt_to_flat();
@@ -139,7 +151,7 @@ fn reexpressing_q_under_a_new_factor_keeps_q_of_u() {
     for natural in [false, true] {
         let (sparse, _, _) = problem(false, natural);
         let old = &sparse.chols[0];
-        let new = Sparse::new(KernelSet::shared_se(&se(0.7, 2.4)), sparse.z.clone(), sparse.q.clone()).unwrap().chols[0].clone();
+        let new = Sparse::new(KernelSet::shared_se(&se(0.7, 2.4)), sparse.zs.clone(), sparse.q.clone()).unwrap().chols[0].clone();
         for q in &sparse.q {
             let moved = q.reexpress(old, &new).unwrap();
             // u's mean L m and covariance L S L^T, before and after.
@@ -165,24 +177,25 @@ fn reexpressing_q_under_a_new_factor_keeps_q_of_u() {
 fn unwhitened_gradients_hold_q_of_u_fixed_and_match_finite_differences() {
     let lik = SvgpLikelihood::RobustMax(crate::likelihoods::marginal::RobustMax::new(1e-3, 20));
     let scale = 2.5;
-    for (per_class, natural) in [(false, false), (true, false), (false, true), (true, true)] {
-        let (mut sparse, x, y) = problem(per_class, natural);
+    for (per_class, per_class_z, natural) in
+        [(false, false, false), (true, false, false), (false, false, true), (true, false, true), (false, true, true)]
+    {
+        let (mut sparse, x, y) = problem_with(per_class, per_class_z, natural);
         sparse.whiten = false;
         let g = elbo::block(&sparse, &x, &y, &lik, &mut Pcg64::seed_from_u64(0), scale, Wants { q: true, inputs: true });
         let inputs = g.inputs.as_ref().unwrap();
         // F(theta, Z) = scale E[log lik] - KL with q(u) fixed: q(v) re-expressed under each L.
-        let objective = |p: &[f64], z: &Array2<f64>| {
-            let mut s = Sparse::new(sparse.kernels.with_log_params(p), z.clone(), sparse.q.clone()).unwrap();
+        let objective = |p: &[f64], zs: Vec<Array2<f64>>| {
+            let mut s = Sparse::new(sparse.kernels.with_log_params(p), zs, sparse.q.clone()).unwrap();
             s.q = (0..3).map(|c| sparse.q[c].reexpress(&sparse.chols[s.kernel_of(c)], &s.chols[s.kernel_of(c)]).unwrap()).collect();
             let ell = elbo::block(&s, &x, &y, &lik, &mut Pcg64::seed_from_u64(0), scale, Wants::default()).ell;
             scale * ell - s.q.iter().map(|q| q.kl()).sum::<f64>()
         };
-        let what = format!("per_class={per_class} natural={natural}");
+        let what = format!("per_class={per_class} per_class_z={per_class_z} natural={natural}");
         let p0 = sparse.kernels.log_params();
-        assert_close(&format!("{what} kernel"), &inputs.params, &central_differences(&p0, |p| objective(p, &sparse.z)));
-        let z0: Vec<f64> = sparse.z.iter().copied().collect();
+        assert_close(&format!("{what} kernel"), &inputs.params, &central_differences(&p0, |p| objective(p, sparse.zs.clone())));
         let gz: Vec<f64> = inputs.z.iter().copied().collect();
-        let fd = central_differences(&z0, |v| objective(&p0, &Array2::from_shape_vec(sparse.z.dim(), v.to_vec()).unwrap()));
+        let fd = central_differences(&flat_zs(&sparse.zs), |v| objective(&p0, zs_from(v, &sparse.zs)));
         assert_close(&format!("{what} Z"), &gz, &fd);
         // The whitened gradient differs: the test can tell the two apart.
         let whitened = elbo::block(
@@ -270,8 +283,10 @@ fn training_raises_the_elbo_and_separates_three_blobs() {
         ("robust_max", "natgrad_adam", false),
         ("robust_max", "adam", false),
         ("robust_max", "lbfgs", true),
+        ("robust_max", "lbfgs-per-class-z", true),
     ] {
-        let settings = serde_json::json!({ "inducing": 10, "batch_size": 30, "max_iters": 300, "likelihood": likelihood, "optimizer": optimizer, "adam_lr": 0.03, "whiten": whiten });
+        let (optimizer, per_class_z) = (optimizer.trim_end_matches("-per-class-z"), optimizer.ends_with("per-class-z"));
+        let settings = serde_json::json!({ "inducing": 10, "batch_size": 30, "max_iters": 300, "likelihood": likelihood, "optimizer": optimizer, "adam_lr": 0.03, "whiten": whiten, "inducing_per_class": per_class_z });
         let method = crate::methods::build("svgp", &settings).unwrap();
         let kernels = KernelSet::shared_se(&se(1.0, 1.0));
         let problem = Problem { x: &x, y: &y, n_classes: 3 };
@@ -294,8 +309,8 @@ fn the_lbfgs_objective_gradient_matches_finite_differences_of_the_full_elbo() {
     let y: Vec<usize> = (0..12).map(|i| i % 3).collect();
     let method =
         crate::methods::parse_settings::<SvgpParams>(&serde_json::json!({ "inducing": 4, "optimizer": "lbfgs" })).unwrap().check().unwrap();
-    for whiten in [true, false] {
-        let z = x.slice(ndarray::s![0..4, ..]).to_owned();
+    for (whiten, sets) in [(true, 1), (false, 1), (true, 3)] {
+        let zs: Vec<Array2<f64>> = (0..sets).map(|i| x.slice(ndarray::s![i..i + 4, ..]).to_owned()).collect();
         let mut rng = Pcg64::seed_from_u64(4);
         let q: Vec<Posterior> = (0..3)
             .map(|_| {
@@ -312,10 +327,10 @@ fn the_lbfgs_objective_gradient_matches_finite_differences_of_the_full_elbo() {
                 Posterior::Sqrt { mean, l }
             })
             .collect();
-        let mut start = Sparse::new(KernelSet::shared_se(&se(1.1, 1.4)), z, q).unwrap();
+        let mut start = Sparse::new(KernelSet::shared_se(&se(1.1, 1.4)), zs, q).unwrap();
         start.whiten = whiten;
         let mut theta = start.kernels.log_params();
-        theta.extend(start.z.iter().copied());
+        theta.extend(flat_zs(&start.zs));
         for qc in &start.q {
             theta.extend(qc.sqrt_to_flat());
         }
@@ -323,6 +338,6 @@ fn the_lbfgs_objective_gradient_matches_finite_differences_of_the_full_elbo() {
         let at = |t: &[f64]| super::fit::sparse_at(&start, t, None, true).unwrap();
         let (_, grad) = super::lbfgs::elbo_and_grad(&at(&theta), &problem, &method, true, theta.len());
         let fd = central_differences(&theta, |t| super::lbfgs::elbo_and_grad(&at(t), &problem, &method, true, t.len()).0);
-        crate::testing::assert_gradient_close(&format!("whiten {whiten}"), &grad, &fd, 1e-5);
+        crate::testing::assert_gradient_close(&format!("whiten {whiten}, {sets} Z sets"), &grad, &fd, 1e-5);
     }
 }
