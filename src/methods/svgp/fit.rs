@@ -37,7 +37,8 @@ pub(crate) fn train(
     let mut zs = Vec::with_capacity(sets);
     let mut init = crate::scalable::inducing::InitReport::default();
     for _ in 0..sets {
-        let (z, report) = initial_inducing(x, y, c, p.inducing, &p.inducing_init, &mut init_rng).map_err(FitError::Unsupported)?;
+        let m = crate::scalable::inducing::count(p.inducing, p.inducing_fraction, n);
+        let (z, report) = initial_inducing(x, y, c, m, &p.inducing_init, &mut init_rng).map_err(FitError::Unsupported)?;
         init.kmeans_rows += report.kmeans_rows;
         init.kmeans_iterations = init.kmeans_iterations.max(report.kmeans_iterations);
         zs.push(z);

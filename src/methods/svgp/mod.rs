@@ -108,9 +108,13 @@ fn d_lengthscale_init() -> LengthscaleInit {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SvgpParams {
-    /// M, the number of inducing inputs.
+    /// M, the number of inducing inputs (per set; ignored when `inducing_fraction` is set).
     #[serde(default = "d_m")]
     pub inducing: usize,
+    /// M as a fraction of the training rows, rounded (Villacampa-Calvo & Hernandez-Lobato's
+    /// 5%, 10%, 20% per class).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inducing_fraction: Option<f64>,
     /// How Z starts (default k-means on at most 20k rows).
     #[serde(default)]
     pub inducing_init: InducingInit,
@@ -184,6 +188,11 @@ impl SvgpParams {
     pub fn check(self) -> Result<Svgp, String> {
         if self.inducing == 0 {
             return Err("settings.inducing: at least one inducing input".into());
+        }
+        if let Some(f) = self.inducing_fraction {
+            if !(f > 0.0 && f <= 1.0) {
+                return Err(format!("settings.inducing_fraction: in (0, 1], got {f}"));
+            }
         }
         if self.batch_size == 0 {
             return Err("settings.batch_size: at least 1".into());
@@ -283,8 +292,9 @@ impl Method for Svgp {
         if !kernels.is_shared() && kernels.kernels().len() != shape.n_classes {
             return Err(format!("svgp: {} per-class kernels for {} classes", kernels.kernels().len(), shape.n_classes));
         }
-        if self.params.inducing > shape.n_train {
-            return Err(format!("svgp: {} inducing inputs but only {} training rows", self.params.inducing, shape.n_train));
+        let m = crate::scalable::inducing::count(self.params.inducing, self.params.inducing_fraction, shape.n_train);
+        if m > shape.n_train {
+            return Err(format!("svgp: {m} inducing inputs but only {} training rows", shape.n_train));
         }
         Ok(())
     }
