@@ -5,6 +5,7 @@ use super::state::State;
 use super::{Ep, Scheme};
 use crate::kernels::KernelSet;
 use crate::methods::{Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Method, Problem, StopReason};
+use crate::scalable::inducing::LengthscaleInit;
 use crate::scalable::{initial_inducing, Adam, Minibatches};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
@@ -62,7 +63,11 @@ pub(crate) fn train(
         .map(|_| initial_inducing(x, y, c, m, &p.inducing_init, &mut init_rng).map(|(z, _)| z))
         .collect::<Result<Vec<_>, _>>()
         .map_err(FitError::Unsupported)?;
-    let mut state = State::new(kernels.clone(), zs, method.tied, y)?;
+    let kernels = match p.lengthscale_init {
+        LengthscaleInit::Kernel => kernels.clone(),
+        LengthscaleInit::MedianInducing => crate::scalable::inducing::with_median_lengthscales(kernels, &zs[0]),
+    };
+    let mut state = State::new(kernels, zs, method.tied, y)?;
 
     let mut theta = state.theta();
     let n_kern = state.kernels.n_params();

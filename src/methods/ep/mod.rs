@@ -31,6 +31,7 @@ mod tests;
 
 use crate::kernels::KernelSet;
 use crate::methods::{FitContext, FitError, Fitted, HyperPolicy, Method, Problem, ProblemShape};
+use crate::scalable::inducing::LengthscaleInit;
 use crate::scalable::minibatch::Batch;
 use crate::scalable::{InducingInit, LearningRate};
 use serde::{Deserialize, Serialize};
@@ -66,6 +67,9 @@ fn d_adam_lr() -> LearningRate {
 /// The paper's 250 iterations (UCI tables).
 fn d_max_iters() -> u64 {
     250
+}
+fn is_kernel_init(v: &LengthscaleInit) -> bool {
+    *v == LengthscaleInit::Kernel
 }
 fn d_retries() -> u32 {
     30
@@ -108,6 +112,10 @@ pub struct EpParams {
     /// Whether Z moves with the kernels.
     #[serde(default = "d_true")]
     pub learn_inducing: bool,
+    /// `kernel` (default) or `median_inducing`: every length-scale starts at the median
+    /// pairwise distance of class 1's initial inducing inputs.
+    #[serde(default, skip_serializing_if = "is_kernel_init")]
+    pub lengthscale_init: LengthscaleInit,
     /// `full` (batch EP, the tables) or a minibatch size.
     #[serde(default = "d_batch")]
     pub batch: Batch,

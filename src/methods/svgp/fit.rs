@@ -3,9 +3,10 @@
 use super::elbo::{self, Wants};
 use super::model::{Sparse, SvgpModel};
 use super::posterior::Posterior;
-use super::{LengthscaleInit, NatgradRule, Optimizer, Svgp};
+use super::{NatgradRule, Optimizer, Svgp};
 use crate::kernels::KernelSet;
 use crate::methods::{Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Problem, StopReason};
+use crate::scalable::inducing::LengthscaleInit;
 use crate::scalable::{initial_inducing, Adam, Minibatches, NaturalGaussian};
 use faer::Mat;
 use ndarray::{Array2, Axis};
@@ -45,7 +46,7 @@ pub(crate) fn train(
     }
     let kernels = match p.lengthscale_init {
         LengthscaleInit::Kernel => kernels.clone(),
-        LengthscaleInit::MedianInducing => with_lengthscales(kernels, median_distance(&zs[0]).max(1e-6)),
+        LengthscaleInit::MedianInducing => crate::scalable::inducing::with_median_lengthscales(kernels, &zs[0]),
     };
     let m = zs[0].nrows();
     let natural = p.optimizer == Optimizer::NatgradAdam;
@@ -213,29 +214,4 @@ pub(crate) fn sparse_at(prev: &Sparse, theta: &[f64], q: Option<Vec<Posterior>>,
             .collect::<Result<_, _>>()?;
     }
     Ok(next)
-}
-
-/// Every length-scale of every squared-exponential term set to `l`.
-fn with_lengthscales(kernels: &KernelSet, l: f64) -> KernelSet {
-    let names = kernels.param_names();
-    let mut p = kernels.log_params();
-    for (v, name) in p.iter_mut().zip(&names) {
-        if crate::kernels::is_lengthscale(name) {
-            *v = l.ln();
-        }
-    }
-    kernels.with_log_params(&p)
-}
-
-/// The median Euclidean distance over all pairs of rows.
-pub(crate) fn median_distance(z: &Array2<f64>) -> f64 {
-    let m = z.nrows();
-    let mut d: Vec<f64> =
-        (0..m).flat_map(|i| (0..i).map(move |j| (i, j))).map(|(i, j)| (&z.row(i) - &z.row(j)).mapv(|v| v * v).sum().sqrt()).collect();
-    if d.is_empty() {
-        return 1.0;
-    }
-    let mid = d.len() / 2;
-    let (_, v, _) = d.select_nth_unstable_by(mid, f64::total_cmp);
-    *v
 }

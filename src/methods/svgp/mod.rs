@@ -23,6 +23,7 @@ pub use model::SvgpModel;
 use crate::kernels::KernelSet;
 use crate::likelihoods::marginal::{ExpectedLogLik, RobustMax, SoftmaxMc};
 use crate::methods::{FitContext, FitError, Fitted, HyperPolicy, Method, Problem, ProblemShape};
+use crate::scalable::inducing::LengthscaleInit;
 use crate::scalable::{InducingInit, LearningRate};
 use rand_distr::{Distribution, StandardNormal};
 use rand_pcg::Pcg64;
@@ -49,15 +50,6 @@ pub enum Optimizer {
     /// iterations (Villacampa-Calvo & Hernandez-Lobato's VI on the UCI tables: 250);
     /// minibatch settings are ignored.
     Lbfgs,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LengthscaleInit {
-    /// As the spec's kernel gives it.
-    Kernel,
-    /// The median pairwise distance between the initial inducing inputs (every length-scale).
-    MedianInducing,
 }
 
 fn d_m() -> usize {
