@@ -223,10 +223,17 @@ fn take_over(kernels: &KernelSet, handoff: &Handoff, keep: &[String]) -> Result<
     kernels.take_over(&kernels.param_names(), p, keep)
 }
 
-/// What a checkpoint traces: test error (%) and mean test NLL (nats per point).
+/// What a checkpoint traces: test error (%), mean test NLL (nats per point), and the mean at
+/// the true class of each per-class log-value the prediction carries (`test_<name>`, e.g.
+/// svgp's `test_expected_log_lik`, E[log p] beside the NLL's log E[p]).
 fn checkpoint_scores(prediction: &Prediction, y: &[usize]) -> BTreeMap<String, f64> {
     let s = score(prediction, y);
-    BTreeMap::from([("test_error".to_string(), s["error_pct"]), ("test_nll".to_string(), -s["log_pred_mean"])])
+    let mut out = BTreeMap::from([("test_error".to_string(), s["error_pct"]), ("test_nll".to_string(), -s["log_pred_mean"])]);
+    for (name, sum) in prediction.class_value_sums(y) {
+        let name = name.trim_end_matches("_sum");
+        out.insert(format!("test_{name}"), sum / y.len().max(1) as f64);
+    }
+    out
 }
 
 /// Test-set metrics from a prediction (class probabilities [m, C], and the method's own log

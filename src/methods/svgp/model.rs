@@ -141,16 +141,32 @@ impl Fitted for SvgpModel {
     fn predict(&self, x: &Array2<f64>, rng: &mut Pcg64) -> Result<Prediction, FitError> {
         let c = self.sparse.n_classes();
         let mut probs = Array2::zeros((x.nrows(), c));
+        // Robust-max: E[log p(y = k | f)] beside the predictive (log E[p]), for Fig. 7-style traces.
+        let mut expected_log = match self.likelihood {
+            SvgpLikelihood::RobustMax(_) => Some(Array2::zeros((x.nrows(), c))),
+            _ => None,
+        };
         for start in (0..x.nrows()).step_by(BLOCK_ROWS) {
             let end = (start + BLOCK_ROWS).min(x.nrows());
             let block = x.slice(s![start..end, ..]).to_owned();
             let m = self.sparse.marginals(&block);
             for j in 0..end - start {
-                let p = self.likelihood.predictive(m.mean.row(j).as_slice().expect("row"), m.var.row(j).as_slice().expect("row"), rng);
+                let (mean, var) = (m.mean.row(j).to_vec(), m.var.row(j).to_vec());
+                let p = match (&self.likelihood, expected_log.as_mut()) {
+                    (SvgpLikelihood::RobustMax(rm), Some(e)) => {
+                        let (p, elog) = rm.predictive_and_expected_log_lik(&mean, &var);
+                        e.row_mut(start + j).assign(&ndarray::Array1::from(elog));
+                        p
+                    }
+                    _ => self.likelihood.predictive(&mean, &var, rng),
+                };
                 probs.row_mut(start + j).assign(&ndarray::Array1::from(p));
             }
         }
         let mut prediction = Prediction::new(probs);
+        if let Some(e) = expected_log {
+            prediction = prediction.with_values("expected_log_lik", e);
+        }
         prediction.jitter = self.sparse.jitter();
         Ok(prediction)
     }
