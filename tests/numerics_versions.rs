@@ -22,7 +22,7 @@ const RECORDED: &[(&str, &str, &str)] = &[
     ("scmgpc", "scmgpc=2", "ec3821b281c71523"),
     ("ep", "ep=2", "4d30be7395cf67dd"),
     ("sep", "ep=2", "ffb31ebc76aa6e75"),
-    ("gfitc", "gfitc=1", "42c593a5910ab25d"),
+    ("gfitc", "gfitc=2", "97381829ae962161"),
 ];
 
 /// blake3 of the bits of every number a fit gives: probabilities, evidence, kernel parameters.

@@ -28,6 +28,7 @@ pub struct ArgmaxClass {
     pub beta: Vec<f64>,
 }
 
+#[derive(Clone)]
 pub struct ArgmaxModel {
     pub kernels: KernelSet,
     pub classes: Vec<ArgmaxClass>,

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
 
 /// Bumped by hand whenever this method's numbers change (part of every cell key).
-pub const NUMERICS_VERSION: u32 = 1;
+pub const NUMERICS_VERSION: u32 = 2;
 
 fn d_inducing() -> usize {
     10
@@ -226,7 +226,9 @@ impl Method for Gfitc {
         let inner_sweeps = std::sync::atomic::AtomicUsize::new(0);
         let unconverged = std::sync::atomic::AtomicUsize::new(0);
         let evals = std::sync::atomic::AtomicU64::new(0);
-        let best: Mutex<Option<(f64, Vec<f64>)>> = Mutex::new(None);
+        // The best evaluation's value and model: the result (EP re-run from other warm-start sites
+        // at the same point could land elsewhere, or fail).
+        let best: Mutex<Option<(f64, ArgmaxModel)>> = Mutex::new(None);
         let evaluate = |theta: &[f64]| -> Result<(f64, Vec<f64>, ArgmaxModel), FitError> {
             let (ks, classes) = classes_at(kernels, &shapes, theta, x)?;
             let mut s = sites.lock().expect("sites lock");
@@ -241,7 +243,7 @@ impl Method for Gfitc {
         };
         let moves = free.iter().any(|&f| f);
         let mut diagnostics = Diagnostics::default();
-        let theta = if moves {
+        if moves {
             let cost = |theta: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
                 ctx.check_deadline()?;
                 let done = evals.load(std::sync::atomic::Ordering::Relaxed);
@@ -251,10 +253,10 @@ impl Method for Gfitc {
                 let (v, g, snapshot) = evaluate(theta)?;
                 let iter = evals.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 let mut b = best.lock().expect("best lock");
-                if b.as_ref().is_none_or(|(bv, _)| v > *bv) {
+                if v.is_finite() && b.as_ref().is_none_or(|(bv, _)| v > *bv) {
                     ctx.record(iter as usize - 1, &[("log_evidence", v)]);
-                    *b = Some((v, theta.to_vec()));
-                    ctx.checkpoint(iter, Some(v), || Ok(Box::new(snapshot) as Box<dyn Fitted>))?;
+                    ctx.checkpoint(iter, Some(v), || Ok(Box::new(snapshot.clone()) as Box<dyn Fitted>))?;
+                    *b = Some((v, snapshot));
                 }
                 Ok((-v, g.iter().map(|x| -x).collect()))
             };
@@ -266,12 +268,12 @@ impl Method for Gfitc {
             }));
             diagnostics.number("hyper_iterations", min.iterations as f64).number("hyper_evaluations", min.evaluations as f64);
             diagnostics.note("hyper_stop_reason", min.stop_reason);
-            min.x
-        } else {
-            theta0
+        }
+        let (v, fitted) = match best.into_inner().expect("best lock") {
+            Some(b) => b,
+            // Nothing to learn: EP once at the given kernels and Z.
+            None => evaluate(&theta0).map(|(v, _, m)| (v, m))?,
         };
-        // The final model at the optimum, EP re-converged there (off the clock).
-        let (v, _, fitted) = ctx.off_clock(|| evaluate(&theta))?;
         if !v.is_finite() {
             return Err(FitError::Numerical(format!("gfitc: log Z_EP is {v}")));
         }
