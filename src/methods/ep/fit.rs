@@ -93,6 +93,7 @@ pub(crate) fn train(
         ctx.check_deadline()?;
         t += 1;
         let rows = if full { all_rows.clone() } else { batches.next_batch() };
+        let block = state.block(x, y, &rows);
         // Inner-approx: one refinement; outer: refinements until the sites settle.
         let sweeps = if p.scheme == Scheme::Outer { p.outer_max_sweeps } else { 1 };
         if p.scheme == Scheme::Outer {
@@ -102,7 +103,7 @@ pub(crate) fn train(
         for _ in 0..sweeps {
             let mut retries = 0;
             let change = loop {
-                match state.refine(x, y, &rows, damping) {
+                match state.refine(&block, damping) {
                     Ok(change) => break change,
                     // A minibatch's failed refinement leaves its sites as they were.
                     Err(_) if !full => {
@@ -133,7 +134,7 @@ pub(crate) fn train(
         }
         if moves {
             let scale = n as f64 / rows.len() as f64;
-            let grad = state.gradient(x, y, &rows, scale)?;
+            let grad = state.gradient(&block, scale)?;
             let before = theta.clone();
             if full {
                 rates.step(&mut theta, &grad, &free);

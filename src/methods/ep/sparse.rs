@@ -25,6 +25,7 @@ pub(crate) struct ClassPrior {
 }
 
 /// What class c's prior gives at a block of rows.
+#[derive(Clone, Debug)]
 pub(crate) struct PriorRows {
     /// K(Z, X), [M, n].
     pub kmn: Mat<f64>,

@@ -5,7 +5,7 @@
 //! tied site of each class (C M^2 numbers, independent of N) and the count n_c of factors
 //! touching class c, (N - N_c) + N_c (C - 1): its cavity takes 1 - 1/n_c of the tied site.
 use super::gradient::class_gradient;
-use super::sparse::{ClassPosterior, ClassPrior, SiteSums};
+use super::sparse::{ClassPosterior, ClassPrior, PriorRows, SiteSums};
 use super::sweep::{sweep, ClassView, Sweep};
 use crate::kernels::KernelSet;
 use crate::likelihoods::pairwise_step::PairSites;
@@ -17,6 +17,16 @@ use rayon::prelude::*;
 
 /// Rows per block when the full data are swept for the evidence (bounds the [M, rows] buffers).
 const BLOCK_ROWS: usize = 2000;
+
+/// A block of training rows with what every class's prior gives there: built once per step and
+/// shared by the refinement and the gradient (only q changes between them; the kernel cross
+/// products dominate a minibatch step).
+pub(crate) struct Block {
+    pub rows: Vec<usize>,
+    pub x: Array2<f64>,
+    pub y: Vec<usize>,
+    pub prior_rows: Vec<PriorRows>,
+}
 
 /// EP's per-factor sites over the whole training set.
 #[derive(Clone, Debug)]
@@ -38,6 +48,7 @@ pub(crate) struct State {
     pub factors: Option<FactorStore>,
     /// SEP: n_c, the factors touching each class.
     pub n_factors: Vec<f64>,
+    n_rows: usize,
 }
 
 /// Factors of rows with classes `y` that touch class c: (N - N_c) + N_c (C - 1).
@@ -61,11 +72,16 @@ impl State {
             sites: PairSites::zeros(y.len(), c),
             dirs: priors.iter().map(|p| Array2::zeros((y.len(), p.m()))).collect(),
         });
-        Ok(State { kernels, priors, sums, posts, factors, n_factors: factors_per_class(y, c) })
+        Ok(State { kernels, priors, sums, posts, factors, n_factors: factors_per_class(y, c), n_rows: y.len() })
     }
 
     pub fn n_classes(&self) -> usize {
         self.priors.len()
+    }
+
+    /// N, the training rows the sites belong to.
+    pub fn n_rows(&self) -> usize {
+        self.n_rows
     }
 
     /// Bytes the sites take: the site sums per class, and EP's per-factor scalars and directions.
@@ -101,9 +117,16 @@ impl State {
             .collect()
     }
 
-    /// Every class's view of the rows `rows` (inputs `xb`), and their stored sites.
-    pub fn views(&self, xb: &Array2<f64>, rows: &[usize]) -> Result<(Vec<ClassView>, PairSites), FitError> {
-        let c = self.n_classes();
+    /// The block of training rows `rows` under the current kernels and inducing inputs.
+    pub fn block(&self, x: &Array2<f64>, y: &[usize], rows: &[usize]) -> Block {
+        let xb = x.select(Axis(0), rows);
+        let prior_rows = (0..self.n_classes()).into_par_iter().map(|k| self.priors[k].rows(self.kernels.class(k), &xb)).collect();
+        Block { rows: rows.to_vec(), y: rows.iter().map(|&i| y[i]).collect(), x: xb, prior_rows }
+    }
+
+    /// Every class's view of a block, and the block's stored sites.
+    pub fn views(&self, block: &Block) -> Result<(Vec<ClassView>, PairSites), FitError> {
+        let (c, rows) = (self.n_classes(), &block.rows);
         match &self.factors {
             Some(store) => {
                 let views = (0..c)
@@ -111,7 +134,7 @@ impl State {
                     .map(|k| {
                         let p = &self.priors[k];
                         let old = Mat::from_fn(p.m(), rows.len(), |a, j| store.dirs[k][(rows[j], a)]);
-                        ClassView::per_factor(p, p.rows(self.kernels.class(k), xb), &self.posts[k], &old)
+                        ClassView::per_factor(p, block.prior_rows[k].clone(), &self.posts[k], &old)
                     })
                     .collect();
                 let pick = |a: &Array2<f64>| a.select(Axis(0), rows);
@@ -120,10 +143,8 @@ impl State {
             }
             None => {
                 let cavities = self.cavities()?;
-                let views = (0..c)
-                    .into_par_iter()
-                    .map(|k| ClassView::tied(&self.priors[k], self.priors[k].rows(self.kernels.class(k), xb), &cavities[k]))
-                    .collect();
+                let views =
+                    (0..c).into_par_iter().map(|k| ClassView::tied(&self.priors[k], block.prior_rows[k].clone(), &cavities[k])).collect();
                 Ok((views, PairSites::zeros(rows.len(), c)))
             }
         }
@@ -134,11 +155,10 @@ impl State {
     /// (the batch loop's roll-back), and EP's N x C x M directions are never copied. Returns
     /// the largest change of a site parameter (SEP: of the tied site's entries over n_c, the
     /// change of an average site), the outer scheme's convergence measure.
-    pub fn refine(&mut self, x: &Array2<f64>, y: &[usize], rows: &[usize], rho: f64) -> Result<f64, FitError> {
-        let xb = x.select(Axis(0), rows);
-        let yb: Vec<usize> = rows.iter().map(|&i| y[i]).collect();
-        let (views, stored) = self.views(&xb, rows)?;
-        let sw = sweep(&views, &yb, &stored)?;
+    pub fn refine(&mut self, block: &Block, rho: f64) -> Result<f64, FitError> {
+        let (rows, yb, n) = (&block.rows, &block.y, self.n_rows());
+        let (views, stored) = self.views(block)?;
+        let sw = sweep(&views, yb, &stored)?;
         let c = self.n_classes();
         let nb = rows.len();
         let new = stored.damped(&sw.sites, rho);
@@ -148,7 +168,7 @@ impl State {
                     let m = self.priors[k].m();
                     let (prec_new, mean_new): (Vec<f64>, Vec<f64>) = (0..nb).map(|j| new.on_class(j, yb[j], k)).unzip();
                     let dirs_new = &views[k].rows.dirs;
-                    if nb == y.len() {
+                    if nb == n {
                         SiteSums::from_directions(dirs_new.as_ref(), &prec_new, &mean_new)
                     } else {
                         // Add the new sites and take out the old ones along their old directions.
@@ -161,7 +181,7 @@ impl State {
                 })
                 .collect(),
             None => {
-                let batch_factors = factors_per_class(&yb, c);
+                let batch_factors = factors_per_class(yb, c);
                 (0..c)
                     .map(|k| {
                         let (prec, mean): (Vec<f64>, Vec<f64>) = (0..nb).map(|j| sw.sites.on_class(j, yb[j], k)).unzip();
@@ -213,15 +233,14 @@ impl State {
 
     /// d log Z_q / d theta at the rows `rows` (likelihood part scaled by `scale`), theta = the
     /// kernels' log-parameters then each class's Z (row-major).
-    pub fn gradient(&self, x: &Array2<f64>, y: &[usize], rows: &[usize], scale: f64) -> Result<Vec<f64>, FitError> {
-        let xb = x.select(Axis(0), rows);
-        let yb: Vec<usize> = rows.iter().map(|&i| y[i]).collect();
-        let (views, stored) = self.views(&xb, rows)?;
-        let sw = sweep(&views, &yb, &stored)?;
+    pub fn gradient(&self, block: &Block, scale: f64) -> Result<Vec<f64>, FitError> {
+        let (views, stored) = self.views(block)?;
+        let sw = sweep(&views, &block.y, &stored)?;
+        let xb = &block.x;
         let c = self.n_classes();
         let per: Vec<_> = (0..c)
             .into_par_iter()
-            .map(|k| class_gradient(self.kernels.class(k), &self.priors[k], &self.posts[k], &views[k], &xb, &sw.grad, k, scale))
+            .map(|k| class_gradient(self.kernels.class(k), &self.priors[k], &self.posts[k], &views[k], xb, &sw.grad, k, scale))
             .collect();
         let n_kern = self.kernels.n_params();
         let mut out = vec![0.0; n_kern];
@@ -287,10 +306,9 @@ impl State {
         }
         for start in (0..n).step_by(BLOCK_ROWS) {
             let rows: Vec<usize> = (start..(start + BLOCK_ROWS).min(n)).collect();
-            let xb = x.select(Axis(0), &rows);
-            let yb: Vec<usize> = rows.iter().map(|&i| y[i]).collect();
-            let (views, stored) = self.views(&xb, &rows)?;
-            let Sweep { log_z, removal_gain, .. } = sweep(&views, &yb, &stored)?;
+            let block = self.block(x, y, &rows);
+            let (views, stored) = self.views(&block)?;
+            let Sweep { log_z, removal_gain, .. } = sweep(&views, &block.y, &stored)?;
             total += log_z + if self.is_tied() { 0.0 } else { removal_gain };
         }
         Ok(total)

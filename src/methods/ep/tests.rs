@@ -129,7 +129,7 @@ fn one_undamped_refinement_gives_the_tilted_moments_of_a_single_factor() {
     let d: Vec<f64> = rows.iter().map(|r| (0..3).map(|a| r.kmn[(a, 0)] * r.dirs[(a, 0)]).sum()).collect();
     let s: f64 = rows.iter().map(|r| r.fitc_var[0]).sum();
     let (log_z, mean_y, var_y) = tilted_moments(0.0, d[1], 0.0, d[0], s);
-    state.refine(&x1, &y, &[0], 1.0).unwrap();
+    state.refine(&state.block(&x1, &y, &[0]), 1.0).unwrap();
     // Posterior projection of class y = 1 along u.
     let post = &state.posts[1];
     let e = post.a_chol.solve_l_par(rows[1].kmn.as_ref());
@@ -271,10 +271,10 @@ fn gradient_matches_finite_differences_with_sites_and_cavities_frozen() {
         let mut state = State::new(kernels.clone(), zs, tied, &y).unwrap();
         let all: Vec<usize> = (0..10).collect();
         for _ in 0..3 {
-            state.refine(&x, &y, &all, 0.7).unwrap();
+            state.refine(&state.block(&x, &y, &all), 0.7).unwrap();
         }
         let theta = state.theta();
-        let grad = state.gradient(&x, &y, &all, 1.0).unwrap();
+        let grad = state.gradient(&state.block(&x, &y, &all), 1.0).unwrap();
         let frozen = Frozen::new(&state, &x, &y);
         let fd = central_differences(&theta, |t| frozen.value(&state, t, &x, &y));
         assert_gradient_close(&format!("tied {tied}: eq. 10 against frozen sites and cavities"), &grad, &fd, 1e-6);
@@ -285,7 +285,7 @@ fn gradient_matches_finite_differences_with_sites_and_cavities_frozen() {
 fn converge(state: &mut State, x: &Array2<f64>, y: &[usize], iters: usize) {
     let all: Vec<usize> = (0..y.len()).collect();
     for _ in 0..iters {
-        state.refine(x, y, &all, 0.5).unwrap();
+        state.refine(&state.block(x, y, &all), 0.5).unwrap();
     }
 }
 
@@ -298,7 +298,7 @@ fn at_convergence_the_gradient_is_that_of_log_z_q() {
     converge(&mut state, &x, &y, 300);
     let theta = state.theta();
     let all: Vec<usize> = (0..9).collect();
-    let grad = state.gradient(&x, &y, &all, 1.0).unwrap();
+    let grad = state.gradient(&state.block(&x, &y, &all), 1.0).unwrap();
     let fd = central_differences(&theta, |t| {
         let mut s = State::new(kernels.clone(), zs.clone(), false, &y).unwrap();
         s.set_theta(t).unwrap();
