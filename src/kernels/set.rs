@@ -60,6 +60,22 @@ impl KernelSet {
         self.kernels.iter().map(|k| k.n_params()).sum()
     }
 
+    /// Where class c's kernel parameters start in `log_params` (0 for a shared kernel).
+    pub fn offset_of_class(&self, c: usize) -> usize {
+        if self.per_class {
+            self.kernels[..c].iter().map(|k| k.n_params()).sum()
+        } else {
+            0
+        }
+    }
+
+    /// Add `g`, a gradient with respect to class c's kernel parameters, into `out`, one with
+    /// respect to all of `log_params` (a shared kernel collects every class's).
+    pub fn add_class_gradient(&self, out: &mut [f64], c: usize, g: &[f64]) {
+        let o = self.offset_of_class(c);
+        out[o..o + g.len()].iter_mut().zip(g).for_each(|(a, b)| *a += b);
+    }
+
     pub fn free_mask(&self) -> Vec<bool> {
         self.kernels.iter().flat_map(|k| k.free_mask()).collect()
     }

@@ -242,15 +242,9 @@ impl State {
             .into_par_iter()
             .map(|k| class_gradient(self.kernels.class(k), &self.priors[k], &self.posts[k], &views[k], xb, &sw.grad, k, scale))
             .collect();
-        let n_kern = self.kernels.n_params();
-        let mut out = vec![0.0; n_kern];
-        let mut at = 0;
+        let mut out = vec![0.0; self.kernels.n_params()];
         for (k, g) in per.iter().enumerate() {
-            let offset = if self.kernels.is_shared() { 0 } else { at };
-            out[offset..offset + g.params.len()].iter_mut().zip(&g.params).for_each(|(o, v)| *o += v);
-            if !self.kernels.is_shared() {
-                at += self.kernels.class(k).n_params();
-            }
+            self.kernels.add_class_gradient(&mut out, k, &g.params);
         }
         for g in &per {
             out.extend(g.z.iter().copied());

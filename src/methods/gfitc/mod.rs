@@ -160,13 +160,8 @@ fn gradient(
         })
         .collect();
     let mut out = vec![0.0; kernels.n_params()];
-    let mut at = 0;
     for (k, g) in per.iter().enumerate() {
-        let offset = if kernels.is_shared() { 0 } else { at };
-        out[offset..offset + g.params.len()].iter_mut().zip(&g.params).for_each(|(o, v)| *o += v);
-        if !kernels.is_shared() {
-            at += kernels.class(k).n_params();
-        }
+        kernels.add_class_gradient(&mut out, k, &g.params);
     }
     for g in &per {
         out.extend(g.z.iter().copied());

@@ -40,16 +40,6 @@ pub(crate) fn gradient(
 ) -> Vec<f64> {
     let n = x.nrows();
     let mut out = vec![0.0; sparse.kernels.n_params()];
-    let offsets: Vec<usize> = sparse
-        .kernels
-        .kernels()
-        .iter()
-        .scan(0, |at, k| {
-            let o = *at;
-            *at += k.n_params();
-            Some(o)
-        })
-        .collect();
     for c in 0..sparse.n_classes() {
         let g = &sparse.classes[c];
         let blk = &mg.blocks[c];
@@ -77,10 +67,8 @@ pub(crate) fn gradient(
         let mut gr = kern.gram_vjp(&g.z, &g.kmm, &kmm_bar);
         gr.add(&kern.cross_vjp(&g.z, x, &blk.kmn, &kmn_bar));
         let diag = kern.diag_vjp(x, &gvar);
-        let o = if sparse.kernels.is_shared() { 0 } else { offsets[c] };
-        for (k, (p, d)) in gr.params.iter().zip(diag).enumerate() {
-            out[o + k] += p + d;
-        }
+        let total: Vec<f64> = gr.params.iter().zip(diag).map(|(p, d)| p + d).collect();
+        sparse.kernels.add_class_gradient(&mut out, c, &total);
     }
     out
 }

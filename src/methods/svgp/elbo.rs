@@ -118,16 +118,6 @@ fn input_grads(
 ) -> InputGrads {
     // Each prior's gradient goes to its kernel's parameters (summed where the kernel is shared)
     // and to its Z (summed where Z is shared); the Z sets are stacked in order.
-    let offsets: Vec<usize> = sparse
-        .kernels
-        .kernels()
-        .iter()
-        .scan(0, |at, k| {
-            let o = *at;
-            *at += k.n_params();
-            Some(o)
-        })
-        .collect();
     let mut params = vec![0.0; sparse.kernels.n_params()];
     let m = sparse.m();
     let mut gz = Array2::zeros((sparse.zs.len() * m, sparse.zs[0].ncols()));
@@ -147,8 +137,7 @@ fn input_grads(
         for (q, d) in g.params.iter_mut().zip(kern.diag_vjp(x, &knn_bar[p])) {
             *q += d;
         }
-        let o = offsets[p.min(offsets.len() - 1)];
-        params[o..o + g.params.len()].iter_mut().zip(&g.params).for_each(|(a, b)| *a += b);
+        sparse.kernels.add_class_gradient(&mut params, p, &g.params);
         let mut rows = gz.slice_mut(ndarray::s![zi * m..(zi + 1) * m, ..]);
         rows += &g.z;
     }

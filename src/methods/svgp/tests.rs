@@ -305,29 +305,10 @@ fn training_raises_the_elbo_and_separates_three_blobs() {
 #[test]
 fn the_lbfgs_objective_gradient_matches_finite_differences_of_the_full_elbo() {
     use crate::methods::Problem;
-    let x = inputs(12, 2, 31);
-    let y: Vec<usize> = (0..12).map(|i| i % 3).collect();
     let method =
         crate::methods::parse_settings::<SvgpParams>(&serde_json::json!({ "inducing": 4, "optimizer": "lbfgs" })).unwrap().check().unwrap();
-    for (whiten, sets) in [(true, 1), (false, 1), (true, 3)] {
-        let zs: Vec<Array2<f64>> = (0..sets).map(|i| x.slice(ndarray::s![i..i + 4, ..]).to_owned()).collect();
-        let mut rng = Pcg64::seed_from_u64(4);
-        let q: Vec<Posterior> = (0..3)
-            .map(|_| {
-                let mean: Vec<f64> = (0..4).map(|_| rng.random_range(-1.0..1.0)).collect();
-                let l = Mat::from_fn(4, 4, |i, j| {
-                    if i == j {
-                        0.5 + rng.random_range(0.0..0.5)
-                    } else if i > j {
-                        rng.random_range(-0.3..0.3)
-                    } else {
-                        0.0
-                    }
-                });
-                Posterior::Sqrt { mean, l }
-            })
-            .collect();
-        let mut start = Sparse::new(KernelSet::shared_se(&se(1.1, 1.4)), zs, q).unwrap();
+    for (whiten, per_class_z) in [(true, false), (false, false), (true, true)] {
+        let (mut start, x, y) = problem_with(false, per_class_z, false);
         start.whiten = whiten;
         let mut theta = start.kernels.log_params();
         theta.extend(flat_zs(&start.zs));
@@ -338,6 +319,6 @@ fn the_lbfgs_objective_gradient_matches_finite_differences_of_the_full_elbo() {
         let at = |t: &[f64]| super::fit::sparse_at(&start, t, None, true).unwrap();
         let (_, grad) = super::lbfgs::elbo_and_grad(&at(&theta), &problem, &method, true, theta.len());
         let fd = central_differences(&theta, |t| super::lbfgs::elbo_and_grad(&at(t), &problem, &method, true, t.len()).0);
-        crate::testing::assert_gradient_close(&format!("whiten {whiten}, {sets} Z sets"), &grad, &fd, 1e-5);
+        crate::testing::assert_gradient_close(&format!("whiten {whiten}, per-class Z {per_class_z}"), &grad, &fd, 1e-5);
     }
 }
