@@ -31,7 +31,7 @@ fn main() {
         let time = |steps: u64| {
             let start = Instant::now();
             let mut rng = Pcg64::seed_from_u64(0);
-            let mut ctx = FitContext::new(&mut rng, None).with_budget(Some(Budget { seconds: None, iterations: Some(steps) }));
+            let mut ctx = FitContext::new(&mut rng, None).with_budget(Some(Budget { iterations: Some(steps), ..Budget::default() }));
             method.fit(&problem, &kernels, hyper, &mut ctx).expect("fit");
             start.elapsed().as_secs_f64()
         };

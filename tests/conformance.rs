@@ -172,7 +172,7 @@ fn an_iteration_budget_is_a_normal_stop_with_a_usable_model() {
         if m.supports(&problem.shape(), &kernels, HyperPolicy::Learn).is_err() {
             continue;
         }
-        let budget = Budget { seconds: None, iterations: Some(2) };
+        let budget = Budget { iterations: Some(2), ..Budget::default() };
         let run = fit(method, &problem, &kernels, HyperPolicy::Learn, Some(budget), &x_test).unwrap_or_else(|e| panic!("{method}: {e}"));
         run.prediction.validate(x_test.nrows()).unwrap();
         let d = run.model.diagnostics();

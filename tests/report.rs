@@ -115,9 +115,12 @@ fn tables() -> Vec<TableSpec> {
             datasets: vec![],
             tolerance: ToleranceRule::default(),
             paper_only: vec!["svm".into()],
+            paper_only_datasets: [("omega".to_string(), "data not available offline".to_string())].into(),
             paper: vec![
                 // a method this harness does not run: shown, never scored
                 paper("alpha", "svm", "error_pct", 9.25, Some(1.0), Some(20)),
+                // a data set it does not run: its row shows the paper's number and why, never scored
+                paper("omega", "laplace", "error_pct", 41.5, Some(1.0), Some(20)),
                 // run 10 ± √2.5 (n 5): tol 3·√(4/20 + 2.5/5) = 2.51, |10 − 11| = 1 → match
                 paper("alpha", "ep", "error_pct", 11.0, Some(2.0), Some(20)),
                 // run 22: |22 − 30| = 8 > 2.51 → no match; ep is a variant shown against the
@@ -142,6 +145,7 @@ fn tables() -> Vec<TableSpec> {
             datasets: vec!["alpha".into(), "beta".into()],
             tolerance: ToleranceRule::Absolute { abs: 1.0 },
             paper_only: vec![],
+            paper_only_datasets: Default::default(),
             paper: vec![
                 // run −100: |−100 + 100.5| = 0.5 ≤ 1 → match
                 paper("alpha", "laplace", "log_evidence", -100.5, Some(1.0), Some(50)),
@@ -295,6 +299,7 @@ fn report_shows_tables_figures_failures_and_score() {
     assert_eq!(stored.finished, "2025-01-01T00:05:00Z");
 
     let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+    assert!(html.contains("41.5") && html.contains("data not available offline"), "the paper-only data set's row");
     for t in &tables {
         assert!(html.contains(&format!("id=\"table-{}\"", t.id)), "table {}", t.id);
         assert!(html.contains(&t.title), "table title {}", t.title);
@@ -398,6 +403,7 @@ fn grid_settings_become_columns_and_an_x_axis() {
         datasets: vec![],
         tolerance: ToleranceRule::Relative { rel: 0.1 },
         paper_only: vec![],
+        paper_only_datasets: Default::default(),
         paper: vec![PaperValue {
             setting: Some("kernel.variance=2.0".into()), // same grid point, spelled differently
             ..paper("alpha", "vb", "error_pct", 7.5, None, None)
@@ -482,6 +488,7 @@ fn a_paired_table_shows_per_split_differences_and_compares_them_with_the_paper()
         datasets: vec![],
         tolerance: ToleranceRule::Absolute { abs: 0.01 },
         paper_only: vec![],
+        paper_only_datasets: Default::default(),
         paper: vec![paper("alpha", "laplace", "error_pct", 2.0, None, None), paper("beta", "laplace", "error_pct", 12.0, None, None)],
         paired_with: Some("ep".into()),
         note: None,

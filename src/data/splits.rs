@@ -53,6 +53,10 @@ pub enum SplitProtocol {
         stratify: bool,
         #[serde(default)]
         test_size: Option<usize>,
+        /// Run only the first `folds` folds of each repeat (Galy-Fajou et al. ran MNIST on 2-3 of
+        /// its 10 folds); split index = repeat * folds + fold.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        folds: Option<usize>,
     },
     /// The dataset's own train/test files (one split).
     Fixed,
@@ -86,9 +90,12 @@ impl SplitProtocol {
                     return Err("test_size must be at least 1, found 0".into());
                 }
             }
-            SplitProtocol::Kfold { k, repeats, test_size, .. } => {
+            SplitProtocol::Kfold { k, repeats, test_size, folds, .. } => {
                 if *test_size == Some(0) {
                     return Err("test_size must be at least 1, found 0".into());
+                }
+                if folds.is_some_and(|f| f == 0 || f > *k) {
+                    return Err(format!("folds must be 1 to k = {k}, found {}", folds.unwrap_or(0)));
                 }
                 if *k < 2 {
                     return Err(format!("k must be at least 2, found {k}"));
@@ -121,10 +128,17 @@ impl SplitProtocol {
                 s.push(']');
                 s
             }
-            SplitProtocol::Kfold { k, repeats, stratify, test_size } => match test_size {
-                None => format!("kfold[k={k},repeats={repeats},stratify={stratify}]"),
-                Some(t) => format!("kfold[k={k},repeats={repeats},stratify={stratify},test_size={t}]"),
-            },
+            SplitProtocol::Kfold { k, repeats, stratify, test_size, folds } => {
+                let mut s = format!("kfold[k={k},repeats={repeats},stratify={stratify}");
+                if let Some(t) = test_size {
+                    s.push_str(&format!(",test_size={t}"));
+                }
+                if let Some(f) = folds {
+                    s.push_str(&format!(",folds={f}"));
+                }
+                s.push(']');
+                s
+            }
             SplitProtocol::Fixed => "fixed".into(),
             SplitProtocol::File { path } => format!("file[path={path}]"),
         }
@@ -134,7 +148,7 @@ impl SplitProtocol {
     pub fn n_splits_without_data(&self) -> Option<usize> {
         match self {
             SplitProtocol::Random { repeats, .. } => Some(*repeats),
-            SplitProtocol::Kfold { k, repeats, .. } => Some(k * repeats),
+            SplitProtocol::Kfold { k, repeats, folds, .. } => Some(folds.unwrap_or(*k) * repeats),
             SplitProtocol::Fixed => Some(1),
             SplitProtocol::File { .. } => None,
         }
@@ -145,7 +159,7 @@ impl SplitProtocol {
         self.validate().map_err(|m| self.error(data, m))?;
         match self {
             SplitProtocol::Random { repeats, .. } => Ok(*repeats),
-            SplitProtocol::Kfold { k, repeats, .. } => Ok(k * repeats),
+            SplitProtocol::Kfold { k, repeats, folds, .. } => Ok(folds.unwrap_or(*k) * repeats),
             SplitProtocol::Fixed => {
                 fixed_boundary(data).map_err(|m| self.error(data, m))?;
                 Ok(1)
@@ -211,7 +225,8 @@ pub fn make_splits(protocol: &SplitProtocol, data: &Dataset, seed: u64, project_
                 })
                 .collect())
         }
-        SplitProtocol::Kfold { k, repeats, stratify, test_size } => {
+        SplitProtocol::Kfold { k, repeats, stratify, test_size, folds } => {
+            let used = folds.unwrap_or(*k);
             if *k > n {
                 return Err(protocol.error(data, format!("k = {k} folds need at least {k} rows, found {n}")));
             }
@@ -225,14 +240,14 @@ pub fn make_splits(protocol: &SplitProtocol, data: &Dataset, seed: u64, project_
                 for (pos, &row) in order.iter().enumerate() {
                     fold_of[row] = pos % k;
                 }
-                for fold in 0..*k {
+                for fold in 0..used {
                     let (mut test, train): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| fold_of[i] == fold);
                     if let Some(cap) = test_size.filter(|&cap| cap < test.len()) {
                         // The fold's first rows in the shuffled order.
                         test = order.iter().copied().filter(|&row| fold_of[row] == fold).take(cap).collect();
                         test.sort_unstable();
                     }
-                    splits.push(Split { index: r * k + fold, train, test });
+                    splits.push(Split { index: r * used + fold, train, test });
                 }
             }
             Ok(splits)
@@ -526,21 +541,41 @@ mod tests {
     #[test]
     fn kfold_test_size_caps_each_test_fold_and_keeps_the_training_folds() {
         let d = data(&[30, 20]);
-        let full = make_splits(&SplitProtocol::Kfold { k: 5, repeats: 1, stratify: false, test_size: None }, &d, 3, root()).unwrap();
-        let capped = make_splits(&SplitProtocol::Kfold { k: 5, repeats: 1, stratify: false, test_size: Some(4) }, &d, 3, root()).unwrap();
+        let full =
+            make_splits(&SplitProtocol::Kfold { k: 5, repeats: 1, stratify: false, test_size: None, folds: None }, &d, 3, root()).unwrap();
+        let capped =
+            make_splits(&SplitProtocol::Kfold { k: 5, repeats: 1, stratify: false, test_size: Some(4), folds: None }, &d, 3, root())
+                .unwrap();
         for (f, c) in full.iter().zip(&capped) {
             assert_eq!(c.train, f.train, "training rows are the other folds, whole");
             assert_eq!(c.test.len(), 4);
             assert!(c.test.iter().all(|r| f.test.contains(r)), "the capped fold is part of the fold");
         }
-        assert!(SplitProtocol::Kfold { k: 5, repeats: 1, stratify: false, test_size: Some(0) }.validate().is_err());
+        assert!(SplitProtocol::Kfold { k: 5, repeats: 1, stratify: false, test_size: Some(0), folds: None }.validate().is_err());
+    }
+
+    #[test]
+    fn kfold_folds_runs_the_first_folds_of_the_full_partition() {
+        let d = data(&[30, 20]);
+        let all =
+            make_splits(&SplitProtocol::Kfold { k: 5, repeats: 2, stratify: false, test_size: None, folds: None }, &d, 3, root()).unwrap();
+        let p = SplitProtocol::Kfold { k: 5, repeats: 2, stratify: false, test_size: None, folds: Some(2) };
+        let some = make_splits(&p, &d, 3, root()).unwrap();
+        assert_eq!((some.len(), p.n_splits(&d, root()).unwrap(), p.n_splits_without_data()), (4, 4, Some(4)));
+        for (i, s) in some.iter().enumerate() {
+            let (r, fold) = (i / 2, i % 2);
+            assert_eq!(s.index, i, "indices stay contiguous");
+            assert_eq!((&s.train, &s.test), (&all[r * 5 + fold].train, &all[r * 5 + fold].test), "the same folds as k = 5 in full");
+        }
+        assert!(p.label().ends_with(",folds=2]"));
+        assert!(SplitProtocol::Kfold { k: 5, repeats: 1, stratify: false, test_size: None, folds: Some(6) }.validate().is_err());
     }
 
     #[test]
     fn kfold_each_row_tested_once_per_repeat() {
         let d = data(&[23, 11, 9]);
         for stratify in [false, true] {
-            let p = SplitProtocol::Kfold { k: 5, repeats: 2, stratify, test_size: None };
+            let p = SplitProtocol::Kfold { k: 5, repeats: 2, stratify, test_size: None, folds: None };
             let splits = make_splits(&p, &d, 11, root()).expect("splits");
             assert_eq!(splits.len(), 10);
             assert_eq!(p.n_splits(&d, root()).expect("n"), 10);
@@ -576,8 +611,10 @@ mod tests {
             assert_eq!(a[..], b[..3]);
             assert_eq!(a, make_splits(&random(0.7, 3, stratify), &d, 42, root()).expect("again"));
             assert_ne!(a, c);
-            let k1 = make_splits(&SplitProtocol::Kfold { k: 4, repeats: 1, stratify, test_size: None }, &d, 5, root()).expect("k1");
-            let k3 = make_splits(&SplitProtocol::Kfold { k: 4, repeats: 3, stratify, test_size: None }, &d, 5, root()).expect("k3");
+            let k1 =
+                make_splits(&SplitProtocol::Kfold { k: 4, repeats: 1, stratify, test_size: None, folds: None }, &d, 5, root()).expect("k1");
+            let k3 =
+                make_splits(&SplitProtocol::Kfold { k: 4, repeats: 3, stratify, test_size: None, folds: None }, &d, 5, root()).expect("k3");
             assert_eq!(k1[..], k3[..4]);
         }
     }
@@ -599,10 +636,10 @@ mod tests {
         assert_eq!(random(0.6, 50, false).label(), "random[train_fraction=0.6,repeats=50,stratify=false]");
         assert!(random(1.0, 5, false).validate().expect_err("fraction").contains("train_fraction"));
         assert!(random(0.5, 0, false).validate().expect_err("repeats").contains("repeats"));
-        let p = SplitProtocol::Kfold { k: 1, repeats: 1, stratify: false, test_size: None };
+        let p = SplitProtocol::Kfold { k: 1, repeats: 1, stratify: false, test_size: None, folds: None };
         assert!(p.validate().expect_err("k").contains("k must be at least 2"));
         assert_eq!(
-            SplitProtocol::Kfold { k: 10, repeats: 1, stratify: true, test_size: None }.label(),
+            SplitProtocol::Kfold { k: 10, repeats: 1, stratify: true, test_size: None, folds: None }.label(),
             "kfold[k=10,repeats=1,stratify=true]"
         );
         assert_eq!(SplitProtocol::Fixed.label(), "fixed");
@@ -611,7 +648,7 @@ mod tests {
     #[test]
     fn serde_from_yaml() {
         let p: SplitProtocol = serde_norway::from_str("protocol: kfold\nk: 5\n").expect("kfold");
-        assert_eq!(p, SplitProtocol::Kfold { k: 5, repeats: 1, stratify: false, test_size: None });
+        assert_eq!(p, SplitProtocol::Kfold { k: 5, repeats: 1, stratify: false, test_size: None, folds: None });
         let p: SplitProtocol =
             serde_norway::from_str("protocol: random\ntrain_fraction: 0.6\nrepeats: 50\ntrain_size: 300\n").expect("random");
         assert_eq!(p, SplitProtocol::Random { train_fraction: 0.6, repeats: 50, stratify: false, train_size: Some(300), test_size: None });
@@ -619,15 +656,15 @@ mod tests {
         assert_eq!(p, SplitProtocol::Fixed);
         let p: SplitProtocol = serde_norway::from_str("protocol: file\npath: splits/x.csv\n").expect("file");
         assert_eq!(p, SplitProtocol::File { path: "splits/x.csv".into() });
-        assert!(serde_norway::from_str::<SplitProtocol>("protocol: kfold\nk: 5\nfolds: 3\n").is_err());
+        assert!(serde_norway::from_str::<SplitProtocol>("protocol: kfold\nk: 5\nfold: 3\n").is_err(), "unknown fields are rejected");
     }
 
     #[test]
     fn write_read_round_trip_and_file_protocol() {
         let dir = tempfile::tempdir().expect("temp dir");
         let d = data(&[30, 20]);
-        let splits =
-            make_splits(&SplitProtocol::Kfold { k: 3, repeats: 2, stratify: true, test_size: None }, &d, 9, root()).expect("splits");
+        let splits = make_splits(&SplitProtocol::Kfold { k: 3, repeats: 2, stratify: true, test_size: None, folds: None }, &d, 9, root())
+            .expect("splits");
         let path = dir.path().join("sub/splits.csv");
         write_splits(&path, &splits).expect("write");
         assert_eq!(read_splits(&path, d.n()).expect("read"), splits);

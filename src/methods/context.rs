@@ -19,6 +19,29 @@ pub struct Budget {
     /// The method's outer iterations (hyper-parameter evaluations, sweeps, steps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iterations: Option<u64>,
+    /// The clock `seconds` and the trace's times read (default wall).
+    #[serde(default, skip_serializing_if = "TrainingClock::is_wall")]
+    pub clock: TrainingClock,
+}
+
+/// Which clock measures training time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrainingClock {
+    /// Elapsed time: what a user waits, but it stretches when other work shares the machine.
+    #[default]
+    Wall,
+    /// CPU time of the whole process, every thread: Galy-Fajou et al.'s and Villacampa-Calvo
+    /// & Hernandez-Lobato's measure (one BLAS thread, R's user time). Another process's load
+    /// does not consume it, so a budget run can share the machine; the spec must run its cells
+    /// one at a time, or other cells' threads would be charged to this one.
+    Cpu,
+}
+
+impl TrainingClock {
+    pub fn is_wall(&self) -> bool {
+        *self == TrainingClock::Wall
+    }
 }
 
 impl Budget {
@@ -78,15 +101,44 @@ impl Checkpoints {
 /// Scores a snapshot of the model (the runner's: test error, test NLL on the test split).
 pub type ScoreSnapshot<'a> = dyn Fn(&dyn Fitted, u64) -> Result<BTreeMap<String, f64>, String> + Sync + 'a;
 
-/// Training time: wall time since the fit started, less the time spent scoring checkpoints.
+/// Training time: time since the fit started on the chosen clock, less the time spent
+/// scoring checkpoints and in `off_clock` work.
 struct Clock {
+    kind: TrainingClock,
     start: Instant,
+    start_cpu: cpu_time::ProcessTime,
     paused: Mutex<Duration>,
 }
 
 impl Clock {
+    fn new() -> Self {
+        Clock {
+            kind: TrainingClock::Wall,
+            start: Instant::now(),
+            start_cpu: cpu_time::ProcessTime::now(),
+            paused: Mutex::new(Duration::ZERO),
+        }
+    }
+
+    /// Time since the start on this clock, pauses included.
+    fn elapsed(&self) -> Duration {
+        match self.kind {
+            TrainingClock::Wall => self.start.elapsed(),
+            TrainingClock::Cpu => self.start_cpu.elapsed(),
+        }
+    }
+
     fn training_seconds(&self) -> f64 {
-        (self.start.elapsed() - *self.paused.lock().expect("clock lock")).as_secs_f64()
+        self.elapsed().saturating_sub(*self.paused.lock().expect("clock lock")).as_secs_f64()
+    }
+
+    /// Run `f` and leave the time it took out of training time.
+    fn pause<T>(&self, f: impl FnOnce() -> T) -> T {
+        let paused_at = self.elapsed();
+        let out = f();
+        let took = self.elapsed().saturating_sub(paused_at);
+        *self.paused.lock().expect("clock lock") += took;
+        out
     }
 }
 
@@ -107,18 +159,11 @@ pub struct FitContext<'a> {
 
 impl<'a> FitContext<'a> {
     pub fn new(rng: &'a mut Pcg64, deadline: Option<Instant>) -> Self {
-        FitContext {
-            rng,
-            deadline,
-            source: None,
-            clock: Clock { start: Instant::now(), paused: Mutex::new(Duration::ZERO) },
-            budget: None,
-            trace: Mutex::new(Vec::new()),
-            checkpoints: None,
-        }
+        FitContext { rng, deadline, source: None, clock: Clock::new(), budget: None, trace: Mutex::new(Vec::new()), checkpoints: None }
     }
 
     pub fn with_budget(mut self, budget: Option<Budget>) -> Self {
+        self.clock.kind = budget.map(|b| b.clock).unwrap_or_default();
         self.budget = budget;
         self
     }
@@ -179,10 +224,7 @@ impl<'a> FitContext<'a> {
     /// Run `f` with the training clock paused (work the method does for the record, not for
     /// the fit: a final full-data ELBO).
     pub fn off_clock<T>(&self, f: impl FnOnce() -> T) -> T {
-        let paused_at = Instant::now();
-        let out = f();
-        *self.clock.paused.lock().expect("clock lock") += paused_at.elapsed();
-        out
+        self.clock.pause(f)
     }
 
     /// Whether iteration `iter` is scheduled for a checkpoint (cheap: a method asks before it
@@ -218,10 +260,10 @@ impl<'a> FitContext<'a> {
             return Ok(());
         }
         let time = self.training_seconds();
-        let paused_at = Instant::now();
-        let objective = objective();
-        let scored = snapshot().map_err(|e| e.to_string()).and_then(|model| score(model.as_ref(), iter));
-        *self.clock.paused.lock().expect("clock lock") += paused_at.elapsed();
+        let (objective, scored) = self.clock.pause(|| {
+            let objective = objective();
+            (objective, snapshot().map_err(|e| e.to_string()).and_then(|model| score(model.as_ref(), iter)))
+        });
         let scored = scored.map_err(|e| FitError::Numerical(format!("checkpoint at iteration {iter}: {e}")))?;
         let mut trace = self.trace.lock().expect("trace lock");
         let iter = iter as usize;
@@ -257,13 +299,13 @@ mod tests {
     #[test]
     fn an_iteration_budget_stops_at_its_count_and_a_budget_needs_a_limit() {
         let mut rng = <Pcg64 as rand::SeedableRng>::seed_from_u64(1);
-        let ctx = FitContext::new(&mut rng, None).with_budget(Some(Budget { seconds: None, iterations: Some(3) }));
+        let ctx = FitContext::new(&mut rng, None).with_budget(Some(Budget { iterations: Some(3), ..Budget::default() }));
         assert_eq!(ctx.budget_stop(2), None);
         assert_eq!(ctx.budget_stop(3), Some(StopReason::BudgetIterations));
         assert!(Budget::default().validate().is_err());
-        assert!(Budget { seconds: Some(f64::INFINITY), iterations: None }.validate().is_err());
+        assert!(Budget { seconds: Some(f64::INFINITY), ..Budget::default() }.validate().is_err());
         let mut rng = <Pcg64 as rand::SeedableRng>::seed_from_u64(1);
-        let ctx = FitContext::new(&mut rng, None).with_budget(Some(Budget { seconds: Some(1e-9), iterations: None }));
+        let ctx = FitContext::new(&mut rng, None).with_budget(Some(Budget { seconds: Some(1e-9), ..Budget::default() }));
         std::thread::sleep(Duration::from_millis(1));
         assert_eq!(ctx.budget_stop(1), Some(StopReason::BudgetSeconds));
     }

@@ -17,7 +17,7 @@ pub mod svgp;
 pub mod vbmnp;
 pub mod vbmnp_sparse;
 
-pub use context::{Budget, CheckpointGrid, Checkpoints, FitContext, ScoreSnapshot};
+pub use context::{Budget, CheckpointGrid, Checkpoints, FitContext, ScoreSnapshot, TrainingClock};
 pub use contract::{Diagnostics, Evidence, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape, StopReason};
 
 use crate::kernels::{KernelSet, SqExp};

@@ -99,7 +99,7 @@ fn columns(spec: &TableSpec, methods: &[String], cells: &[CellRecord]) -> Vec<(S
 /// `scored: false` are compared and shown but not scored.
 fn compare<'a>(spec: &'a TableSpec, cells: &[CellRecord], aggregates: &BTreeMap<GroupKey, Aggregate>) -> Vec<Comparison<'a>> {
     let mut out = Vec::new();
-    for paper in spec.paper.iter().filter(|p| !spec.paper_only.contains(&p.method)) {
+    for paper in spec.paper.iter().filter(|p| !spec.paper_only.contains(&p.method) && !spec.paper_only_datasets.contains_key(&p.dataset)) {
         for method in std::iter::once(&paper.method).chain(&paper.also) {
             let mut run_settings: Vec<&str> = Vec::new();
             for c in cells.iter().filter(|c| &c.method == method) {
@@ -199,11 +199,12 @@ fn cell_view(
     view
 }
 
-/// A column of a method this harness does not run: the paper's number alone.
-fn paper_only_view(paper: Option<&PaperValue>) -> CellView {
+/// A column of a method (or a row of a data set) this harness does not run: the paper's number
+/// alone, and why.
+fn paper_only_view(paper: Option<&PaperValue>, why: &str) -> CellView {
     CellView {
         class: "paperonly",
-        run: "not run".into(),
+        run: why.into(),
         n: String::new(),
         evidence: None,
         paper: paper.map(|p| format!("{}{}", mean_sd(p.mean, p.sd), p.n.map(|n| format!(" (n = {n})")).unwrap_or_default())),
@@ -243,8 +244,28 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
                 })
                 .chain(spec.paper_only.iter().map(|method| {
                     let paper = spec.paper.iter().find(|p| &p.dataset == dataset && &p.method == method && &p.metric == metric);
-                    paper_only_view(paper)
+                    paper_only_view(paper, "not run")
                 }))
+                .collect();
+            rows.push(RowView {
+                dataset: dataset.clone(),
+                dataset_rowspan: if i == 0 { spec.metrics.len() } else { 0 },
+                metric: metric.clone(),
+                metric_label: metric_label(metric),
+                cells,
+            });
+        }
+    }
+
+    for (dataset, why) in &spec.paper_only_datasets {
+        for (i, metric) in spec.metrics.iter().enumerate() {
+            let cells = columns
+                .iter()
+                .map(|(method, _)| method)
+                .chain(&spec.paper_only)
+                .map(|method| {
+                    paper_only_view(spec.paper.iter().find(|p| &p.dataset == dataset && &p.method == method && &p.metric == metric), why)
+                })
                 .collect();
             rows.push(RowView {
                 dataset: dataset.clone(),
@@ -298,7 +319,11 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
         matched: comparisons.iter().filter(|c| c.scored && c.matched()).count(),
         // Every scored published number, also one without a single comparison (a gridded
         // entry named without its setting), which then counts as not reproduced.
-        compared: spec.paper.iter().filter(|p| p.scored && !spec.paper_only.contains(&p.method)).count(),
+        compared: spec
+            .paper
+            .iter()
+            .filter(|p| p.scored && !spec.paper_only.contains(&p.method) && !spec.paper_only_datasets.contains_key(&p.dataset))
+            .count(),
         note: match (&spec.paired_with, &spec.note) {
             (Some(base), note) => Some(format!(
                 "Paired with {base}: every entry is the per-split difference (column minus {base}), mean ± sd over the splits both have; \"> 0 on k\" counts the splits where it is positive.{}",

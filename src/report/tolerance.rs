@@ -23,6 +23,10 @@ pub fn within_tolerance(rule: &ToleranceRule, paper: &PaperValue, run: &Aggregat
             }
             None => (rel * paper.mean.abs(), format!("±{}% (paper gives no sd)", short(rel * 100.0))),
         },
+        ToleranceRule::Spread { k, floor } => match paper.sd.filter(|sd| sd.is_finite() && *sd >= 0.0) {
+            Some(sd) if k * sd > floor => (k * sd, format!("{}·sd", short(k))),
+            _ => (floor, format!("±{}", short(floor))),
+        },
         ToleranceRule::Relative { rel } => (rel * paper.mean.abs(), format!("±{}%", short(rel * 100.0))),
         ToleranceRule::Absolute { abs } => (abs, format!("±{}", short(abs))),
     };
@@ -40,6 +44,11 @@ pub fn describe(rule: &ToleranceRule) -> String {
             if floor > 0.0 { format!(", and never below ±{} (the paper's rounding)", short(floor)) } else { String::new() },
             short(rel * 100.0),
             k = short(k)
+        ),
+        ToleranceRule::Spread { k, floor } => format!(
+            "{k}·sd: |run − paper| ≤ max({k}·sd_paper, {f}), the paper's spread over its splits (±{f} where it gives none).",
+            k = short(k),
+            f = short(floor)
         ),
         ToleranceRule::Relative { rel } => format!("±{}%: |run − paper| ≤ {}·|paper|.", short(rel * 100.0), short(rel)),
         ToleranceRule::Absolute { abs } => format!("±{a}: |run − paper| ≤ {a}.", a = short(abs)),
@@ -135,6 +144,23 @@ mod tests {
         // Where 3 SE is wider, it decides.
         let wide = paper(0.33, Some(0.1), Some(20));
         assert_eq!(within_tolerance(&rule, &wide, &run(0.33, 0.1, 20)).2, "3·SE");
+    }
+
+    #[test]
+    fn the_spread_rule_takes_k_paper_sds_or_its_floor_whichever_is_wider() {
+        // Galy-Fajou et al.'s criterion on error: max(2 sd, 0.02); Vehicle's SC-MGPC 0.27 +- 0.07.
+        let rule = ToleranceRule::Spread { k: 2.0, floor: 0.02 };
+        let p = paper(0.27, Some(0.07), Some(10));
+        let (ok, tol, label) = within_tolerance(&rule, &p, &run(0.40, 0.01, 10));
+        assert!(ok && (tol - 0.14).abs() < 1e-15 && label == "2·sd", "{tol} {label}");
+        assert!(!within_tolerance(&rule, &p, &run(0.42, 0.0, 10)).0);
+        // The run's own spread and n do not widen it (it is not a standard-error rule).
+        assert!(!within_tolerance(&rule, &p, &run(0.42, 5.0, 2)).0);
+        // sd 0.00 printed: the floor decides.
+        let tight = paper(0.03, Some(0.0), Some(10));
+        assert_eq!(within_tolerance(&rule, &tight, &run(0.049, 0.0, 10)).1, 0.02);
+        assert!(!within_tolerance(&rule, &tight, &run(0.051, 0.0, 10)).0);
+        assert!(within_tolerance(&rule, &paper(0.03, None, None), &run(0.05, 0.0, 10)).0);
     }
 
     #[test]

@@ -13,6 +13,6 @@ pub mod natgrad;
 pub mod projection;
 
 pub use adam::{Adam, LearningRate};
-pub use inducing::{class_weighted_inducing, initial_inducing, InducingInit};
+pub use inducing::{class_weighted_inducing, inducing_sets, initial_kernels, InducingInit};
 pub use minibatch::Minibatches;
 pub use natgrad::NaturalGaussian;

@@ -509,6 +509,13 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
                     if let Some(Err(e)) = entry.budget.as_ref().map(crate::methods::Budget::validate) {
                         err(format!("{where_}.budget"), Some("budget"), e);
                     }
+                    if entry.budget.is_some_and(|b| b.clock == crate::methods::TrainingClock::Cpu) && !raw.one_cell_at_a_time {
+                        err(
+                            format!("{where_}.budget.clock"),
+                            Some("clock"),
+                            "cpu charges the whole process's CPU time to the cell, so the spec needs `one_cell_at_a_time: true`".into(),
+                        );
+                    }
                     if let Some(Err(e)) = entry.checkpoints.as_ref().map(crate::methods::Checkpoints::validate) {
                         err(format!("{where_}.checkpoints"), Some("checkpoints"), e);
                     }
@@ -587,6 +594,13 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
                 );
             }
         }
+        for d in t.paper_only_datasets.keys().filter(|d| raw.datasets.contains(d)) {
+            err(
+                format!("{at}.paper_only_datasets.{d}"),
+                Some(d),
+                format!("\"{d}\" is a dataset of this spec; paper_only_datasets is for data sets it does not run"),
+            );
+        }
         for (k, p) in t.paper.iter().enumerate() {
             if !names.contains(&p.method) && !t.paper_only.contains(&p.method) {
                 let known: Vec<String> = names.iter().chain(&t.paper_only).cloned().collect();
@@ -596,8 +610,12 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
                     format!("no method entry or paper_only column named \"{}\"{}", p.method, suggest(&p.method, &known)),
                 );
             }
-            if !raw.datasets.contains(&p.dataset) {
-                err(format!("{at}.paper[{k}].dataset"), Some(&p.dataset), format!("\"{}\" is not a dataset of this spec", p.dataset));
+            if !raw.datasets.contains(&p.dataset) && !t.paper_only_datasets.contains_key(&p.dataset) {
+                err(
+                    format!("{at}.paper[{k}].dataset"),
+                    Some(&p.dataset),
+                    format!("\"{}\" is neither a dataset of this spec nor one of the table's paper_only_datasets", p.dataset),
+                );
             }
             for (j, a) in p.also.iter().enumerate() {
                 if !names.contains(a) {

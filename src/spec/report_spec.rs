@@ -1,6 +1,7 @@
 //! The spec's description of what to render: tables (with the paper's published
 //! numbers beside this run's) and figures.
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// A table: rows are (dataset, metric), columns are method entries. Each cell shows
 /// this run's mean ± sd over splits next to the paper's value when one is given.
@@ -27,6 +28,10 @@ pub struct TableSpec {
     /// baselines): shown with the paper's numbers only, never scored.
     #[serde(default)]
     pub paper_only: Vec<String>,
+    /// Rows of data sets the paper reports and this harness cannot run, each with the reason
+    /// (e.g. "data not available offline"): shown with the paper's numbers, never scored.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub paper_only_datasets: BTreeMap<String, String>,
     /// Show every entry as the per-split difference from this method entry (mean +- sd over
     /// the splits both have, and on how many the difference is positive): paired comparisons
     /// such as Chai's Figure 2. Paper values are then compared with those differences.
@@ -86,6 +91,14 @@ pub enum ToleranceRule {
         #[serde(default = "default_rel")]
         rel: f64,
         #[serde(default, skip_serializing_if = "is_zero")]
+        floor: f64,
+    },
+    /// |run - paper| <= max(k * sd_paper, floor): a published spread over folds as the scale
+    /// (Galy-Fajou et al.'s success criterion, 2 sd with floors 0.02 error and 0.05 NLL);
+    /// `floor` alone where the paper gives no sd.
+    Spread {
+        k: f64,
+        #[serde(default)]
         floor: f64,
     },
     /// |run - paper| <= rel * |paper|.

@@ -68,9 +68,6 @@ fn d_adam_lr() -> LearningRate {
 fn d_max_iters() -> u64 {
     250
 }
-fn is_kernel_init(v: &LengthscaleInit) -> bool {
-    *v == LengthscaleInit::Kernel
-}
 fn d_retries() -> u32 {
     30
 }
@@ -112,9 +109,10 @@ pub struct EpParams {
     /// Whether Z moves with the kernels.
     #[serde(default = "d_true")]
     pub learn_inducing: bool,
-    /// `kernel` (default) or `median_inducing`: every length-scale starts at the median
-    /// pairwise distance of class 1's initial inducing inputs.
-    #[serde(default, skip_serializing_if = "is_kernel_init")]
+    /// `kernel` (default), `median_inducing` (every length-scale at the median pairwise
+    /// distance of class 1's initial inducing inputs) or `median_training` (of at most 10,000
+    /// training inputs).
+    #[serde(default, skip_serializing_if = "LengthscaleInit::is_kernel")]
     pub lengthscale_init: LengthscaleInit,
     /// `full` (batch EP, the tables) or a minibatch size.
     #[serde(default = "d_batch")]

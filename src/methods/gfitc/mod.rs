@@ -15,7 +15,7 @@ use crate::kernels::KernelSet;
 use crate::methods::optimize::minimize_lbfgs;
 use crate::methods::{Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Method, Problem, ProblemShape, StopReason};
 use crate::scalable::argmax_model::{ArgmaxClass, ArgmaxModel};
-use crate::scalable::{initial_inducing, InducingInit};
+use crate::scalable::{inducing_sets, InducingInit};
 use fitc::ClassFitc;
 use inner::InnerSettings;
 use ndarray::Array2;
@@ -206,10 +206,7 @@ impl Method for Gfitc {
         let n = x.nrows();
         let mut init_rng = Pcg64::seed_from_u64(ctx.rng.next_u64());
         let m = p.inducing_for(n);
-        let zs = (0..c)
-            .map(|_| initial_inducing(x, y, c, m, &p.inducing_init, &mut init_rng).map(|(z, _)| z))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(FitError::Unsupported)?;
+        let (zs, _) = inducing_sets(x, y, c, m, &p.inducing_init, true, &mut init_rng).map_err(FitError::Unsupported)?;
         let shapes: Vec<(usize, usize)> = zs.iter().map(|z| z.dim()).collect();
         let mut theta0 = kernels.log_params();
         zs.iter().for_each(|z| theta0.extend(z.iter().copied()));

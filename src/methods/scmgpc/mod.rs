@@ -33,6 +33,7 @@ pub use predict::PredictRule;
 
 use crate::kernels::KernelSet;
 use crate::methods::{FitContext, FitError, Fitted, HyperPolicy, Method, Problem, ProblemShape};
+use crate::scalable::inducing::LengthscaleInit;
 pub use crate::scalable::minibatch::{Batch, BatchName};
 use crate::scalable::LearningRate;
 use serde::{Deserialize, Serialize};
@@ -137,6 +138,11 @@ pub struct ScmgpcParams {
     /// `true`, the whitened q(v) (u = L v), as svgp's default.
     #[serde(default)]
     pub whiten: bool,
+    /// `kernel` (default: as the spec gives it), `median_training` (the authors': every
+    /// length-scale at the median pairwise distance of at most 10,000 training inputs, notes
+    /// §5.4) or `median_inducing`.
+    #[serde(default, skip_serializing_if = "LengthscaleInit::is_kernel")]
+    pub lengthscale_init: LengthscaleInit,
 }
 
 impl ScmgpcParams {

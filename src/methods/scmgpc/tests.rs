@@ -262,7 +262,7 @@ fn one_svi_step_with_all_rows_and_rho_one_is_one_cavi_sweep() {
     );
     let run = |settings: serde_json::Value, steps: u64| {
         let mut rng = Pcg64::seed_from_u64(11);
-        let mut ctx = FitContext::new(&mut rng, None).with_budget(Some(Budget { seconds: None, iterations: Some(steps) }));
+        let mut ctx = FitContext::new(&mut rng, None).with_budget(Some(Budget { iterations: Some(steps), ..Budget::default() }));
         let fitted = method(settings).fit(&problem, &kernels, HyperPolicy::Fixed, &mut ctx).unwrap();
         let p = fitted.predict(&xt, &mut Pcg64::seed_from_u64(1)).unwrap();
         (p.probs, fitted.evidence().unwrap().value)
@@ -390,7 +390,7 @@ fn a_fit_separates_blobs() {
     let problem = Problem { x: &x, y: &y, n_classes: 3 };
     let kernels = KernelSet::shared_se(&SqExp { log_variance: 0.0, log_lengthscales: vec![0.0], learn_variance: true });
     let mut rng = Pcg64::seed_from_u64(15);
-    let mut ctx = FitContext::new(&mut rng, None).with_budget(Some(Budget { seconds: None, iterations: Some(30) }));
+    let mut ctx = FitContext::new(&mut rng, None).with_budget(Some(Budget { iterations: Some(30), ..Budget::default() }));
     let m = method(serde_json::json!({ "inducing": 10, "batch": "full", "hyper_every": 1, "adam_lr": 0.05 }));
     let fitted = m.fit(&problem, &kernels, HyperPolicy::Learn, &mut ctx).unwrap();
     let p = fitted.predict(&x, &mut rng).unwrap();
