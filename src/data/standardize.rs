@@ -49,12 +49,31 @@ impl Standardizer {
         }
         out
     }
+
+    /// Back to the data's own units: x * scale + mean, column by column.
+    pub fn inverse_transform(&self, x: &Array2<f64>) -> Array2<f64> {
+        assert_eq!(x.ncols(), self.mean.len(), "Standardizer fitted on {} columns applied to {} columns", self.mean.len(), x.ncols());
+        let mut out = x.clone();
+        for (j, mut col) in out.axis_iter_mut(Axis(1)).enumerate() {
+            let (m, s) = (self.mean[j], self.scale[j]);
+            col.mapv_inplace(|v| v * s + m);
+        }
+        out
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use ndarray::array;
+
+    #[test]
+    fn inverse_transform_undoes_transform() {
+        let x = array![[1.0, 10.0], [2.0, 30.0], [4.0, 20.0]];
+        let s = Standardizer::fit(&x);
+        let back = s.inverse_transform(&s.transform(&x));
+        assert!(back.iter().zip(x.iter()).all(|(a, b)| (a - b).abs() < 1e-12), "{back}");
+    }
 
     #[test]
     fn training_columns_get_mean_zero_sd_one() {

@@ -129,6 +129,12 @@ pub trait Fitted: Send + Sync {
         prediction.class_value_sums(y_test)
     }
 
+    /// The inducing inputs of a sparse model, one set per class or one shared (none for a
+    /// dense one), in the training inputs' units: the runner records them with a decision grid.
+    fn inducing_inputs(&self) -> Vec<Array2<f64>> {
+        Vec::new()
+    }
+
     /// What dependent cells may take from this one; by default the kernels' named log-parameters.
     fn handoff(&self) -> Handoff {
         Handoff::of_kernels(&self.kernels())

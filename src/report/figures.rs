@@ -18,6 +18,7 @@ mod curves;
 mod distributions;
 mod errorbar;
 mod heatmap;
+mod regions;
 mod scatter;
 mod trace;
 
@@ -70,6 +71,7 @@ pub fn draw(spec: &FigureSpec, input: &ReportInput) -> Result<Drawn, String> {
         FigureKind::Trace => trace(spec, input, &mut notes)?,
         FigureKind::Curve => curves::curve(spec, input, &mut notes)?,
         FigureKind::Heatmap => heatmap(spec, input, &mut notes)?,
+        FigureKind::DecisionRegions => regions::decision_regions(spec, input, &mut notes)?,
     };
     let svg = match plot {
         Plot::Svg(svg) => svg,

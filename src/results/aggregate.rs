@@ -123,6 +123,7 @@ mod tests {
             numerics: None,
             data_hash: None,
             timed_out: false,
+            decision_grid: None,
         }
     }
 

@@ -8,5 +8,5 @@ pub mod store;
 
 pub use aggregate::{aggregate, paired_aggregate, Aggregate, GroupKey};
 pub use manifest::Manifest;
-pub use record::{CellRecord, EvidenceKind, Handoff, Status, TracePoint};
+pub use record::{CellRecord, DecisionGrid, EvidenceKind, Handoff, Status, TracePoint};
 pub use store::{write_atomic, ExperimentLock, Store, StoreError};

@@ -93,10 +93,40 @@ pub struct CellRecord {
     /// A failure by `timeout_seconds`: machine-dependent, so retried by the next run.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub timed_out: bool,
+    /// The predicted class over a grid of a 2-D input space and the learned inducing inputs
+    /// (`decision_grid:` of the method entry), for decision-region figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_grid: Option<DecisionGrid>,
     #[serde(with = "super::nonfinite::scalar")]
     pub wall_seconds: f64,
     #[serde(with = "super::nonfinite::scalar")]
     pub cpu_seconds: f64,
+}
+
+/// A 2-D classifier's decision regions, in the data's own units (before standardisation).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecisionGrid {
+    /// The box: x from `x[0]` to `x[1]`, y likewise; `n` points per side, ends included.
+    pub x: [f64; 2],
+    pub y: [f64; 2],
+    pub n: usize,
+    /// The most probable class at each point, row by row from (x[0], y[0]) with x running
+    /// fastest, one character per point ('0'-'9', then 'a'-'z'): 10,000 points in 10 kB.
+    pub labels: String,
+    /// The learned inducing inputs, one set per class or one shared, as (x, y) pairs.
+    pub inducing: Vec<Vec<[f64; 2]>>,
+}
+
+impl DecisionGrid {
+    /// The class at grid point (i, j) (x index i, y index j).
+    pub fn class_at(&self, i: usize, j: usize) -> Option<usize> {
+        self.labels.as_bytes().get(j * self.n + i).and_then(|&b| (b as char).to_digit(36)).map(|d| d as usize)
+    }
+
+    /// Grid coordinate k (0..n) on the axis [lo, hi].
+    pub fn coordinate(range: [f64; 2], n: usize, k: usize) -> f64 {
+        range[0] + (range[1] - range[0]) * k as f64 / (n.max(2) - 1) as f64
+    }
 }
 
 impl Handoff {

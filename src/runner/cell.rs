@@ -1,11 +1,11 @@
 //! Running one cell: build the training problem from its split, fit, predict the test
 //! rows and score them. The method never sees test labels.
-use super::Prepared;
+use super::{Prepared, SplitData};
 use crate::kernels::KernelSet;
 use crate::linalg::argmax;
 use crate::methods::{self, FitContext, Fitted, Prediction, Problem};
-use crate::results::{CellRecord, EvidenceKind, Handoff, Status, TracePoint};
-use crate::spec::{Cell, HyperSpec, Spec};
+use crate::results::{CellRecord, DecisionGrid, EvidenceKind, Handoff, Status, TracePoint};
+use crate::spec::{Cell, DecisionGridSpec, HyperSpec, Spec};
 use rand::SeedableRng;
 use rand_pcg::Pcg64;
 use std::collections::BTreeMap;
@@ -13,6 +13,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 struct Outcome {
+    decision_grid: Option<DecisionGrid>,
     metrics: BTreeMap<String, f64>,
     evidence_kind: Option<EvidenceKind>,
     hyperparameters: BTreeMap<String, f64>,
@@ -56,6 +57,7 @@ pub fn run_cell(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&C
         numerics: Some(cell.numerics.clone()),
         data_hash: Some(cell.data_hash.clone()),
         timed_out: false,
+        decision_grid: None,
     };
     match result {
         Ok(o) => {
@@ -65,6 +67,7 @@ pub fn run_cell(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&C
             record.diagnostics = o.diagnostics;
             record.trace = o.trace;
             record.handoff = o.handoff;
+            record.decision_grid = o.decision_grid;
         }
         Err(CellFailure { message, timed_out }) => {
             record.status = Status::Failed;
@@ -199,8 +202,13 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
             metrics.insert("log_evidence_se".into(), se);
         }
     }
+    let decision_grid = match cell.entry.decision_grid {
+        Some(g) => Some(decision_grid(&g, fitted.as_ref(), &split_data, cell.seed)?),
+        None => None,
+    };
     let fitted_kernels = fitted.kernels();
     Ok(Outcome {
+        decision_grid,
         metrics,
         evidence_kind: evidence.map(|e| e.kind),
         hyperparameters: fitted_kernels.natural_params().into_iter().collect(),
@@ -208,6 +216,55 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
         trace,
         handoff: fitted.handoff(),
     })
+}
+
+/// The fitted model's most probable class on the spec's grid over a 2-D input space (the
+/// training inputs' box by default), and its inducing inputs, in the data's own units.
+fn decision_grid(spec: &DecisionGridSpec, model: &dyn Fitted, data: &SplitData, seed: u64) -> Result<DecisionGrid, CellFailure> {
+    let raw_train = match &data.scaler {
+        Some(s) => s.inverse_transform(&data.x_train),
+        None => data.x_train.clone(),
+    };
+    if raw_train.ncols() != 2 {
+        return Err(format!("decision_grid needs 2-D inputs, this data set has {}", raw_train.ncols()).into());
+    }
+    let bounds = |col: usize| {
+        let v = raw_train.column(col);
+        [v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(f64::NEG_INFINITY, f64::max)]
+    };
+    let (x, y, n) = (spec.x.unwrap_or_else(|| bounds(0)), spec.y.unwrap_or_else(|| bounds(1)), spec.n);
+    let points = ndarray::Array2::from_shape_fn((n * n, 2), |(k, d)| {
+        if d == 0 {
+            DecisionGrid::coordinate(x, n, k % n)
+        } else {
+            DecisionGrid::coordinate(y, n, k / n)
+        }
+    });
+    let points = match &data.scaler {
+        Some(s) => s.transform(&points),
+        None => points,
+    };
+    // Its own draws (a Monte Carlo predictive), so the grid never moves the cell's numbers.
+    let mut rng = Pcg64::seed_from_u64(seed ^ 0xD1B5_4A32_D192_ED03);
+    let probs = model.predict_proba(&points, &mut rng)?;
+    let labels = probs
+        .rows()
+        .into_iter()
+        .map(|row| char::from_digit(argmax(row.as_slice().expect("standard layout")) as u32, 36))
+        .collect::<Option<String>>()
+        .ok_or_else(|| CellFailure::from("decision_grid: at most 36 classes".to_string()))?;
+    let inducing = model
+        .inducing_inputs()
+        .into_iter()
+        .map(|z| {
+            let z = match &data.scaler {
+                Some(s) => s.inverse_transform(&z),
+                None => z,
+            };
+            z.rows().into_iter().map(|r| [r[0], r[1]]).collect()
+        })
+        .collect();
+    Ok(DecisionGrid { x, y, n, labels, inducing })
 }
 
 /// The kernels with a source cell's hyper-parameters: by name where the source names them,
@@ -268,6 +325,65 @@ pub fn score(prediction: &Prediction, y: &[usize]) -> BTreeMap<String, f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::methods::{Diagnostics, Evidence, FitError};
+    use ndarray::{array, Array2};
+
+    /// Class 1 where the raw first input is above 1, else class 0; its inducing inputs are the
+    /// standardised points (0, 0) and (1, 1). It sees standardised inputs, as fitted models do.
+    struct Threshold {
+        scaler: crate::data::Standardizer,
+    }
+
+    impl Fitted for Threshold {
+        fn predict(&self, x: &Array2<f64>, _rng: &mut Pcg64) -> Result<Prediction, FitError> {
+            let raw = self.scaler.inverse_transform(x);
+            Ok(Prediction::new(Array2::from_shape_fn((x.nrows(), 2), |(i, c)| if (raw[[i, 0]] > 1.0) == (c == 1) { 0.9 } else { 0.1 })))
+        }
+        fn evidence(&self) -> Option<Evidence> {
+            None
+        }
+        fn kernels(&self) -> KernelSet {
+            crate::testing::se_ard_plus_white(2, 1, 0.1)
+        }
+        fn diagnostics(&self) -> Diagnostics {
+            Diagnostics::default()
+        }
+        fn inducing_inputs(&self) -> Vec<Array2<f64>> {
+            vec![array![[0.0, 0.0], [1.0, 1.0]]]
+        }
+    }
+
+    #[test]
+    fn a_decision_grid_is_in_the_datas_units() {
+        // Raw training inputs x in [0, 4], y in [10, 30].
+        let raw = array![[0.0, 10.0], [4.0, 30.0], [2.0, 20.0], [1.0, 15.0]];
+        let scaler = crate::data::Standardizer::fit(&raw);
+        let data = SplitData {
+            x_train: scaler.transform(&raw),
+            y_train: vec![0, 1, 1, 0],
+            x_test: raw.clone(),
+            y_test: vec![],
+            scaler: Some(scaler.clone()),
+        };
+        let model = Threshold { scaler: scaler.clone() };
+        let g = decision_grid(&DecisionGridSpec { n: 5, x: None, y: None }, &model, &data, 1).unwrap_or_else(|e| panic!("{}", e.message));
+        // The box is the raw training box; x = 0, 1, 2, 3, 4: class 1 from x = 2 on, every row.
+        assert_eq!((g.x, g.n), ([0.0, 4.0], 5));
+        assert!((g.y[0] - 10.0).abs() < 1e-12 && (g.y[1] - 30.0).abs() < 1e-12, "{:?}", g.y);
+        assert_eq!(g.labels, "00111".repeat(5));
+        // Inducing inputs back in raw units: standardised (0, 0) is the mean (1.75, 18.75) and
+        // (1, 1) the mean plus one sd.
+        let (mean, sd) = ([1.75, 18.75], &scaler.scale);
+        assert_eq!(g.inducing[0][0], mean);
+        assert!((g.inducing[0][1][0] - (mean[0] + sd[0])).abs() < 1e-12 && (g.inducing[0][1][1] - (mean[1] + sd[1])).abs() < 1e-12);
+        // A given box is used as is; 3-D data is refused.
+        let g = decision_grid(&DecisionGridSpec { n: 3, x: Some([-1.0, 3.0]), y: Some([0.0, 1.0]) }, &model, &data, 1)
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(g.labels, "001".repeat(3));
+        let three =
+            SplitData { x_train: Array2::zeros((2, 3)), y_train: vec![0, 1], x_test: Array2::zeros((0, 3)), y_test: vec![], scaler: None };
+        assert!(decision_grid(&DecisionGridSpec { n: 3, x: None, y: None }, &model, &three, 1).is_err());
+    }
 
     #[test]
     fn score_counts_errors_and_sums_log_probabilities() {

@@ -87,6 +87,8 @@ pub struct SplitData {
     pub y_train: Vec<usize>,
     pub x_test: ndarray::Array2<f64>,
     pub y_test: Vec<usize>,
+    /// The training statistics the inputs were standardised with (none: raw inputs).
+    pub scaler: Option<crate::data::Standardizer>,
 }
 
 type SplitCache = std::sync::Mutex<BTreeMap<(String, usize), std::sync::Weak<SplitData>>>;
@@ -103,13 +105,13 @@ impl Prepared {
         let data = &self.datasets[dataset];
         let split = &self.splits[dataset][split];
         let (train, test) = (data.subset(&split.train), data.subset(&split.test));
-        let (x_train, x_test) = if standardize {
+        let (x_train, x_test, scaler) = if standardize {
             let s = crate::data::Standardizer::fit(&train.x);
-            (s.transform(&train.x), s.transform(&test.x))
+            (s.transform(&train.x), s.transform(&test.x), Some(s))
         } else {
-            (train.x, test.x)
+            (train.x, test.x, None)
         };
-        let shared = std::sync::Arc::new(SplitData { x_train, y_train: train.y, x_test, y_test: test.y });
+        let shared = std::sync::Arc::new(SplitData { x_train, y_train: train.y, x_test, y_test: test.y, scaler });
         cache.retain(|_, w| w.strong_count() > 0);
         cache.insert(key, std::sync::Arc::downgrade(&shared));
         shared

@@ -103,6 +103,10 @@ impl Fitted for ArgmaxModel {
         self.kernels.clone()
     }
 
+    fn inducing_inputs(&self) -> Vec<Array2<f64>> {
+        self.classes.iter().map(|c| c.z.clone()).collect()
+    }
+
     fn diagnostics(&self) -> Diagnostics {
         let mut d = self.diagnostics.clone();
         d.jitter = Some(self.jitter());

@@ -153,10 +153,11 @@ pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>, data_hashes: &BTr
                         crate::methods::numerics_version(&entry.method).ok_or_else(|| format!("unknown method \"{}\"", entry.method))?;
                     let data_hash = data_hashes.get(dataset).cloned().unwrap_or_default();
                     let key = blake3::hash(format!("{description}\n{numerics}\n{data_hash}").as_bytes()).to_hex()[..24].to_string();
-                    // The seed ignores checkpoint schedules (this cell's and its sources'):
-                    // scoring snapshots never changes what a fit computes, so adding
-                    // checkpoints keeps every number.
-                    let unscored = canonical(&MethodEntry { checkpoints: None, ..entry.clone() }, source.as_ref().map(|s| &s.1));
+                    // The seed ignores checkpoint schedules and decision grids (this cell's and
+                    // its sources'): scoring snapshots or a grid never changes what a fit
+                    // computes, so adding them keeps every number.
+                    let unscored =
+                        canonical(&MethodEntry { checkpoints: None, decision_grid: None, ..entry.clone() }, source.as_ref().map(|s| &s.1));
                     let seed = seed_from(&format!("cell\n{}\n{unscored}", spec.raw.seed));
                     if setting.is_empty() {
                         keys.insert((m.name.clone(), dataset.clone(), split), (key.clone(), unscored));

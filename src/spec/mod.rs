@@ -102,6 +102,37 @@ pub struct MethodEntry {
     /// `geometric`, `{every: k}` or a list. The trace gets `test_error`, `test_nll`, `objective`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoints: Option<crate::methods::Checkpoints>,
+    /// On 2-D data: after the fit (off the clock), the predicted class on an n x n grid and the
+    /// learned inducing inputs are recorded, for `decision_regions` figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_grid: Option<DecisionGridSpec>,
+}
+
+/// `decision_grid: {n, x: [lo, hi], y: [lo, hi]}`; the box defaults to the training inputs'.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionGridSpec {
+    pub n: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x: Option<[f64; 2]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub y: Option<[f64; 2]>,
+}
+
+impl DecisionGridSpec {
+    pub fn validate(&self) -> Result<(), String> {
+        if !(2..=400).contains(&self.n) {
+            return Err(format!("decision_grid.n: 2 to 400 points per side, got {}", self.n));
+        }
+        for (name, r) in [("x", self.x), ("y", self.y)] {
+            if let Some([lo, hi]) = r {
+                if !(lo.is_finite() && hi.is_finite() && lo < hi) {
+                    return Err(format!("decision_grid.{name}: [lo, hi] with lo < hi, got [{lo}, {hi}]"));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl MethodEntry {
@@ -519,6 +550,9 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
                     if let Some(Err(e)) = entry.checkpoints.as_ref().map(crate::methods::Checkpoints::validate) {
                         err(format!("{where_}.checkpoints"), Some("checkpoints"), e);
                     }
+                    if let Some(Err(e)) = entry.decision_grid.as_ref().map(DecisionGridSpec::validate) {
+                        err(format!("{where_}.decision_grid"), Some("decision_grid"), e);
+                    }
                 }
             }
             Err(e) => err(format!("{at}.grid"), Some(&m.name), e),
@@ -662,6 +696,10 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
                 err(format!("{at}.trace"), Some(&f.id), "a curve figure needs `trace` (test_error, test_nll, objective, ...)".into())
             }
             FigureKind::Curve => {}
+            FigureKind::DecisionRegions if !raw.methods.iter().any(|m| m.decision_grid.is_some()) => {
+                err(at.clone(), Some(&f.id), "a decision_regions figure needs a method entry with `decision_grid`".into())
+            }
+            FigureKind::DecisionRegions => {}
             FigureKind::Heatmap if f.x.is_none() || f.y.is_none() || f.metric.is_none() => {
                 err(at.clone(), Some(&f.id), "a heatmap figure needs `metric`, `x` and `y` (grid keys)".into())
             }

@@ -144,6 +144,10 @@ pub enum FigureKind {
     /// Mean over splits of `metric` over a two-dimensional grid (`x` and `y` are grid keys),
     /// one panel per (method, dataset), colour bands with the value written in each cell.
     Heatmap,
+    /// Decision regions of 2-D classifiers: a panel per (method, value of the grid key `x`),
+    /// from the cells' recorded `decision_grid` (the lowest split), with the learned inducing
+    /// inputs.
+    DecisionRegions,
 }
 
 /// The error bars of an errorbar figure.

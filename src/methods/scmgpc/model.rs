@@ -186,6 +186,10 @@ impl Fitted for ScmgpcModel {
         self.sparse.kernels.clone()
     }
 
+    fn inducing_inputs(&self) -> Vec<Array2<f64>> {
+        self.sparse.classes.iter().map(|c| c.z.clone()).collect()
+    }
+
     fn diagnostics(&self) -> Diagnostics {
         let mut d = self.diagnostics.clone();
         d.jitter = Some(self.sparse.jitter + self.sparse.ladder_jitter());

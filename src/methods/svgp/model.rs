@@ -179,6 +179,10 @@ impl Fitted for SvgpModel {
         self.sparse.kernels.clone()
     }
 
+    fn inducing_inputs(&self) -> Vec<Array2<f64>> {
+        self.sparse.zs.clone()
+    }
+
     fn diagnostics(&self) -> Diagnostics {
         let mut d = self.diagnostics.clone();
         d.jitter = Some(self.sparse.jitter());
