@@ -1,10 +1,12 @@
 //! Machinery shared by the scalable (sparse, stochastic) methods, one place each:
 //! inducing-input initialisation ([`inducing`], with [`kmeans`]), minibatch streams
-//! ([`minibatch`]), Adam with learning-rate schedules ([`adam`]), and natural-gradient steps
+//! ([`minibatch`]), Adam with learning-rate schedules ([`adam`]), Ranganath et al.'s adaptive
+//! SVI step ([`adaptive_rate`]), and natural-gradient steps
 //! for a Gaussian q(u) ([`natgrad`]), marginals of whitened q(v) at a block of rows
 //! ([`projection`]), and the fitted model of the sparse arg-max-likelihood methods
 //! ([`argmax_model`]).
 pub mod adam;
+pub mod adaptive_rate;
 pub mod argmax_model;
 pub mod inducing;
 pub mod kmeans;

@@ -40,6 +40,11 @@ impl NaturalGaussian {
         self.mean.len()
     }
 
+    /// The first natural parameter, Lambda m.
+    pub fn theta1(&self) -> &[f64] {
+        &self.theta1
+    }
+
     pub fn mean(&self) -> &[f64] {
         &self.mean
     }

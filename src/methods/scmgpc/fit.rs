@@ -1,11 +1,12 @@
 //! The training loop: class-weighted k-means inducing sets, then steps (local step on the
 //! batch, global natural-parameter step, an Adam step on the kernels every `hyper_every`)
 //! until the budget, `max_iters` or the timeout, with checkpoints scored off the clock.
-use super::global::{global_step, local_step};
+use super::global::{blend, local_step, target_noise, targets};
 use super::model::{ScmgpcModel, Sparse};
-use super::{elbo, hyper, Scmgpc};
+use super::{elbo, hyper, Rho, Scmgpc};
 use crate::kernels::KernelSet;
 use crate::methods::{Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Problem, StopReason};
+use crate::scalable::adaptive_rate::AdaptiveRate;
 use crate::scalable::{class_weighted_inducing, initial_kernels, Adam, Minibatches, NaturalGaussian};
 use ndarray::Axis;
 use rand::{Rng, SeedableRng};
@@ -47,6 +48,25 @@ pub(crate) fn train(
     let size = p.batch.rows(n);
     let mut batches = Minibatches::new(n, size, batch_seed);
     let all_rows: Vec<usize> = (0..n).collect();
+    // Ranganath et al.'s rate per class, started (off the clock, as the authors' "MCInit") from
+    // the target noise of 10 minibatches at the initial q; their window is 10 |S|.
+    let mut adaptive: Option<Vec<AdaptiveRate>> = match p.rho {
+        Rho::Adaptive(_) if !full_batch => Some(ctx.off_clock(|| {
+            const SAMPLES: usize = 10;
+            let mut noise: Vec<Vec<Vec<f64>>> = vec![Vec::with_capacity(SAMPLES); c];
+            for _ in 0..SAMPLES {
+                let rows = batches.next_batch();
+                let xb = x.select(Axis(0), &rows);
+                let yb: Vec<usize> = rows.iter().map(|&i| y[i]).collect();
+                let mut alpha_b: Vec<f64> = rows.iter().map(|&i| alpha[i]).collect();
+                let (mg, locals) = local_step(method, &sparse, &xb, &yb, &mut alpha_b);
+                let t = targets(&mg, &yb, &locals, n as f64 / rows.len() as f64);
+                (0..c).for_each(|k| noise[k].push(target_noise(&sparse, &t, k)));
+            }
+            noise.iter().map(|d| AdaptiveRate::from_samples(d, (SAMPLES * size) as f64)).collect()
+        })),
+        _ => None,
+    };
     let mut stop = StopReason::MaxIterations;
     let mut t = 0u64;
     let mut rho = 1.0;
@@ -73,8 +93,15 @@ pub(crate) fn train(
             return Err(FitError::Numerical(format!("scmgpc: a local shape alpha is {bad} at step {t}")));
         }
         let scale = n as f64 / rows.len() as f64;
-        rho = if full_batch { 1.0 } else { p.rho.at(t) };
-        global_step(&mut sparse, &mg, &yb, &locals, scale, rho)?;
+        let target = targets(&mg, &yb, &locals, scale);
+        let rhos: Vec<f64> = match (&mut adaptive, p.rho) {
+            _ if full_batch => vec![1.0; c],
+            (Some(rates), _) => rates.iter_mut().enumerate().map(|(k, r)| r.update(&target_noise(&sparse, &target, k))).collect(),
+            (None, Rho::Schedule(schedule)) => vec![schedule.at(t); c],
+            (None, Rho::Adaptive(_)) => unreachable!("adaptive rates are built for minibatch runs"),
+        };
+        rho = rhos.iter().sum::<f64>() / c as f64;
+        blend(&mut sparse, &target, &rhos)?;
         if learn && t.is_multiple_of(p.hyper_every) {
             // At the new q, with this step's local parameters (Alg. 1's order).
             let mg = sparse.marginals(&xb);

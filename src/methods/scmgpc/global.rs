@@ -39,22 +39,13 @@ pub(crate) fn local_step(method: &Scmgpc, sparse: &Sparse, x: &Array2<f64>, y: &
 /// Relative change of alpha that ends the local fixed-point loop early.
 pub(crate) const LOCAL_TOL: f64 = 1e-10;
 
-/// Move every q(v^c) a fraction `rho` towards its complete-conditional target from the rows
-/// of `mg` (minibatch or all) with their `locals`, scaled by `scale` = N / |S|.
-pub(crate) fn global_step(
-    sparse: &mut Sparse,
-    mg: &Marginals,
-    y: &[usize],
-    locals: &[Local],
-    scale: f64,
-    rho: f64,
-) -> Result<(), FitError> {
+/// Every class's complete-conditional target (theta1, Lambda) from the rows of `mg` (minibatch
+/// or all) with their `locals`, scaled by `scale` = N / |S|.
+pub(crate) fn targets(mg: &Marginals, y: &[usize], locals: &[Local], scale: f64) -> Vec<(Vec<f64>, Mat<f64>)> {
     let n = y.len();
-    sparse
-        .classes
-        .par_iter_mut()
-        .enumerate()
-        .map(|(c, g)| {
+    (0..mg.blocks.len())
+        .into_par_iter()
+        .map(|c| {
             let a = &mg.blocks[c].a;
             let m = a.nrows();
             let r: Vec<f64> = (0..n).map(|j| locals[j].resid(c, y[j])).collect();
@@ -63,8 +54,47 @@ pub(crate) fn global_step(
             let bbt = mm(b.as_ref(), b.transpose());
             let precision = Mat::from_fn(m, m, |i, k| scale * bbt[(i, k)] + if i == k { 1.0 } else { 0.0 });
             let t1: Vec<f64> = (0..m).map(|i| 0.5 * scale * (0..n).map(|j| a[(i, j)] * r[j]).sum::<f64>()).collect();
-            g.q.blend(&t1, precision.as_ref(), rho)
+            (t1, precision)
         })
+        .collect()
+}
+
+/// Move each q(v^c) a fraction `rho[c]` towards its target.
+pub(crate) fn blend(sparse: &mut Sparse, targets: &[(Vec<f64>, Mat<f64>)], rho: &[f64]) -> Result<(), FitError> {
+    sparse
+        .classes
+        .par_iter_mut()
+        .zip(targets)
+        .zip(rho)
+        .map(|((g, (t1, precision)), &rho)| g.q.blend(t1, precision.as_ref(), rho))
         .collect::<Result<Vec<()>, _>>()?;
     Ok(())
+}
+
+/// The noise of class c's target against its q, as Ranganath et al.'s rate reads it: the
+/// natural parameters' difference (theta1, -Lambda/2) as one vector.
+pub(crate) fn target_noise(sparse: &Sparse, targets: &[(Vec<f64>, Mat<f64>)], c: usize) -> Vec<f64> {
+    let q = &sparse.classes[c].q;
+    let (t1, precision) = &targets[c];
+    let m = t1.len();
+    let mut d: Vec<f64> = t1.iter().zip(q.theta1()).map(|(a, b)| a - b).collect();
+    let current = q.precision();
+    d.extend((0..m).flat_map(|j| (0..m).map(move |i| (i, j))).map(|(i, j)| -0.5 * (precision[(i, j)] - current[(i, j)])));
+    d
+}
+
+/// Move every q(v^c) a fraction `rho` towards its complete-conditional target from the rows
+/// of `mg` (minibatch or all) with their `locals`, scaled by `scale` = N / |S| (one CAVI sweep
+/// at rho = 1 with all rows, as the tests use it).
+#[cfg(test)]
+pub(crate) fn global_step(
+    sparse: &mut Sparse,
+    mg: &Marginals,
+    y: &[usize],
+    locals: &[Local],
+    scale: f64,
+    rho: f64,
+) -> Result<(), FitError> {
+    let t = targets(mg, y, locals, scale);
+    blend(sparse, &t, &vec![rho; t.len()])
 }

@@ -8,7 +8,7 @@
 //! natural-parameter global updates of q(u^c) (`global`), one sparse GP per class with its own
 //! kernel (shared or per class) and its own M inducing inputs from class-weighted k-means,
 //! fixed. `batch: full` is batch CAVI (rho = 1, all rows); a number is SVI on minibatches with
-//! N/|S| scaling and rho_t = (t + tau)^-kappa. Kernel log-parameters move by Adam every
+//! N/|S| scaling and rho_t = (t + tau)^-kappa or Ranganath et al.'s adaptive rate. Kernel log-parameters move by Adam every
 //! `hyper_every` steps on the adjoint-form ELBO gradient (`hyper`). Evidence: the full-data
 //! ELBO (`elbo`), a lower bound, computed off the clock. Prediction: corrected second-order
 //! Taylor (default) or seeded Monte Carlo (`predict`).
@@ -63,9 +63,25 @@ fn d_subsample() -> usize {
 fn d_kmeans_iters() -> usize {
     100
 }
-/// Robbins-Monro (t + 10)^-0.75 (notes §5.2 [REC]); the authors' adaptive rate is not built.
-fn d_rho() -> LearningRate {
-    LearningRate::Decay { base: 1.0, tau: 10.0, kappa: 0.75 }
+/// Robbins-Monro (t + 10)^-0.75 (notes §5.2 [REC]); `rho: adaptive` is the authors' rate.
+fn d_rho() -> Rho {
+    Rho::Schedule(LearningRate::Decay { base: 1.0, tau: 10.0, kappa: 0.75 })
+}
+
+/// The SVI step: a schedule (a constant, base (t + tau)^-kappa, a warm-up) or `adaptive`,
+/// Ranganath et al. (2013)'s rate per class, started from 10 minibatches at the initial q with
+/// a window of 10 |S| (the authors' run, notes §5.2).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Rho {
+    Adaptive(AdaptiveRho),
+    Schedule(LearningRate),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdaptiveRho {
+    Adaptive,
 }
 fn d_rate() -> PoissonRate {
     PoissonRate::Corrected
@@ -111,7 +127,7 @@ pub struct ScmgpcParams {
     pub batch: Batch,
     /// SVI step rho_t (ignored with `batch: full`, where rho = 1).
     #[serde(default = "d_rho")]
-    pub rho: LearningRate,
+    pub rho: Rho,
     #[serde(default = "d_rate")]
     pub poisson_rate: PoissonRate,
     /// Rounds of the alpha-gamma fixed point per point and step (ends early at 1e-10).
@@ -159,15 +175,17 @@ impl ScmgpcParams {
         if !(self.jitter.is_finite() && self.jitter >= 0.0) {
             return Err(format!("settings.jitter: a number >= 0, got {}", self.jitter));
         }
-        self.rho.validate("settings.rho")?;
         self.adam_lr.validate("settings.adam_lr")?;
-        let top = match self.rho {
-            LearningRate::Constant(r) => r,
-            LearningRate::Decay { base, tau, kappa } => base * (1.0 + tau).powf(-kappa),
-            LearningRate::Warmup { start, end, .. } => start.max(end),
-        };
-        if top > 1.0 {
-            return Err(format!("settings.rho: a step above 1 leaves the convex hull of natural parameters, got {top}"));
+        if let Rho::Schedule(rho) = self.rho {
+            rho.validate("settings.rho")?;
+            let top = match rho {
+                LearningRate::Constant(r) => r,
+                LearningRate::Decay { base, tau, kappa } => base * (1.0 + tau).powf(-kappa),
+                LearningRate::Warmup { start, end, .. } => start.max(end),
+            };
+            if top > 1.0 {
+                return Err(format!("settings.rho: a step above 1 leaves the convex hull of natural parameters, got {top}"));
+            }
         }
         Ok(Scmgpc { params: self })
     }

@@ -399,3 +399,28 @@ fn a_fit_separates_blobs() {
     assert!(wrong <= 3, "{wrong} of 45 training points misclassified");
     assert_ne!(fitted.kernels().log_params(), kernels.log_params(), "the kernel did not move");
 }
+
+/// `rho: adaptive` (Ranganath et al. 2013): with every row in each "minibatch" the targets
+/// carry no sampling noise and the rate stays near a full step; with 3 of 30 rows it falls.
+/// Either way the fit improves on the prior's ELBO.
+#[test]
+fn the_adaptive_rate_steps_fully_without_minibatch_noise_and_less_with_it() {
+    let (x, y) = blobs(10, 3, 16);
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let kernels = KernelSet::shared_se(&SqExp { log_variance: 0.0, log_lengthscales: vec![0.0], learn_variance: true });
+    let run = |batch: usize, steps: u64| {
+        let mut rng = Pcg64::seed_from_u64(17);
+        let mut ctx = FitContext::new(&mut rng, None).with_budget(Some(Budget { iterations: Some(steps), ..Budget::default() }));
+        let m = method(serde_json::json!({ "inducing": 8, "batch": batch, "rho": "adaptive" }));
+        let fitted = m.fit(&problem, &kernels, HyperPolicy::Fixed, &mut ctx).unwrap();
+        (fitted.diagnostics().numbers["rho_last"], fitted.evidence().unwrap().value)
+    };
+    let (rho_all, elbo_all) = run(30, 5);
+    let (rho_few, elbo_few) = run(3, 200);
+    assert!(rho_all > 0.5 && rho_all <= 1.0, "all rows: rho {rho_all}");
+    assert!(rho_few < 0.5 * rho_all, "3 of 30 rows: rho {rho_few} against {rho_all}");
+    let (_, elbo_start) = run(30, 1);
+    assert!(elbo_all > elbo_start - 1e-9 && elbo_few.is_finite(), "ELBO {elbo_start} -> {elbo_all} (all), {elbo_few} (3 rows)");
+    assert_eq!(method(serde_json::json!({ "rho": "adaptive" })).params.rho, super::Rho::Adaptive(super::AdaptiveRho::Adaptive));
+    assert!(super::ScmgpcParams::from_settings(&serde_json::json!({ "rho": "adaptve" })).is_err(), "a misspelt rate is an error");
+}
