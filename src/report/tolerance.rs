@@ -66,6 +66,7 @@ mod tests {
             n,
             also: Vec::new(),
             scored: true,
+            miss: None,
         }
     }
 
