@@ -2,9 +2,9 @@
 //! values (matching, not matching, missing), every figure kind, failed cells, score and index.
 //!
 //! Set MCGP_REPORT_DEMO=<dir> to also render the synthetic report there for a look.
-use mcgp::report::{render_experiment, render_index, ReportInput, Score};
+use mcgp::report::{render_experiment, render_index, MissCounts, ReportInput, Score};
 use mcgp::results::{CellRecord, EvidenceKind, Handoff, Manifest, Status, TracePoint};
-use mcgp::spec::{FigureKind, FigureSpec, Interval, PaperValue, TableSpec, ToleranceRule};
+use mcgp::spec::{FigureKind, FigureSpec, Interval, MissClass, MissNote, PaperValue, TableSpec, ToleranceRule};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -103,7 +103,12 @@ fn paper(dataset: &str, method: &str, metric: &str, mean: f64, sd: Option<f64>, 
         n,
         also: Vec::new(),
         scored: true,
+        miss: None,
     }
+}
+
+fn miss(class: MissClass, why: &str) -> Option<MissNote> {
+    Some(MissNote { class, why: why.into() })
 }
 
 fn tables() -> Vec<TableSpec> {
@@ -125,8 +130,12 @@ fn tables() -> Vec<TableSpec> {
                 // run 10 ± √2.5 (n 5): tol 3·√(4/20 + 2.5/5) = 2.51, |10 − 11| = 1 → match
                 paper("alpha", "ep", "error_pct", 11.0, Some(2.0), Some(20)),
                 // run 22: |22 − 30| = 8 > 2.51 → no match; ep is a variant shown against the
-                // same number (beta/ep), not scored
-                PaperValue { also: vec!["ep".into()], ..paper("beta", "laplace", "error_pct", 30.0, Some(2.0), Some(20)) },
+                // same number (beta/ep), not scored; a diagnostic decides the miss
+                PaperValue {
+                    also: vec!["ep".into()],
+                    miss: miss(MissClass::Decided, "the diag spec shows 30 is out of reach"),
+                    ..paper("beta", "laplace", "error_pct", 30.0, Some(2.0), Some(20))
+                },
                 // a repeat of a published number: shown, not scored
                 PaperValue { scored: false, ..paper("alpha", "laplace", "error_pct", 12.0, Some(1.0), Some(20)) },
                 // run −55, no paper sd: ±10% of 52 = 5.2, |−55 + 52| = 3 → match
@@ -150,12 +159,19 @@ fn tables() -> Vec<TableSpec> {
             paper: vec![
                 // run −100: |−100 + 100.5| = 0.5 ≤ 1 → match
                 paper("alpha", "laplace", "log_evidence", -100.5, Some(1.0), Some(50)),
-                // run −120: 2 > 1 → no match
-                paper("beta", "laplace", "log_evidence", -122.0, Some(1.0), Some(50)),
-                // ep reports no evidence: compared, missing
+                // run −120: 2 > 1 → no match, explained by a stated deviation
+                PaperValue {
+                    miss: miss(MissClass::Deviation, "C = 6 here, 7 in the paper"),
+                    ..paper("beta", "laplace", "log_evidence", -122.0, Some(1.0), Some(50))
+                },
+                // ep reports no evidence: compared, missing: an open miss
                 paper("alpha", "ep", "log_evidence", -99.0, None, None),
-                // gamma is not a row of this table but still compared: run −140.05, 0.05 ≤ 1 → match
-                paper("gamma", "laplace", "log_evidence", -140.0, None, None),
+                // gamma is not a row of this table but still compared: run −140.05, 0.05 ≤ 1 → match;
+                // its miss note is void since it is matched
+                PaperValue {
+                    miss: miss(MissClass::Deviation, "never shown"),
+                    ..paper("gamma", "laplace", "log_evidence", -140.0, None, None)
+                },
             ],
             paired_with: None,
             note: None,
@@ -294,6 +310,9 @@ fn report_shows_tables_figures_failures_and_score() {
 
     // Hand-computed: tab-main 3 of 4, tab-evidence 2 of 4 (one missing).
     assert_eq!((score.matched, score.compared, score.cells_failed), (5, 8, 1));
+    // The 3 misses by class: beta/laplace error decided, beta/laplace evidence explained, alpha/ep
+    // evidence (no run result) open; gamma's note is ignored as it is matched.
+    assert_eq!(score.misses, MissCounts { decided: 1, deviation: 1, open: 1 });
     let stored: Score = serde_json::from_str(&std::fs::read_to_string(out.join("score.json")).unwrap()).unwrap();
     assert_eq!(stored, score);
     assert_eq!(stored.experiment, "synthetic");
@@ -313,6 +332,11 @@ fn report_shows_tables_figures_failures_and_score() {
     assert_eq!(main.matches("class=\"variant\"").count(), 2, "beta/ep (variant) and alpha/laplace (repeat)");
     assert!(html.contains("svm (paper only)") && html.contains("9.25 ± 1.00 (n = 20)"), "paper-only column");
     assert!(html.contains("Matched 2 / 4"), "tab-evidence per-table score");
+    assert!(html.contains("miss decided against the paper: the diag spec shows 30 is out of reach"));
+    assert!(html.contains("miss explained by a stated deviation: C = 6 here, 7 in the paper"));
+    assert!(html.contains("open miss"), "the missing ep evidence");
+    assert!(!html.contains("never shown"), "a matched number shows no miss note");
+    assert!(html.contains("misses: 1 decided against the paper, 0 explained by a stated deviation, 0 open"), "tab-main");
     // this run, mean ± sd: alpha/ep error 10 ± √2.5; gamma/laplace 31.5 ± √(5/3) over 4 splits.
     assert!(html.contains("10.00 ± 1.58"));
     assert!(html.contains("31.50 ± 1.29"));
@@ -379,11 +403,23 @@ fn report_shows_tables_figures_failures_and_score() {
     assert!(texts(&svg("fig-errorbar")).contains(&"alpha".to_string()));
     assert!(texts(&svg("fig-violin")).contains(&"gamma".to_string()));
 
+    // A score written before misses were classified: its 3 misses count as open.
+    let old = reports.path().join("older");
+    std::fs::create_dir_all(&old).unwrap();
+    std::fs::write(
+        old.join("score.json"),
+        r#"{"experiment":"older","title":"Older","paper":null,"matched":2,"compared":5,"cells_failed":0,"finished":"x"}"#,
+    )
+    .unwrap();
     render_index(reports.path()).unwrap();
     let index = std::fs::read_to_string(reports.path().join("index.html")).unwrap();
+    assert!(index.contains("<td>0 / 0 / 3</td>"), "the older experiment's misses are open");
     assert!(index.contains("href=\"synthetic/index.html\""));
     assert!(index.contains("Synthetic report test"));
     assert!(index.contains("5 / 8"));
+    assert!(index.contains("<td>1 / 1 / 1</td>"), "the experiment's misses by class");
+    assert!(index.contains("1 decided against the paper, 1 explained by a stated deviation, 4 open"), "overall");
+    assert!(index.contains("Overall: 7 / 13"), "both experiments");
 }
 
 #[test]

@@ -366,3 +366,17 @@ fn a_target_belongs_to_curve_figures_and_is_finite() {
     assert!(e.contains("figures[0].target") && e.contains("a finite value"), "{e}");
     parse(&figure("curve", "3.25"), "good.yaml", &registry()).expect("a curve with a target");
 }
+
+#[test]
+fn a_miss_note_needs_a_scored_number_and_a_reason() {
+    let table = |value: &str| {
+        format!("{GOOD}tables:\n  - id: t\n    title: T\n    metrics: [error_pct]\n    paper:\n      - {{ dataset: iris, method: lap, metric: error_pct, mean: 3.0, {value} }}\n")
+    };
+    parse(&table("miss: { class: decided, why: \"diag.yaml shows it\" }"), "good.yaml", &registry()).expect("a decided miss is valid");
+    let e = error_of(&table("scored: false, miss: { class: deviation, why: \"C = 6\" }"));
+    assert!(e.contains("bad.yaml:") && e.contains("tables[0].paper[0].miss") && e.contains("never a miss"), "{e}");
+    let e = error_of(&table("miss: { class: deviation, why: \" \" }"));
+    assert!(e.contains("tables[0].paper[0].miss.why") && e.contains("must say what decides or explains"), "{e}");
+    let e = error_of(&table("miss: { class: unexplained, why: \"x\" }"));
+    assert!(e.contains("unknown variant `unexplained`"), "{e}");
+}

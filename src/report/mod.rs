@@ -9,6 +9,7 @@ mod tables;
 mod timing;
 mod tolerance;
 
+pub use tables::MissCounts;
 pub use tolerance::within_tolerance;
 
 use crate::results::{aggregate, CellRecord, Manifest, Status};
@@ -44,6 +45,10 @@ pub struct Score {
     /// Published numbers scored: one per paper value (variants, derived values and repeats are
     /// shown but not scored). A paper value with no run result counts here, unmatched.
     pub compared: usize,
+    /// The scored numbers missed (compared - matched), by class: decided against the paper by a
+    /// committed diagnostic, explained by a stated deviation, open.
+    #[serde(default)]
+    pub misses: MissCounts,
     pub cells_failed: usize,
     /// Cells of the spec not stored yet (a partial report of an interrupted run).
     #[serde(default)]
@@ -94,6 +99,7 @@ pub fn render_experiment(input: &ReportInput, out_dir: &Path) -> Result<Score, R
         paper: m.paper.clone(),
         matched: tables.iter().map(|t| t.matched).sum(),
         compared: tables.iter().map(|t| t.compared).sum(),
+        misses: tables.iter().fold(MissCounts::default(), |a, t| a.sum(t.misses)),
         cells_failed: input.cells.iter().filter(|c| c.status == Status::Failed).count(),
         cells_missing: input.manifest.cells_missing,
         finished: m.finished.clone(),
@@ -154,14 +160,19 @@ pub fn render_index(reports_dir: &Path) -> Result<(), ReportError> {
             .map_err(|e| e.to_string())
             .and_then(|text| serde_json::from_str::<Score>(&text).map_err(|e| e.to_string()));
         match parsed {
-            Ok(s) => {
-                scores.push((s.matched, s.compared));
+            Ok(mut s) => {
+                // A score written before misses were classified (or a miss the spec says nothing
+                // about) is open.
+                let unclassified = s.compared.saturating_sub(s.matched).saturating_sub(s.misses.total());
+                s.misses.open += unclassified;
+                scores.push((s.matched, s.compared, s.misses));
                 rows.push(IndexRow {
                     href: format!("{name}/index.html"),
                     experiment: s.experiment,
                     title: s.title,
                     paper: s.paper,
                     score: score_view(s.matched, s.compared),
+                    misses: s.misses,
                     cells_failed: s.cells_failed,
                     cells_missing: s.cells_missing,
                     finished: s.finished,
@@ -170,9 +181,9 @@ pub fn render_index(reports_dir: &Path) -> Result<(), ReportError> {
             Err(e) => problems.push(format!("{name}/score.json: {e}")),
         }
     }
-    let (matched, compared) = scores.iter().fold((0, 0), |(m, c), s| (m + s.0, c + s.1));
+    let (matched, compared, misses) = scores.iter().fold((0, 0, MissCounts::default()), |(m, c, x), s| (m + s.0, c + s.1, x.sum(s.2)));
     let total = score_view(matched, compared);
-    let html = render_template("index.html", INDEX_TEMPLATE, &IndexView { style: STYLE, rows, problems, total })?;
+    let html = render_template("index.html", INDEX_TEMPLATE, &IndexView { style: STYLE, rows, problems, total, misses })?;
     write_atomic(&reports_dir.join("index.html"), html.as_bytes())
 }
 
@@ -234,6 +245,8 @@ struct IndexView {
     problems: Vec<String>,
     /// Published numbers matched over all experiments.
     total: ScoreView,
+    /// Misses over all experiments, by class.
+    misses: MissCounts,
 }
 
 #[derive(Serialize)]
@@ -243,6 +256,7 @@ struct IndexRow {
     title: String,
     paper: Option<String>,
     score: ScoreView,
+    misses: MissCounts,
     cells_failed: usize,
     cells_missing: usize,
     finished: String,

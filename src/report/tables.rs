@@ -3,7 +3,7 @@ use super::format::{mean_sd, method_label, metric_label, num, sd_units, setting_
 use super::tolerance::{describe, within_tolerance};
 use super::ReportInput;
 use crate::results::{paired_aggregate, Aggregate, CellRecord, EvidenceKind, GroupKey, Status};
-use crate::spec::{PaperValue, TableSpec};
+use crate::spec::{MissClass, PaperValue, TableSpec};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -38,9 +38,49 @@ pub struct TableView {
     /// Published numbers within tolerance, and published numbers scored (each once).
     pub matched: usize,
     pub compared: usize,
+    /// The scored numbers missed, by what is known about them.
+    pub misses: MissCounts,
     pub note: Option<String>,
     /// Comparisons whose (dataset, metric, method) is not a row/column of the table.
     pub outside: Vec<OutsideView>,
+}
+
+/// Scored published numbers not matched: decided against the paper by a committed diagnostic,
+/// explained by a stated deviation, or open.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct MissCounts {
+    pub decided: usize,
+    pub deviation: usize,
+    pub open: usize,
+}
+
+impl MissCounts {
+    pub fn total(&self) -> usize {
+        self.decided + self.deviation + self.open
+    }
+
+    pub fn sum(self, other: MissCounts) -> MissCounts {
+        MissCounts { decided: self.decided + other.decided, deviation: self.deviation + other.deviation, open: self.open + other.open }
+    }
+
+    fn add(&mut self, class: Option<MissClass>) {
+        match class {
+            Some(MissClass::Decided) => self.decided += 1,
+            Some(MissClass::Deviation) => self.deviation += 1,
+            None => self.open += 1,
+        }
+    }
+}
+
+/// The text a missed number carries: its class and why.
+fn miss_text(paper: &PaperValue) -> String {
+    match &paper.miss {
+        Some(m) => match m.class {
+            MissClass::Decided => format!("miss decided against the paper: {}", m.why),
+            MissClass::Deviation => format!("miss explained by a stated deviation: {}", m.why),
+        },
+        None => "open miss".into(),
+    }
 }
 
 #[derive(Serialize)]
@@ -63,6 +103,8 @@ pub struct CellView {
     pub paper: Option<String>,
     pub diff: Option<String>,
     pub tolerance: Option<String>,
+    /// A scored number this run misses: its class and why (see [`MissCounts`]).
+    pub miss: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -175,7 +217,7 @@ fn cell_view(
     } else {
         None
     };
-    let mut view = CellView { class: "nopaper", run: run_text, n: n_text, evidence, paper: None, diff: None, tolerance: None };
+    let mut view = CellView { class: "nopaper", run: run_text, n: n_text, evidence, paper: None, diff: None, tolerance: None, miss: None };
     if let Some(c) = comparison {
         let p = c.paper;
         let n = p.n.map(|n| format!(" (n = {n})")).unwrap_or_default();
@@ -185,6 +227,9 @@ fn cell_view(
             (true, true) => "match",
             (true, false) => "mismatch",
         };
+        if view.class == "mismatch" {
+            view.miss = Some(miss_text(p));
+        }
         match (&c.outcome, c.run) {
             (Some((_, tol, rule)), Some(r)) => {
                 view.diff = Some(match p.sd.filter(|sd| *sd > 0.0) {
@@ -210,6 +255,7 @@ fn paper_only_view(paper: Option<&PaperValue>, why: &str) -> CellView {
         paper: paper.map(|p| format!("{}{}", mean_sd(p.mean, p.sd), p.n.map(|n| format!(" (n = {n})")).unwrap_or_default())),
         diff: None,
         tolerance: None,
+        miss: None,
     }
 }
 
@@ -303,12 +349,32 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
                         mean_sd(r.mean, Some(r.sd)),
                         mean_sd(p.mean, p.sd),
                         num(*tol)
-                    ),
+                    ) + &if c.scored && !*ok { format!(" ({})", miss_text(p)) } else { String::new() },
                 },
-                _ => OutsideView { class: "mismatch", text: format!("{what}: paper {}, no run result", mean_sd(p.mean, p.sd)) },
+                _ => OutsideView {
+                    class: if c.scored { "mismatch" } else { "variant" },
+                    text: format!("{what}: paper {}, no run result", mean_sd(p.mean, p.sd)),
+                },
             }
         })
         .collect();
+
+    // Every scored published number is matched or a miss, also one without a single comparison
+    // (a gridded entry named without its setting), which then counts as not reproduced.
+    let scored: Vec<&PaperValue> = spec
+        .paper
+        .iter()
+        .filter(|p| p.scored && !spec.paper_only.contains(&p.method) && !spec.paper_only_datasets.contains_key(&p.dataset))
+        .collect();
+    let mut matched = 0;
+    let mut misses = MissCounts::default();
+    for p in &scored {
+        if comparisons.iter().any(|c| c.scored && std::ptr::eq(c.paper, *p) && c.matched()) {
+            matched += 1;
+        } else {
+            misses.add(p.miss.as_ref().map(|m| m.class));
+        }
+    }
 
     TableView {
         id: spec.id.clone(),
@@ -316,14 +382,9 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
         columns: columns.iter().map(|(m, s)| method_label(m, s)).chain(spec.paper_only.iter().map(|m| format!("{m} (paper only)"))).collect(),
         rows,
         rule: describe(&spec.tolerance),
-        matched: comparisons.iter().filter(|c| c.scored && c.matched()).count(),
-        // Every scored published number, also one without a single comparison (a gridded
-        // entry named without its setting), which then counts as not reproduced.
-        compared: spec
-            .paper
-            .iter()
-            .filter(|p| p.scored && !spec.paper_only.contains(&p.method) && !spec.paper_only_datasets.contains_key(&p.dataset))
-            .count(),
+        matched,
+        compared: scored.len(),
+        misses,
         note: match (&spec.paired_with, &spec.note) {
             (Some(base), note) => Some(format!(
                 "Paired with {base}: every entry is the per-split difference (column minus {base}), mean ± sd over the splits both have; \"> 0 on k\" counts the splits where it is positive.{}",

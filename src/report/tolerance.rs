@@ -75,6 +75,7 @@ mod tests {
             n,
             also: Vec::new(),
             scored: true,
+            miss: None,
         }
     }
 

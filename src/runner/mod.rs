@@ -648,9 +648,11 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyho
         anyhow::bail!("{}: no stored cells of this spec; run it first", store.dir.display());
     }
     let missing = prepared.cells.len() - cells.len();
-    // A finished run's manifest describes it; a partial one gets a manifest made now.
+    // A stored manifest of this spec that describes exactly these cells (a finished run, or a
+    // partial one already reported with the same cells missing) is kept, so a re-render is
+    // byte for byte; otherwise a manifest is made now.
     let manifest = match store.read_manifest()? {
-        Some(m) if missing == 0 && m.spec_hash == spec.hash => m,
+        Some(m) if m.spec_hash == spec.hash && m.cells_missing == missing && (missing == 0 || m.cells_total == prepared.cells.len()) => m,
         old => {
             let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
             let counts = CellCounts {

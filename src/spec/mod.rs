@@ -5,7 +5,7 @@ pub mod expand;
 pub mod report_spec;
 
 pub use expand::{expand, Cell};
-pub use report_spec::{FigureKind, FigureSpec, Interval, PaperValue, ReferenceCurve, TableSpec, ToleranceRule};
+pub use report_spec::{FigureKind, FigureSpec, Interval, MissClass, MissNote, PaperValue, ReferenceCurve, TableSpec, ToleranceRule};
 
 use crate::data::{Registry, SplitProtocol};
 use crate::kernels::KernelParams;
@@ -654,6 +654,18 @@ fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
             for (j, a) in p.also.iter().enumerate() {
                 if !names.contains(a) {
                     err(format!("{at}.paper[{k}].also[{j}]"), Some(a), format!("no method entry named \"{a}\"{}", suggest(a, &names)));
+                }
+            }
+            if let Some(m) = &p.miss {
+                if !p.scored {
+                    err(
+                        format!("{at}.paper[{k}].miss"),
+                        None,
+                        "a number with scored: false is never a miss; drop `miss` or `scored`".into(),
+                    );
+                }
+                if m.why.trim().is_empty() {
+                    err(format!("{at}.paper[{k}].miss.why"), None, "must say what decides or explains the miss".into());
                 }
             }
         }

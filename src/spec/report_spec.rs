@@ -67,6 +67,30 @@ pub struct PaperValue {
     /// published numbers, a repeat): shown and compared, not scored.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub scored: bool,
+    /// What is known about this number when this run misses it: decided against the paper by a
+    /// committed diagnostic, or explained by a deviation the spec states. A scored number missed
+    /// without one is an open miss. Ignored when the number is matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub miss: Option<MissNote>,
+}
+
+/// Why a published number is not reproduced; the index counts misses by `class`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MissNote {
+    pub class: MissClass,
+    /// The evidence, naming the diagnostic spec or the stated deviation.
+    pub why: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MissClass {
+    /// A committed diagnostic shows the published number is not what the paper's method gives
+    /// (e.g. a bound above the exact value it bounds).
+    Decided,
+    /// The run differs from the paper in a stated way that accounts for the miss.
+    Deviation,
 }
 
 fn yes() -> bool {
