@@ -9,6 +9,7 @@ pub mod ep;
 pub mod gfitc;
 pub mod gibbs_mnp;
 pub mod importance;
+pub mod ivm;
 pub mod klmnl;
 pub mod laplace;
 pub mod optimize;
