@@ -121,7 +121,15 @@ impl Chol {
         if !(diag > 0.0 && diag.is_finite() && row.iter().all(|v| v.is_finite())) {
             return Err(LinalgError::NotPositiveDefinite { what: what.to_string(), pivot: d, last_jitter: self.jitter });
         }
-        self.L.resize_with(d + 1, d + 1, |i, j| if i == d && j < d { row[j] } else if i == d && j == d { diag } else { 0.0 });
+        self.L.resize_with(d + 1, d + 1, |i, j| {
+            if i == d && j < d {
+                row[j]
+            } else if i == d && j == d {
+                diag
+            } else {
+                0.0
+            }
+        });
         Ok(())
     }
 

@@ -90,10 +90,9 @@ impl IvmState {
             return Err(FitError::Numerical(format!("ivm: point {i} is already active")));
         }
         let (hi, ai) = (self.h[i], self.a[i]);
-        let (pi_i, b_i) = moments
-            .site(hi, ai)
-            .filter(|(p, b)| *p > 0.0 && p.is_finite() && b.is_finite())
-            .ok_or_else(|| FitError::Numerical(format!("ivm: no positive finite site for point {i} (moments {moments:?}, marginal N({hi}, {ai}))")))?;
+        let (pi_i, b_i) = moments.site(hi, ai).filter(|(p, b)| *p > 0.0 && p.is_finite() && b.is_finite()).ok_or_else(|| {
+            FitError::Numerical(format!("ivm: no positive finite site for point {i} (moments {moments:?}, marginal N({hi}, {ai}))"))
+        })?;
         let sp = pi_i.sqrt();
         let l: Vec<f64> = self.m_cols.iter().map(|c| sp * c[i]).collect();
         let ld = (1.0 + pi_i * ai).sqrt();
