@@ -6,6 +6,7 @@ use super::SiteLik;
 use crate::kernels::{Kernel, KernelSet};
 use crate::linalg::Chol;
 use crate::methods::{Diagnostics, Evidence, FitError, Fitted, Prediction};
+use crate::results::EvidenceKind;
 use crate::special::normal_cdf;
 use faer::Mat;
 use ndarray::Array2;
@@ -19,6 +20,8 @@ pub struct IvmModel {
     pub(super) chol: Chol,
     pub(super) beta: Vec<f64>,
     pub(super) lik: SiteLik,
+    /// log Q(D) of eq. 11 (an approximation; `None` in checkpoint snapshots).
+    pub(super) log_evidence: Option<f64>,
     pub(super) diagnostics: Diagnostics,
 }
 
@@ -65,7 +68,7 @@ impl Fitted for IvmModel {
     }
 
     fn evidence(&self) -> Option<Evidence> {
-        None
+        self.log_evidence.map(|v| Evidence::new(v, EvidenceKind::Approximation))
     }
 
     fn kernels(&self) -> KernelSet {

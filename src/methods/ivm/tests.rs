@@ -133,7 +133,7 @@ fn gaussian_regression_with_all_points_active_is_the_exact_gp_posterior() {
     let sel = method.select(kern.as_ref(), &x, &y, lik, &mut ctx, |_, _, _| Ok(())).unwrap();
     assert_eq!(sel.state.d(), n);
     assert!(sel.state.pi.iter().all(|p| (p * s2 - 1.0).abs() < 1e-10), "Gaussian sites are pi = 1/s2");
-    let model = method.model(kern.as_ref(), &x, &sel.state, lik, Diagnostics::default());
+    let model = method.model(kern.as_ref(), &x, &sel.state, lik, None, Diagnostics::default());
     // Exact GP: (K + s2 I) by Cholesky.
     let k = kern.gram(&x);
     let ky = Mat::from_fn(n, n, |i, j| k[(i, j)] + if i == j { s2 } else { 0.0 });
@@ -157,6 +157,46 @@ fn gaussian_regression_with_all_points_active_is_the_exact_gp_posterior() {
         close(&format!("test mean {j}"), pm[j], mean, 1e-9);
         close(&format!("test var {j}"), pv[j], var, 1e-9);
     }
+}
+
+/// Log of N(y | 0, S) by a Cholesky factor of S.
+fn log_gaussian(y: &[f64], s: &Mat<f64>) -> f64 {
+    let chol = Chol::factor(s.as_ref(), "covariance").unwrap();
+    let w = chol.solve_vec(y);
+    -0.5 * y.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>() - 0.5 * chol.log_det() - y.len() as f64 * crate::special::LN_SQRT_2PI
+}
+
+/// Eq. 11 for Gaussian noise is exact (notes §4.1 [DERIVED]): log Q(D) equals
+/// log N(y_I | 0, K_I + s2 I) plus sum_{j not in I} log N(y_j | h_j, a_j + s2) at every d, and
+/// the exact log marginal likelihood log N(y | 0, K + s2 I) at d = n.
+#[test]
+fn gaussian_evidence_is_the_active_evidence_plus_the_predictive_log_loss() {
+    let n = 25;
+    let (x, _) = blobs(n, 0.5, 9);
+    let y: Vec<f64> = (0..n).map(|i| (1.1 * x[(i, 0)]).cos() - 0.3 * x[(i, 1)] + 0.05 * ((i * 3) % 7) as f64).collect();
+    let kern = kernel("{ lengthscale: 0.9, variance: 1.4 }", 2);
+    let k = kern.gram(&x);
+    let s2 = 0.2;
+    let lik = SiteLik::Gaussian { noise_var: s2 };
+    let method = ivm(serde_json::json!({ "active_size": n }));
+    let mut rng = Pcg64::seed_from_u64(3);
+    let mut ctx = FitContext::new(&mut rng, None);
+    let mut checked = 0;
+    method
+        .select(kern.as_ref(), &x, &y, lik, &mut ctx, |d, st, _| {
+            let act = &st.active;
+            let s = Mat::from_fn(act.len(), act.len(), |r, c| k[(act[r], act[c])] + if r == c { s2 } else { 0.0 });
+            let y_act: Vec<f64> = act.iter().map(|&i| y[i]).collect();
+            let rest: f64 = (0..n)
+                .filter(|j| !act.contains(j))
+                .map(|j| -crate::special::LN_SQRT_2PI - 0.5 * (st.a[j] + s2).ln() - 0.5 * (y[j] - st.h[j]).powi(2) / (st.a[j] + s2))
+                .sum();
+            close(&format!("log Q(D) at d = {d}"), st.log_evidence(lik, &y).unwrap(), log_gaussian(&y_act, &s) + rest, 1e-10);
+            checked += 1;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(checked, n);
 }
 
 /// log Z, mean and variance of the tilted Phi(y (u + bias)) N(u | m, v), by Gauss-Legendre
@@ -296,6 +336,7 @@ fn separable_blobs_end_to_end_and_deterministic_in_the_seed() {
         let d = model.diagnostics();
         assert!(d.iterations.is_some_and(|k| (1..=20).contains(&k)), "{what}: {d:?}");
         assert_eq!(model.inducing_inputs()[0].nrows() as u64, d.iterations.unwrap());
+        assert!(model.evidence().is_some_and(|e| e.value.is_finite() && e.value < 0.0), "{what}");
     }
     let bits = |m: &dyn Fitted| -> Vec<u64> {
         let mut v: Vec<u64> = m.predict(&xt, &mut Pcg64::seed_from_u64(0)).unwrap().probs.iter().map(|p| p.to_bits()).collect();
