@@ -258,7 +258,10 @@ impl Method for Ivm {
         };
         diagnostics.number("active_size", state.d() as f64).number("variance_floor_hits", state.floor_hits as f64);
         diagnostics.note("model", "binary probit IVM (one GP; class 1 is y = +1), fixed kernel and bias");
-        diagnostics.note("selection", format!("{:?}, criterion {:?}", self.params.selection, self.params.criterion).to_lowercase());
+        // The settings' own spelling (`randomized`, `info_gain`), as a spec writes them.
+        let spelled = |v: serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        let selection = spelled(serde_json::json!(self.params.selection));
+        diagnostics.note("selection", format!("{selection}, criterion {}", spelled(serde_json::json!(self.params.criterion))));
         if sel.exhausted {
             diagnostics.note(
                 "active_set",

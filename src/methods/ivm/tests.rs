@@ -337,6 +337,7 @@ fn separable_blobs_end_to_end_and_deterministic_in_the_seed() {
         assert!(d.iterations.is_some_and(|k| (1..=20).contains(&k)), "{what}: {d:?}");
         assert_eq!(model.inducing_inputs()[0].nrows() as u64, d.iterations.unwrap());
         assert!(model.evidence().is_some_and(|e| e.value.is_finite() && e.value < 0.0), "{what}");
+        assert!(d.notes["selection"].starts_with(what), "{:?}", d.notes);
     }
     let bits = |m: &dyn Fitted| -> Vec<u64> {
         let mut v: Vec<u64> = m.predict(&xt, &mut Pcg64::seed_from_u64(0)).unwrap().probs.iter().map(|p| p.to_bits()).collect();
