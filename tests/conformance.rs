@@ -24,6 +24,7 @@ pub(crate) fn quick_settings(method: &str) -> serde_json::Value {
         "scmgpc" => serde_json::json!({ "inducing": 4, "batch": 5, "max_iters": 20, "predict": "monte_carlo", "predict_samples": 200 }),
         "ep" | "sep" => serde_json::json!({ "inducing": 4, "max_iters": 10 }),
         "gfitc" => serde_json::json!({ "inducing": 4, "max_iters": 5 }),
+        "ivm" => serde_json::json!({ "active_size": 8 }),
         _ => serde_json::Value::Null,
     }
 }

@@ -6,6 +6,7 @@ pub mod polya_gamma;
 pub mod probit;
 pub mod softmax;
 pub mod truncated;
+pub mod univariate;
 
 pub use probit::Probit;
 pub use softmax::Softmax;

@@ -112,6 +112,27 @@ impl Chol {
         })
     }
 
+    /// Grow the factor of A to that of [[A, c], [c^T, s]] given its new last row: `row` = l with
+    /// L l = c, and `diag` = sqrt(s - l^T l) > 0 (the caller has both in a stabler form than
+    /// this difference, e.g. the IVM's O(n d) inclusion). Costs one O(d^2) copy.
+    pub fn push_row(&mut self, row: &[f64], diag: f64, what: &str) -> Result<(), LinalgError> {
+        let d = self.dim();
+        assert_eq!(row.len(), d, "Chol::push_row: row of the wrong length");
+        if !(diag > 0.0 && diag.is_finite() && row.iter().all(|v| v.is_finite())) {
+            return Err(LinalgError::NotPositiveDefinite { what: what.to_string(), pivot: d, last_jitter: self.jitter });
+        }
+        self.L.resize_with(d + 1, d + 1, |i, j| {
+            if i == d && j < d {
+                row[j]
+            } else if i == d && j == d {
+                diag
+            } else {
+                0.0
+            }
+        });
+        Ok(())
+    }
+
     pub fn dim(&self) -> usize {
         self.L.nrows()
     }

@@ -9,6 +9,7 @@ pub mod ep;
 pub mod gfitc;
 pub mod gibbs_mnp;
 pub mod importance;
+pub mod ivm;
 pub mod klmnl;
 pub mod laplace;
 pub mod optimize;
@@ -68,6 +69,9 @@ pub const METHODS: &[(&str, &str)] = &[(
 ), (
     "gfitc",
     "Generalised FITC (Kim & Ghahramani 2006 likelihood, FITC prior): EP on the exact pairwise step factors to convergence, L-BFGS on log Z_EP over kernels and inducing inputs (Villacampa-Calvo & Hernandez-Lobato 2017's baseline)",
+), (
+    "ivm",
+    "Informative vector machine (Seeger, Lawrence & Herbrich): binary probit GP with ADF sites on d points chosen by greedy (or randomized greedy) information-gain selection; two classes, fixed kernel and intercept; evidence = eq. 11's approximation log Q(D)",
 )];
 
 /// The numerics version of a method as it enters cell keys: its own `NUMERICS_VERSION` and
@@ -86,6 +90,7 @@ pub fn numerics_version(method: &str) -> Option<String> {
         "scmgpc" => format!("scmgpc={}", scmgpc::NUMERICS_VERSION),
         "ep" | "sep" => format!("ep={}", ep::NUMERICS_VERSION),
         "gfitc" => format!("gfitc={}", gfitc::NUMERICS_VERSION),
+        "ivm" => format!("ivm={}", ivm::NUMERICS_VERSION),
         _ => return None,
     };
     let bumped =
@@ -108,6 +113,7 @@ pub fn build(name: &str, settings: &serde_json::Value) -> Result<Box<dyn Method>
         "ep" => Ok(Box::new(ep::EpParams::from_settings(settings)?.check(false)?)),
         "sep" => Ok(Box::new(ep::EpParams::from_settings(settings)?.check(true)?)),
         "gfitc" => Ok(Box::new(gfitc::GfitcParams::from_settings(settings)?.check()?)),
+        "ivm" => Ok(Box::new(ivm::IvmParams::from_settings(settings)?.check()?)),
         other => Err(format!("unknown method \"{other}\"")),
     }
 }

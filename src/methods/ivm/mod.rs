@@ -1,0 +1,278 @@
+//! The informative vector machine (Seeger, Lawrence & Herbrich, "Efficient nonparametric
+//! Bayesian modelling with sparse Gaussian process approximations"; Lawrence, Seeger &
+//! Herbrich 2003): one latent GP u ~ GP(0, K) whose likelihood is kept, by ADF site
+//! approximations, for d active points only, chosen one at a time by greedy forward selection.
+//! Notes: shared/notes/seeger-lawrence-herbrich-ivm.md.
+//!
+//! This step is the binary IVM with conditional inference at fixed hyper-parameters:
+//! - `state.rs` the representation A = K - M M^T with its O(n d) inclusion update;
+//! - `select.rs` the selection criterion (eq. 5's information gain, or the differential
+//!   entropy) over every non-active point or a random subset per inclusion;
+//! - `model.rs` prediction from the active set.
+//!
+//! Scope, for now: two classes only (class index 1 is y = +1 of the probit likelihood
+//! Phi(y (u + bias)), class 0 is y = -1); with C > 2 classes the method refuses the data
+//! (the paper's c-against-rest and multi-way IVMs are a later step). The kernel is the one
+//! shared kernel of the set, held fixed (`hyper: learn` is refused: the paper's eq. 11-14
+//! learning is not built yet); the intercept `bias` is a fixed setting. The evidence reported
+//! is eq. 11's approximation log Q(D) at the final active set and sites. Gaussian-noise sites
+//! exist for the tests (with d = n the IVM is the exact GP regression posterior).
+mod model;
+mod select;
+mod state;
+#[cfg(test)]
+mod tests;
+
+pub use model::IvmModel;
+pub use select::{Criterion, Selection};
+
+use super::{parse_settings, Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Method, Problem, ProblemShape, StopReason};
+use crate::kernels::{Kernel, KernelSet};
+use crate::likelihoods::univariate::CavityMoments;
+use ndarray::{Array2, Axis};
+use select::best_candidate;
+use serde::{Deserialize, Serialize};
+use state::{kernel_column, IvmState};
+
+/// Version of this method's numbers, part of every cell key: bump it when a change of the code
+/// (here or in shared numerics it uses) changes any number the method computes, so stored cells
+/// are recomputed. `tests/numerics_versions.rs` fails when the output changes without a bump.
+pub const NUMERICS_VERSION: u32 = 1;
+
+/// Settings as written in a spec (`method: ivm`, `settings: {...}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IvmParams {
+    /// d, the number of active points (capped at the training rows). Fewer are included when
+    /// no candidate is left whose site precision exceeds `min_site_precision`.
+    #[serde(default = "d_active_size")]
+    pub active_size: usize,
+    #[serde(default)]
+    pub criterion: Criterion,
+    #[serde(default)]
+    pub selection: Selection,
+    /// Points scored per inclusion with `selection: randomized`.
+    #[serde(default = "d_candidates")]
+    pub candidates: usize,
+    /// The probit intercept: P(y | u) = Phi(y (u + bias)) (fixed in this step).
+    #[serde(default)]
+    pub bias: f64,
+    /// A candidate is skipped unless its new site precision pi satisfies pi K_jj > this
+    /// (the paper's epsilon, relative to the prior variance; pi^{-1/2} enters the update).
+    #[serde(default = "d_min_site_precision")]
+    pub min_site_precision: f64,
+}
+
+fn d_active_size() -> usize {
+    200
+}
+fn d_candidates() -> usize {
+    500
+}
+fn d_min_site_precision() -> f64 {
+    1e-8
+}
+
+impl Default for IvmParams {
+    fn default() -> Self {
+        parse_settings(&serde_json::Value::Null).expect("defaults parse")
+    }
+}
+
+impl IvmParams {
+    /// Check every rule; the error names the setting.
+    pub fn check(self) -> Result<Ivm, String> {
+        if self.active_size == 0 {
+            return Err("settings.active_size must be at least 1".into());
+        }
+        if self.candidates == 0 {
+            return Err("settings.candidates must be at least 1".into());
+        }
+        if !self.bias.is_finite() {
+            return Err(format!("settings.bias must be finite, got {}", self.bias));
+        }
+        if !(self.min_site_precision > 0.0 && self.min_site_precision < 1.0) {
+            return Err(format!("settings.min_site_precision must be in (0, 1), got {}", self.min_site_precision));
+        }
+        Ok(Ivm { params: self })
+    }
+}
+
+/// The likelihood of one site: what the ADF update and the selection score need.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum SiteLik {
+    /// Phi(y (u + bias)), targets y = +-1.
+    Probit { bias: f64 },
+    /// N(y | u, noise_var), real targets.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Gaussian { noise_var: f64 },
+}
+
+impl SiteLik {
+    pub fn moments(&self, target: f64, m: f64, v: f64) -> CavityMoments {
+        match *self {
+            SiteLik::Probit { bias } => CavityMoments::probit(target, bias, m, v),
+            SiteLik::Gaussian { noise_var } => CavityMoments::gaussian(target, noise_var, m, v),
+        }
+    }
+}
+
+/// The checked method.
+#[derive(Clone, Debug)]
+pub struct Ivm {
+    params: IvmParams,
+}
+
+/// How a selection run ended.
+pub(crate) struct Selected {
+    pub state: IvmState,
+    pub stop: StopReason,
+    /// Set when fewer than d points were included because no candidate qualified.
+    pub exhausted: bool,
+}
+
+impl Ivm {
+    /// Greedy (or randomized greedy) forward selection of up to d active points with their
+    /// ADF sites (Algorithm 1). `on_inclusion(k, state)` runs after inclusion k (from 1).
+    pub(crate) fn select(
+        &self,
+        kernel: &dyn Kernel,
+        x: &Array2<f64>,
+        targets: &[f64],
+        lik: SiteLik,
+        ctx: &mut FitContext,
+        mut on_inclusion: impl FnMut(u64, &IvmState, &FitContext) -> Result<(), FitError>,
+    ) -> Result<Selected, FitError> {
+        let n = x.nrows();
+        assert_eq!(targets.len(), n);
+        let d_max = self.params.active_size.min(n);
+        let kdiag = kernel.diag(x);
+        if let Some(j) = kdiag.iter().position(|v| !(*v > 0.0 && v.is_finite())) {
+            return Err(FitError::Numerical(format!("ivm: prior variance K({j}, {j}) = {} is not positive", kdiag[j])));
+        }
+        let mut state = IvmState::prior(kdiag);
+        // Non-active points in ascending order (ties in the score go to the smallest index).
+        let mut remaining: Vec<usize> = (0..n).collect();
+        let mut stop = StopReason::MaxIterations;
+        let mut exhausted = false;
+        while state.d() < d_max {
+            ctx.check_deadline()?;
+            let candidates: Vec<usize> = match self.params.selection {
+                Selection::Randomized if remaining.len() > self.params.candidates => {
+                    let mut pick: Vec<usize> = rand::seq::index::sample(&mut *ctx.rng, remaining.len(), self.params.candidates)
+                        .into_iter()
+                        .map(|p| remaining[p])
+                        .collect();
+                    pick.sort_unstable();
+                    pick
+                }
+                _ => remaining.clone(),
+            };
+            let Some(choice) = best_candidate(&state, lik, targets, &candidates, self.params.criterion, self.params.min_site_precision)
+            else {
+                exhausted = true;
+                stop = StopReason::Converged;
+                break;
+            };
+            let i = choice.index;
+            let kcol = kernel_column(kernel, x, i, state.kdiag[i]);
+            state.include(i, &choice.moments, &kcol)?;
+            remaining.retain(|&j| j != i);
+            let k = state.d() as u64;
+            on_inclusion(k, &state, ctx)?;
+            if let Some(reason) = ctx.budget_stop(k) {
+                stop = reason;
+                break;
+            }
+        }
+        Ok(Selected { state, stop, exhausted })
+    }
+
+    fn model(
+        &self,
+        kernel: &dyn Kernel,
+        x: &Array2<f64>,
+        state: &IvmState,
+        lik: SiteLik,
+        log_evidence: Option<f64>,
+        diagnostics: Diagnostics,
+    ) -> IvmModel {
+        IvmModel {
+            kernel: kernel.clone_box(),
+            x_active: x.select(Axis(0), &state.active),
+            sqrt_pi: state.pi.iter().map(|p| p.sqrt()).collect(),
+            chol: state.chol.clone(),
+            beta: state.beta.clone(),
+            lik,
+            log_evidence,
+            diagnostics,
+        }
+    }
+}
+
+impl Method for Ivm {
+    fn name(&self) -> &'static str {
+        "ivm"
+    }
+
+    fn supports(&self, shape: &ProblemShape, kernels: &KernelSet, hyper: HyperPolicy) -> Result<(), String> {
+        if shape.n_classes != 2 {
+            return Err(format!(
+                "ivm: binary problems only for now (the c-against-rest and multi-way IVMs for C > 2 are not built yet); the data have {} classes",
+                shape.n_classes
+            ));
+        }
+        if !kernels.is_shared() {
+            return Err("ivm: one latent GP, so one kernel shared by the classes (no per_class)".into());
+        }
+        if hyper == HyperPolicy::Learn {
+            return Err("ivm: hyper-parameter learning not built yet".into());
+        }
+        Ok(())
+    }
+
+    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
+        assert_eq!(problem.x.nrows(), problem.y.len());
+        if let Some(&bad) = problem.y.iter().find(|&&c| c >= 2) {
+            return Err(FitError::Numerical(format!("class index {bad} out of range for 2 classes")));
+        }
+        let kernel = kernels.class(0);
+        let x = problem.x;
+        let targets: Vec<f64> = problem.y.iter().map(|&c| if c == 1 { 1.0 } else { -1.0 }).collect();
+        let lik = SiteLik::Probit { bias: self.params.bias };
+        let sel = self.select(kernel, x, &targets, lik, ctx, |k, state, ctx| {
+            if ctx.wants_checkpoint(k) {
+                // The snapshot and its objective (eq. 11 at this active set) are built off the clock.
+                let ev = ctx.off_clock(|| state.log_evidence(lik, &targets).ok());
+                ctx.checkpoint(k, ev, || Ok(Box::new(self.model(kernel, x, state, lik, ev, Diagnostics::default())) as Box<dyn Fitted>))?;
+            }
+            Ok(())
+        })?;
+        let state = &sel.state;
+        let mut diagnostics = Diagnostics {
+            iterations: Some(state.d() as u64),
+            stop_reason: Some(sel.stop),
+            jitter: Some(state.chol.jitter()),
+            ..Default::default()
+        };
+        diagnostics.number("active_size", state.d() as f64).number("variance_floor_hits", state.floor_hits as f64);
+        diagnostics.note("model", "binary probit IVM (one GP; class 1 is y = +1), fixed kernel and bias");
+        // The settings' own spelling (`randomized`, `info_gain`), as a spec writes them.
+        let spelled = |v: serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        let selection = spelled(serde_json::json!(self.params.selection));
+        diagnostics.note("selection", format!("{selection}, criterion {}", spelled(serde_json::json!(self.params.criterion))));
+        if sel.exhausted {
+            diagnostics.note(
+                "active_set",
+                format!(
+                    "stopped at d = {} < {}: no candidate with site precision above min_site_precision",
+                    state.d(),
+                    self.params.active_size.min(x.nrows())
+                ),
+            );
+        }
+        let log_evidence = state.log_evidence(lik, &targets)?;
+        Ok(Box::new(self.model(kernel, x, state, lik, Some(log_evidence), diagnostics)))
+    }
+}

@@ -1,0 +1,192 @@
+//! The IVM representation of Q(u) over all n training points (Seeger, Lawrence & Herbrich,
+//! eq. 4 and App. C.1; notes §2.1, §2.3), with active set I (inclusion order), sites
+//! (b_I, pi_I), pi_k > 0:
+//!     A = cov Q(u) = (K^{-1} + I_{.,I} Pi I_{I,.})^{-1} = K - M M^T,
+//!     B = I_d + Pi^{1/2} K_I Pi^{1/2} = L L^T,   M = K_{.,I} Pi^{1/2} L^{-T}   [n, d],
+//!     beta = L^{-1} Pi^{-1/2} b,   h = mean Q(u) = M beta,   a = diag A.
+//! B has eigenvalues >= 1, so nothing here inverts K or needs jitter; an inclusion appends one
+//! row to L and one column to M in O(n d).
+use super::SiteLik;
+use crate::kernels::Kernel;
+use crate::likelihoods::univariate::CavityMoments;
+use crate::linalg::Chol;
+use crate::methods::FitError;
+use faer::Mat;
+use ndarray::{Array2, Axis};
+
+/// Marginal variances a_j = K_jj - ||M_j||^2 are kept at least this fraction of K_jj: round-off
+/// can push the variance of a point next to active ones to or below zero (notes P4).
+pub(crate) const VAR_FLOOR: f64 = 1e-12;
+
+/// One kernel column K(X, x_i), [n], with entry i the kernel's diagonal value: the same code
+/// path as `Kernel::diag` for K_ii (a white-noise term lives on the diagonal of K(X, X) only,
+/// which `cross` leaves out).
+pub(crate) fn kernel_column(kernel: &dyn Kernel, x: &Array2<f64>, i: usize, k_ii: f64) -> Vec<f64> {
+    let xi = x.row(i).to_owned().insert_axis(Axis(0));
+    let c = kernel.cross(x, &xi);
+    let mut col: Vec<f64> = (0..x.nrows()).map(|j| c[(j, 0)]).collect();
+    col[i] = k_ii;
+    col
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct IvmState {
+    /// Active indices in inclusion order.
+    pub active: Vec<usize>,
+    /// Site precisions pi_I and natural means b_I, [d] each.
+    pub pi: Vec<f64>,
+    pub b: Vec<f64>,
+    /// Cholesky factor L of B, [d, d].
+    pub chol: Chol,
+    /// Columns of M, [d][n] (an inclusion appends one).
+    pub m_cols: Vec<Vec<f64>>,
+    /// beta = L^{-1} Pi^{-1/2} b, [d] (not the probit intercept).
+    pub beta: Vec<f64>,
+    /// Marginal means and variances of Q(u), [n] each.
+    pub h: Vec<f64>,
+    pub a: Vec<f64>,
+    /// diag K, [n].
+    pub kdiag: Vec<f64>,
+    /// How often a variance was raised to its floor.
+    pub floor_hits: usize,
+}
+
+impl IvmState {
+    /// The prior: no active point, h = 0, a = diag K.
+    pub fn prior(kdiag: Vec<f64>) -> IvmState {
+        IvmState {
+            active: Vec::new(),
+            pi: Vec::new(),
+            b: Vec::new(),
+            chol: Chol::workspace(0),
+            m_cols: Vec::new(),
+            beta: Vec::new(),
+            h: vec![0.0; kdiag.len()],
+            a: kdiag.clone(),
+            kdiag,
+            floor_hits: 0,
+        }
+    }
+
+    pub fn n(&self) -> usize {
+        self.kdiag.len()
+    }
+
+    pub fn d(&self) -> usize {
+        self.active.len()
+    }
+
+    /// Include point i (not active) with the ADF site from its current marginal N(h_i, a_i)
+    /// (its cavity: it had no site), given `moments` under that marginal and the kernel column
+    /// `kcol` = K_{.,i}. App. C.1 with the mean update in the form h' = h + alpha A_{.,i}
+    /// (equal to the paper's h + beta_new mu, without dividing by pi_i^{1/2}):
+    ///     l = pi_i^{1/2} M_{i,.}^T,  l_d = sqrt(1 + pi_i a_i),  A_{.,i} = K_{.,i} - M M_{i,.}^T,
+    ///     mu = pi_i^{1/2} A_{.,i} / l_d,  M' = [M, mu],  a' = a - mu o mu,
+    ///     beta' = [beta; alpha_i l_d / pi_i^{1/2}].
+    pub fn include(&mut self, i: usize, moments: &CavityMoments, kcol: &[f64]) -> Result<(), FitError> {
+        let n = self.n();
+        assert!(i < n && kcol.len() == n, "IvmState::include: index or column out of shape");
+        if self.active.contains(&i) {
+            return Err(FitError::Numerical(format!("ivm: point {i} is already active")));
+        }
+        let (hi, ai) = (self.h[i], self.a[i]);
+        let (pi_i, b_i) = moments.site(hi, ai).filter(|(p, b)| *p > 0.0 && p.is_finite() && b.is_finite()).ok_or_else(|| {
+            FitError::Numerical(format!("ivm: no positive finite site for point {i} (moments {moments:?}, marginal N({hi}, {ai}))"))
+        })?;
+        let sp = pi_i.sqrt();
+        let l: Vec<f64> = self.m_cols.iter().map(|c| sp * c[i]).collect();
+        let ld = (1.0 + pi_i * ai).sqrt();
+        let mut col = kcol.to_vec();
+        for c in &self.m_cols {
+            let mi = c[i];
+            if mi != 0.0 {
+                for (v, cj) in col.iter_mut().zip(c) {
+                    *v -= mi * cj;
+                }
+            }
+        }
+        let scale = sp / ld;
+        let mu: Vec<f64> = col.iter().map(|v| scale * v).collect();
+        if mu.iter().any(|v| !v.is_finite()) {
+            return Err(FitError::Numerical(format!("ivm: non-finite stub column at inclusion {} (point {i})", self.d() + 1)));
+        }
+        self.chol.push_row(&l, ld, "ivm B = I + Pi^1/2 K_I Pi^1/2")?;
+        for j in 0..n {
+            self.h[j] += moments.alpha * col[j];
+            let floor = VAR_FLOOR * self.kdiag[j];
+            let aj = self.a[j] - mu[j] * mu[j];
+            self.a[j] = if aj < floor {
+                self.floor_hits += 1;
+                floor
+            } else {
+                aj
+            };
+        }
+        self.m_cols.push(mu);
+        self.beta.push(moments.alpha * ld / sp);
+        self.active.push(i);
+        self.pi.push(pi_i);
+        self.b.push(b_i);
+        Ok(())
+    }
+
+    /// The same representation computed from scratch for given active set and sites (dense
+    /// algebra on the active set: B, its Cholesky factor with reported jitter, M^T = L^{-1}
+    /// Pi^{1/2} K_{I,.}). The check of the incremental updates, and what a later
+    /// hyper-parameter step (sites fixed, kernel changed) rebuilds from.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn rebuild(kernel: &dyn Kernel, x: &Array2<f64>, active: &[usize], pi: &[f64], b: &[f64]) -> Result<IvmState, FitError> {
+        let (n, d) = (x.nrows(), active.len());
+        assert!(pi.len() == d && b.len() == d, "IvmState::rebuild: sites and active set differ in length");
+        let kdiag = kernel.diag(x);
+        let cols: Vec<Vec<f64>> = active.iter().map(|&i| kernel_column(kernel, x, i, kdiag[i])).collect();
+        let sp: Vec<f64> = pi.iter().map(|p| p.sqrt()).collect();
+        let bmat = Mat::from_fn(d, d, |r, c| (if r == c { 1.0 } else { 0.0 }) + sp[r] * cols[c][active[r]] * sp[c]);
+        let chol = Chol::factor_with_jitter(bmat.as_ref(), "ivm B = I + Pi^1/2 K_I Pi^1/2")?;
+        let mt = chol.solve_l(Mat::from_fn(d, n, |r, j| sp[r] * cols[r][j]).as_ref());
+        let beta = crate::linalg::to_vec(chol.solve_l(Mat::from_fn(d, 1, |r, _| b[r] / sp[r]).as_ref()).as_ref());
+        let h = (0..n).map(|j| (0..d).map(|r| mt[(r, j)] * beta[r]).sum()).collect();
+        let a = (0..n).map(|j| kdiag[j] - (0..d).map(|r| mt[(r, j)] * mt[(r, j)]).sum::<f64>()).collect();
+        let m_cols = (0..d).map(|r| (0..n).map(|j| mt[(r, j)]).collect()).collect();
+        Ok(IvmState { active: active.to_vec(), pi: pi.to_vec(), b: b.to_vec(), chol, m_cols, beta, h, a, kdiag, floor_hits: 0 })
+    }
+
+    /// log Q(D) = -phi, the IVM's approximation of the log marginal likelihood (eq. 11, the
+    /// sum over every training point: all are kept, so J~ = {1..n}):
+    ///     phi = -sum_j log Z_j + sum_{i in I} log Z~_i + (log |B| - h_I^T b) / 2,
+    /// with log Z_j under j's cavity (its marginal for a non-active point; for an active one the
+    /// marginal with its site divided out), and
+    ///     log Z~_i = (log(1 - pi_i a_i) - (pi_i h_i^2 - 2 h_i b_i + a_i b_i^2) / (1 - pi_i a_i)) / 2.
+    /// It is -log Q_EP(y_I) minus the predictive log-loss of the non-active points: exact for
+    /// Gaussian noise (tested against -log N(y_I | 0, K_I + s2 I) - sum_J log N(y_j | h_j, a_j + s2)).
+    pub fn log_evidence(&self, lik: SiteLik, targets: &[f64]) -> Result<f64, FitError> {
+        let mut is_active = vec![false; self.n()];
+        let mut phi = 0.5 * self.chol.log_det();
+        for (k, &i) in self.active.iter().enumerate() {
+            is_active[i] = true;
+            let (p, b, h, a) = (self.pi[k], self.b[k], self.h[i], self.a[i]);
+            let keep = 1.0 - p * a;
+            if !(keep > 0.0) {
+                return Err(FitError::Numerical(format!("ivm: active point {i} has no cavity (1 - pi a = {keep})")));
+            }
+            let a_cav = a / keep;
+            let h_cav = h + a_cav * (p * h - b);
+            phi -= lik.moments(targets[i], h_cav, a_cav).log_z;
+            phi += 0.5 * (keep.ln() - (p * h * h - 2.0 * h * b + a * b * b) / keep);
+            phi -= 0.5 * h * b;
+        }
+        for j in (0..self.n()).filter(|&j| !is_active[j]) {
+            phi -= self.moments(lik, targets[j], j).log_z;
+        }
+        if !phi.is_finite() {
+            return Err(FitError::Numerical(format!("ivm: non-finite evidence approximation {phi}")));
+        }
+        Ok(-phi)
+    }
+
+    /// The ADF moments of point j's likelihood under its current marginal (its cavity while
+    /// it is not active).
+    pub fn moments(&self, lik: SiteLik, target: f64, j: usize) -> CavityMoments {
+        lik.moments(target, self.h[j], self.a[j])
+    }
+}
