@@ -79,6 +79,7 @@ pub(crate) fn train(
     let mut batches = Minibatches::new(n, p.batch.rows(n), batch_seed);
     let all_rows: Vec<usize> = (0..n).collect();
     let mut damping = if full { p.damping } else { 1.0 };
+    let use_adam = p.step.map_or(!full, |s| s == super::Step::Adam);
     let (mut rollbacks, mut skipped, mut total_sweeps) = (0u64, 0u64, 0u64);
     let mut stop = StopReason::MaxIterations;
     let mut t = 0u64;
@@ -131,7 +132,7 @@ pub(crate) fn train(
             let scale = n as f64 / rows.len() as f64;
             let grad = state.gradient(&block, scale)?;
             let before = theta.clone();
-            if full {
+            if !use_adam {
                 rates.step(&mut theta, &grad, &free);
             } else {
                 let descent: Vec<f64> = grad.iter().map(|g| -g).collect();
@@ -167,9 +168,7 @@ pub(crate) fn train(
         diagnostics.number("skipped_batches", skipped as f64);
     }
     diagnostics.number("state_bytes", state.site_bytes() as f64);
-    diagnostics.note(
-        "batch",
-        if full { "full (parallel updates, damped)".to_string() } else { format!("{} (undamped, Adam {:?})", p.batch.rows(n), p.adam_lr) },
-    );
+    diagnostics.note("batch", if full { "full (parallel updates, damped)".to_string() } else { format!("{} (undamped)", p.batch.rows(n)) });
+    diagnostics.note("step", if use_adam { format!("Adam {:?}", p.adam_lr) } else { format!("adaptive rates from {}", p.rate) });
     Ok(Box::new(state.model(Some(evidence), diagnostics)))
 }

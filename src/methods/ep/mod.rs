@@ -92,6 +92,16 @@ pub enum Scheme {
     Outer,
 }
 
+/// What moves the kernels and Z after a refinement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    /// App. G's adaptive rates (x1.02 while a gradient keeps its sign, x0.5 when it flips).
+    Adaptive,
+    /// Adam with `adam_lr` on the full-data gradient.
+    Adam,
+}
+
 /// Settings as written in a spec (`method: ep` or `method: sep`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -137,6 +147,11 @@ pub struct EpParams {
     pub max_retries: u32,
     #[serde(default = "d_scheme")]
     pub scheme: Scheme,
+    /// The step on the kernels and Z: by default `adaptive` in batch mode (the tables) and
+    /// `adam` with minibatches; Villacampa-Calvo & Hernandez-Lobato's Fig. 3 says "ADAM with
+    /// the default settings" for batch runs too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<Step>,
     /// `scheme: outer`: the sites' convergence threshold and the sweeps allowed per step.
     #[serde(default = "d_outer_tol")]
     pub outer_tol: f64,

@@ -391,6 +391,30 @@ fn sep_is_close_to_ep_and_both_classify_the_toy_problem() {
     assert!(errors <= 6, "EP misclassifies {errors} of 60 training rows");
 }
 
+/// `step: adam` in batch mode: Adam's first step moves every free coordinate by at most its
+/// rate (bias-corrected, |m / sqrt(v)| = 1), so each learned inducing input stays within 0.01
+/// of the training input it started at, where the adaptive rates (0.01 x the gradient) move
+/// some coordinate further.
+#[test]
+fn a_batch_adam_step_moves_inducing_inputs_by_at_most_its_rate() {
+    let (x, y) = toy(60, 2, 3, 10);
+    let kernels = se_ard_plus_white(2, 3, 0.1);
+    let largest_move = |step: &str| {
+        let settings = serde_json::json!({ "inducing": 5, "max_iters": 1, "step": step, "adam_lr": 0.01 });
+        let model = fit("ep", settings, &x, &y, &kernels, HyperPolicy::Fixed);
+        let zs = model.inducing_inputs();
+        assert_eq!(zs.len(), 3);
+        zs.iter()
+            .flat_map(|z| z.rows().into_iter().map(|r| r.to_owned()).collect::<Vec<_>>())
+            .map(|r| x.rows().into_iter().map(|xr| (&xr - &r).iter().fold(0.0f64, |a, v| a.max(v.abs()))).fold(f64::INFINITY, f64::min))
+            .fold(0.0f64, f64::max)
+    };
+    let adam = largest_move("adam");
+    assert!(adam > 0.005 && adam <= 0.01 + 1e-9, "Adam moved an inducing input by {adam}");
+    let adaptive = largest_move("adaptive");
+    assert!(adaptive > 0.01 + 1e-9, "the adaptive rates moved at most {adaptive}");
+}
+
 #[test]
 fn learning_raises_log_z_q_in_batch_and_minibatch_mode() {
     let (x, y) = toy(60, 2, 3, 9);
