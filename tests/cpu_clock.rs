@@ -25,6 +25,7 @@ fn a_cpu_budget_counts_work_not_waiting_and_leaves_off_clock_work_out() {
     // Work off the clock (model construction) is not charged either.
     ctx.off_clock(|| spin(Duration::from_millis(300)));
     assert!(ctx.training_seconds() < 0.1, "0.3 s off the clock, charged {}", ctx.training_seconds());
+    assert!(ctx.off_clock_seconds() >= 0.3, "0.3 CPU-s off the clock, counted {}", ctx.off_clock_seconds());
     // Work is: 0.3 s of CPU ends a 0.2 s budget.
     spin(Duration::from_millis(300));
     assert!(ctx.training_seconds() >= 0.2, "spun 0.3 s, charged {}", ctx.training_seconds());

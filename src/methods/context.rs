@@ -179,6 +179,12 @@ impl<'a> FitContext<'a> {
         self.clock.training_seconds()
     }
 
+    /// Seconds left out of training time so far (checkpoint scoring, `off_clock` work), on the
+    /// training clock.
+    pub fn off_clock_seconds(&self) -> f64 {
+        self.clock.paused.lock().expect("clock lock").as_secs_f64()
+    }
+
     /// Record named values at one outer iteration, at the current training time.
     pub fn record(&self, iter: usize, values: &[(&str, f64)]) {
         let time = self.training_seconds();

@@ -270,6 +270,17 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
     let aggregates = paired_means.as_ref().unwrap_or(aggregates);
     let comparisons = compare(spec, input.cells, aggregates);
 
+    // One row per (dataset, metric); the dataset's name spans its metrics' rows.
+    let row = |dataset: &String, i: usize, metric: &String, cells: Vec<CellView>| RowView {
+        dataset: dataset.clone(),
+        dataset_rowspan: if i == 0 { spec.metrics.len() } else { 0 },
+        metric: metric.clone(),
+        metric_label: metric_label(metric),
+        cells,
+    };
+    let paper_value = |dataset: &String, method: &String, metric: &String| {
+        spec.paper.iter().find(|p| &p.dataset == dataset && &p.method == method && &p.metric == metric)
+    };
     let mut rows = Vec::new();
     for dataset in datasets {
         for (i, metric) in spec.metrics.iter().enumerate() {
@@ -288,38 +299,16 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
                     let positive = paired.as_ref().and_then(|p| p.get(&key)).map(|(_, k)| *k);
                     cell_view(aggregates.get(&key).copied(), positive, &group, metric, comparison)
                 })
-                .chain(spec.paper_only.iter().map(|method| {
-                    let paper = spec.paper.iter().find(|p| &p.dataset == dataset && &p.method == method && &p.metric == metric);
-                    paper_only_view(paper, "not run")
-                }))
+                .chain(spec.paper_only.iter().map(|method| paper_only_view(paper_value(dataset, method, metric), "not run")))
                 .collect();
-            rows.push(RowView {
-                dataset: dataset.clone(),
-                dataset_rowspan: if i == 0 { spec.metrics.len() } else { 0 },
-                metric: metric.clone(),
-                metric_label: metric_label(metric),
-                cells,
-            });
+            rows.push(row(dataset, i, metric, cells));
         }
     }
-
     for (dataset, why) in &spec.paper_only_datasets {
         for (i, metric) in spec.metrics.iter().enumerate() {
-            let cells = columns
-                .iter()
-                .map(|(method, _)| method)
-                .chain(&spec.paper_only)
-                .map(|method| {
-                    paper_only_view(spec.paper.iter().find(|p| &p.dataset == dataset && &p.method == method && &p.metric == metric), why)
-                })
-                .collect();
-            rows.push(RowView {
-                dataset: dataset.clone(),
-                dataset_rowspan: if i == 0 { spec.metrics.len() } else { 0 },
-                metric: metric.clone(),
-                metric_label: metric_label(metric),
-                cells,
-            });
+            let methods = columns.iter().map(|(method, _)| method).chain(&spec.paper_only);
+            let cells = methods.map(|method| paper_only_view(paper_value(dataset, method, metric), why)).collect();
+            rows.push(row(dataset, i, metric, cells));
         }
     }
 
