@@ -14,7 +14,7 @@ const RECORDED: &[(&str, &str, &str)] = &[
     ("klmnl", "klmnl=1", "40a31834271fb0cf"),
     ("mc_mnl", "importance=1,klmnl=1", "2682e10328134bc5"),
     ("mc_mnp", "importance=1,klmnl=1", "a0f4962c1878e685"),
-    ("laplace", "laplace=1", "5c51e7efffb5d9a2"),
+    ("laplace", "laplace=2", "f0aa7b2a0ce0febb"),
     ("vbmnp", "vbmnp=1", "0d16a0079d243cbe"),
     ("vbmnp_sparse", "vbmnp_sparse=1", "5b8c172000bc4340"),
     ("gibbs_mnp", "gibbs_mnp=1", "25b91bf9542d09ce"),

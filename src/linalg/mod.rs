@@ -229,6 +229,22 @@ impl Chol {
         }
     }
 
+    /// A^{-1} in full, for the few places where every entry of the inverse is the quantity
+    /// sought (GPML's E_c = D^1/2 B^-1 D^1/2 of the multinomial Laplace approximation, with
+    /// B = I + D^1/2 K D^1/2 well conditioned: eigenvalues >= 1). Never for a kernel matrix:
+    /// solve with it instead. Costs n^3 / 3 multiply-adds after the factor (the triangular
+    /// inverse and the product L^{-T} L^{-1}, each on one triangle), against n^3 for solving
+    /// with n right-hand sides and forming the product in full.
+    pub fn inverse(&self) -> Mat<f64> {
+        let n = self.dim();
+        let mut out = Mat::zeros(n, n);
+        let mut mem = MemBuffer::new(faer::linalg::cholesky::llt::inverse::inverse_scratch::<f64>(n, Par::Seq));
+        faer::linalg::cholesky::llt::inverse::inverse(out.as_mut(), self.L.as_ref(), Par::Seq, MemStack::new(&mut mem));
+        // faer fills the lower triangle only.
+        symmetrize_from_lower(&mut out);
+        out
+    }
+
     /// A^{-1} v for a vector.
     pub fn solve_vec(&self, v: &[f64]) -> Vec<f64> {
         to_vec(self.solve(col(v).as_ref()).as_ref())
@@ -257,6 +273,32 @@ impl Chol {
         let y = self.solve_lt(sym.as_ref()); // L^{-T} S
         let abar_t = self.solve_lt(y.transpose()); // L^{-T} (L^{-T} S)^T = (L^{-T} S L^{-1})^T
         Mat::from_fn(n, n, |i, j| 0.5 * (abar_t[(i, j)] + abar_t[(j, i)]))
+    }
+}
+
+/// out (+)= A^T A, lower triangle only (one pass of a symmetric rank-k product: half the
+/// multiply-adds of a general product); the upper triangle of `out` is left untouched.
+pub fn add_gram_lower(out: MatMut<'_, f64>, a: MatRef<'_, f64>, alpha: f64) {
+    use faer::linalg::matmul::triangular::{matmul, BlockStructure};
+    matmul(
+        out,
+        BlockStructure::TriangularLower,
+        faer::Accum::Add,
+        a.transpose(),
+        BlockStructure::Rectangular,
+        a,
+        BlockStructure::Rectangular,
+        alpha,
+        Par::Seq,
+    );
+}
+
+/// Copy the lower triangle of a square matrix onto its upper triangle.
+pub fn symmetrize_from_lower(m: &mut Mat<f64>) {
+    for j in 0..m.ncols() {
+        for i in 0..j {
+            m[(i, j)] = m[(j, i)];
+        }
     }
 }
 
@@ -375,8 +417,11 @@ pub fn matvec(a: MatRef<'_, f64>, v: &[f64]) -> Vec<f64> {
     for j in 0..a.ncols() {
         let vj = v[j];
         if vj != 0.0 {
-            for (i, o) in out.iter_mut().enumerate() {
-                *o += a[(i, j)] * vj;
+            // A contiguous column runs as a plain slice loop (vectorised, no bounds checks);
+            // each out[i] sees the same sums in the same order either way.
+            match a.col(j).try_as_col_major() {
+                Some(col) => out.iter_mut().zip(col.as_slice()).for_each(|(o, x)| *o += x * vj),
+                None => out.iter_mut().enumerate().for_each(|(i, o)| *o += a[(i, j)] * vj),
             }
         }
     }
@@ -436,6 +481,54 @@ pub fn leading_columns(rows: &[Vec<f64>], c: usize) -> ndarray::Array2<f64> {
 mod tests {
     use super::*;
     use rand::{RngExt, SeedableRng};
+
+    #[test]
+    fn inverse_times_matrix_is_identity_and_gram_lower_is_a_t_a() {
+        // Sizes on both sides of faer's blocking (and of SMALL), a random SPD matrix.
+        let mut rng = rand_pcg::Pcg64::seed_from_u64(11);
+        for n in [1, 3, 17, 70] {
+            let b = Mat::from_fn(n, n, |_, _| rng.random_range(-1.0..1.0));
+            let a = &b * b.transpose() + Mat::<f64>::identity(n, n);
+            let inv = Chol::factor(a.as_ref(), "A").unwrap().inverse();
+            let prod = &a * &inv;
+            for i in 0..n {
+                for j in 0..n {
+                    let want = if i == j { 1.0 } else { 0.0 };
+                    assert!((prod[(i, j)] - want).abs() < 1e-10, "n = {n}: (A A^-1)[{i},{j}] = {}", prod[(i, j)]);
+                    assert_eq!(inv[(i, j)], inv[(j, i)], "n = {n}: the inverse is not symmetric");
+                }
+            }
+            // out = I - 2 B^T B on the lower triangle; the upper triangle keeps I's zeros.
+            let mut out = Mat::<f64>::identity(n, n);
+            add_gram_lower(out.as_mut(), b.as_ref(), -2.0);
+            let full = Mat::<f64>::identity(n, n) - (b.transpose() * &b) * faer::Scale(2.0);
+            for j in 0..n {
+                for i in 0..n {
+                    if i >= j {
+                        assert!((out[(i, j)] - full[(i, j)]).abs() < 1e-12, "n = {n}: lower ({i},{j})");
+                    } else {
+                        assert_eq!(out[(i, j)], 0.0, "n = {n}: upper ({i},{j}) was written");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn matvec_equals_the_product_for_contiguous_and_strided_matrices() {
+        let mut rng = rand_pcg::Pcg64::seed_from_u64(12);
+        let a = Mat::from_fn(9, 7, |_, _| rng.random_range(-1.0..1.0));
+        let v: Vec<f64> = (0..7).map(|j| if j == 3 { 0.0 } else { rng.random_range(-1.0..1.0) }).collect();
+        let want = &a * col(&v);
+        let got = matvec(a.as_ref(), &v);
+        // A transposed view has strided columns: the indexed path.
+        let at = a.transpose().to_owned();
+        let got_t = matvec(at.transpose(), &v);
+        for i in 0..9 {
+            assert!((got[i] - want[(i, 0)]).abs() < 1e-14);
+            assert_eq!(got[i], got_t[i], "the two paths sum in the same order");
+        }
+    }
 
     #[test]
     fn cholesky_backprop_matches_finite_differences() {
