@@ -468,6 +468,48 @@ fn datasets_option_computes_a_subset_and_a_later_run_completes_it() {
 }
 
 #[test]
+fn entries_option_computes_named_entries_and_the_unstored_sources_they_need() {
+    let dir = workdir("entries");
+    let spec = dir.join("three.yaml");
+    std::fs::write(
+        &spec,
+        "name: three\nseed: 3\ndatasets: [iris]\nsplits: { protocol: random, train_fraction: 0.6, repeats: 2 }\n\
+         methods:\n  - { name: fixed, method: laplace, kernel: { lengthscale: 2.0, variance: 4.0 } }\n\
+         \x20 - { name: learned, method: laplace, kernel: { lengthscale: 2.0, variance: 4.0 }, hyper: learn, settings: { max_hyper_iters: 3 } }\n\
+         \x20 - { name: after, method: laplace, kernel: { lengthscale: 2.0, variance: 4.0 }, hyper: { from: learned } }\n",
+    )
+    .unwrap();
+    let with = |extra: &[&str]| {
+        let mut cmd = mcgp();
+        cmd.arg("run").arg(&spec).args(extra).arg("--results").arg(dir.join("results")).arg("--reports").arg(dir.join("reports"));
+        cmd.output().unwrap()
+    };
+    let bad = with(&["--entries", "fixd"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let msg = String::from_utf8_lossy(&bad.stderr);
+    assert!(msg.contains("fixd is not a method entry of") && msg.contains("fixed, learned, after"), "{msg}");
+
+    // `after` takes its kernel from `learned`, which is not stored yet: both are computed.
+    let out = with(&["--entries", "after"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let results = dir.join("results/three");
+    let stored = cells_without_timing(&results);
+    let entries = |stored: &std::collections::BTreeMap<String, serde_json::Value>| {
+        let mut e: Vec<String> = stored.values().map(|v| v["method"].as_str().unwrap().to_string()).collect();
+        e.sort();
+        e
+    };
+    assert_eq!(entries(&stored), ["after", "after", "learned", "learned"]);
+    assert_eq!(manifest(&results)["cells_missing"].as_u64(), Some(2));
+
+    // The remaining entry alone: its two cells computed, the four stored ones reused.
+    let out = with(&["--entries", "fixed"]);
+    assert!(out.status.success());
+    let m = manifest(&results);
+    assert_eq!((m["cells_computed"].as_u64(), m["cells_cached"].as_u64(), m["cells_missing"].as_u64()), (Some(2), Some(4), Some(0)));
+}
+
+#[test]
 fn checkpoints_trace_test_scores_off_the_clock_without_changing_the_fit() {
     let dir = workdir("checkpoints");
     let plain = dir.join("plain.yaml");

@@ -24,6 +24,7 @@ pub fn spec_on_two_splits(registry: &Registry, name: &str) {
         keep_failed: false,
         recompute: true,
         datasets: Vec::new(),
+        entries: Vec::new(),
         progress: false,
         render_report: false,
         shard: None,

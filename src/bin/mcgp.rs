@@ -58,6 +58,11 @@ enum Command {
         /// the others as not run yet, and a later run without the option completes them.
         #[arg(long, value_delimiter = ',')]
         datasets: Vec<String>,
+        /// Compute only the cells of these method entries (comma-separated), and the unstored
+        /// cells they take hyper-parameters from: e.g. after one method's numerics changed in a
+        /// spec run only in part. Combines with --datasets.
+        #[arg(long, value_delimiter = ',')]
+        entries: Vec<String>,
         /// Skip the HTML report.
         #[arg(long)]
         no_report: bool,
@@ -164,6 +169,7 @@ fn options(
         keep_failed: false,
         recompute,
         datasets: Vec::new(),
+        entries: Vec::new(),
         progress: std::io::stderr().is_terminal(),
         render_report,
         shard: None,
@@ -180,18 +186,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         keep_failed: false,
         recompute: false,
         datasets: Vec::new(),
+        entries: Vec::new(),
         no_report: false,
         shard: None,
         shard_plan: None,
         paths: default_paths,
     });
     match command {
-        Command::Run { spec, threads, retry_failed, keep_failed, recompute, datasets, no_report, shard, shard_plan, paths } => {
+        Command::Run { spec, threads, retry_failed, keep_failed, recompute, datasets, entries, no_report, shard, shard_plan, paths } => {
             let registry = registry(&paths)?;
             let spec = load_spec(spec.as_deref(), &registry)?;
             // A shard renders nothing: the other shards' cells are not all stored yet.
             let mut opts = options(&paths, &registry, threads, retry_failed, recompute, !no_report && shard.is_none());
             opts.datasets = datasets;
+            opts.entries = entries;
             opts.keep_failed = keep_failed;
             opts.shard = shard;
             opts.shard_plan = shard_plan;

@@ -42,6 +42,9 @@ pub struct RunOptions {
     pub recompute: bool,
     /// Compute only the cells of these datasets (empty: all); the rest count as missing.
     pub datasets: Vec<String>,
+    /// Compute only the cells of these method entries (empty: all), and the cells they take
+    /// hyper-parameters from where those are not stored; the rest count as missing.
+    pub entries: Vec<String>,
     /// Draw a progress bar (on a terminal).
     pub progress: bool,
     pub render_report: bool,
@@ -212,6 +215,12 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
             anyhow::bail!("--datasets: {name} is not a dataset of {} (it has: {})", spec.file, spec.raw.datasets.join(", "));
         }
     }
+    for name in &opts.entries {
+        if !spec.raw.methods.iter().any(|m| &m.name == name) {
+            let names: Vec<&str> = spec.raw.methods.iter().map(|m| m.name.as_str()).collect();
+            anyhow::bail!("--entries: {name} is not a method entry of {} (it has: {})", spec.file, names.join(", "));
+        }
+    }
     faer::set_global_parallelism(faer::Par::Seq);
     let started = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     // The code that computes the cells is the checkout as the run starts: commits made while a
@@ -276,14 +285,17 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
             }
         }
     }
-    let selected = |c: &Cell| opts.datasets.is_empty() || opts.datasets.contains(&c.dataset);
+    let wanted = |c: &Cell| {
+        (opts.datasets.is_empty() || opts.datasets.contains(&c.dataset))
+            && (opts.entries.is_empty() || opts.entries.contains(&c.entry.name))
+    };
     // A cell to compute whose source is an archived record without its handoff vectors: the
     // source is computed again first (and so on up a chain of such sources).
     loop {
         let sources: Vec<String> = prepared
             .cells
             .iter()
-            .filter(|c| !done.contains_key(&c.key) && selected(c))
+            .filter(|c| !done.contains_key(&c.key) && wanted(c))
             .filter_map(|c| c.depends_on.clone())
             .filter(|d| done.get(d).is_some_and(|r| r.handoff.vectors_dropped))
             .collect();
@@ -294,6 +306,20 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
             done.remove(&d);
         }
     }
+    // The unstored sources of wanted cells (up their chains) are computed too: with --entries a
+    // source may belong to an entry that was not named.
+    let by_key: BTreeMap<&str, &Cell> = prepared.cells.iter().map(|c| (c.key.as_str(), c)).collect();
+    let mut sources_needed = std::collections::BTreeSet::new();
+    for cell in prepared.cells.iter().filter(|c| !done.contains_key(&c.key) && wanted(c)) {
+        let mut source = cell.depends_on.as_deref();
+        while let Some(d) = source.filter(|d| !done.contains_key(*d)) {
+            if !sources_needed.insert(d.to_string()) {
+                break;
+            }
+            source = by_key.get(d).and_then(|c| c.depends_on.as_deref());
+        }
+    }
+    let selected = |c: &Cell| wanted(c) || sources_needed.contains(&c.key);
     let cached = done.len();
     let pending: Vec<&Cell> = prepared.cells.iter().filter(|c| !done.contains_key(&c.key) && selected(c)).collect();
 
