@@ -15,6 +15,7 @@ pub mod laplace;
 pub mod msvm;
 pub mod optimize;
 pub mod scmgpc;
+pub mod select;
 pub mod svgp;
 pub mod vbmnp;
 pub mod vbmnp_sparse;
@@ -104,7 +105,12 @@ pub fn numerics_version(method: &str) -> Option<String> {
 }
 
 /// Build a checked method from its YAML name and settings. The error names the bad setting.
+/// Settings with a `select` entry build the method wrapped in cross-validated grid selection
+/// (`select.rs`).
 pub fn build(name: &str, settings: &serde_json::Value) -> Result<Box<dyn Method>, String> {
+    if let Some(select) = settings.get("select") {
+        return Ok(Box::new(select::build_select(name, settings, select)?));
+    }
     match name {
         "laplace" => Ok(Box::new(laplace::LaplaceParams::from_settings(settings)?.check()?)),
         "klmnl" => Ok(Box::new(klmnl::KlmnlParams::from_settings(settings)?.check()?)),
