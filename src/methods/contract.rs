@@ -4,7 +4,7 @@
 //! [`Evidence`], [`Diagnostics`]).
 use super::FitContext;
 use crate::kernels::KernelSet;
-use crate::linalg::LinalgError;
+use crate::linalg::{argmax, LinalgError};
 use crate::results::{EvidenceKind, Handoff};
 use ndarray::Array2;
 use rand_pcg::Pcg64;
@@ -171,6 +171,12 @@ impl Prediction {
     pub fn labels_only(labels: &[usize], n_classes: usize) -> Self {
         let probs = Array2::from_shape_fn((labels.len(), n_classes), |(i, c)| if labels[i] == c { 1.0 } else { 0.0 });
         Prediction { labels_only: true, ..Prediction::new(probs) }
+    }
+
+    /// The predicted class of each row: the most probable (the first on ties), what every
+    /// error count reads.
+    pub fn labels(&self) -> Vec<usize> {
+        self.probs.rows().into_iter().map(|r| argmax(&r.to_vec())).collect()
     }
 
     pub fn with_values(mut self, name: &str, values: Array2<f64>) -> Self {

@@ -22,7 +22,6 @@ use super::{
     build, parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape,
 };
 use crate::kernels::KernelSet;
-use crate::linalg::argmax;
 use crate::results::Handoff;
 use ndarray::{Array2, Axis};
 use rand::seq::SliceRandom;
@@ -185,13 +184,7 @@ impl Method for Select {
                 let fitted = point.method.fit(&Problem { x: &x, y: &y, n_classes: problem.n_classes }, &point_kernels, hyper, &mut inner);
                 drop(inner);
                 match fitted.and_then(|m| m.predict(&x_val, &mut rng)) {
-                    Ok(p) => {
-                        errors += val
-                            .iter()
-                            .enumerate()
-                            .filter(|(j, &i)| argmax(p.probs.row(*j).as_slice().expect("row-major")) != problem.y[i])
-                            .count()
-                    }
+                    Ok(p) => errors += p.labels().iter().zip(&val).filter(|(label, &i)| **label != problem.y[i]).count(),
                     Err(e @ FitError::Timeout { .. }) => return Err(e),
                     // A grid point that cannot be fitted on a fold is never chosen.
                     Err(_) => {

@@ -318,19 +318,14 @@ pub fn is_labels_only(record: &CellRecord) -> bool {
 /// by its errors alone: its `log_pred_*` metrics are absent, not NaN.
 pub fn score(prediction: &Prediction, y: &[usize]) -> BTreeMap<String, f64> {
     let m = y.len();
-    let mut errors = 0usize;
+    let errors = prediction.labels().iter().zip(y).filter(|(label, yi)| label != yi).count();
     let mut log_pred = 0.0;
     for (i, &yi) in y.iter().enumerate() {
-        let row = prediction.probs.row(i);
-        let p: Vec<f64> = row.iter().copied().collect();
-        if argmax(&p) != yi {
-            errors += 1;
-        }
         log_pred += match &prediction.log_score {
             Some(l) => l[(i, yi)],
             // A probability that underflowed to 0 would make the sum -inf; floor it at the
             // smallest normal double (about -708 nats) so one point cannot erase the rest.
-            None => p[yi].max(f64::MIN_POSITIVE).ln(),
+            None => prediction.probs[(i, yi)].max(f64::MIN_POSITIVE).ln(),
         };
     }
     let mut out = BTreeMap::new();
