@@ -7,9 +7,11 @@
 //! exact solution of one datum's block, `solver.rs` block coordinate ascent with the bias by the
 //! method of multipliers, `model.rs` the fitted machine (labels only).
 //!
-//! Why hand-written: no maintained Rust crate implements these multi-class machines. linfa-svm
-//! (docs.rs) is a binary SMO (one-vs-rest / one-vs-one only through wrappers), smartcore's SVC is
-//! binary, and neither offers WW, CS, LLW or MSVM2 with biases; MSVMpack itself is C.
+//! Why hand-written: no maintained Rust crate implements these multi-class machines (checked on
+//! docs.rs, 2026-11): linfa-svm 0.8 is a binary SMO (C / nu / one-class), multi-class only by
+//! linfa's one-vs-all composition; ferrolearn-linear's `MultiClass::CrammerSinger` is liblinear's
+//! linear Crammer-Singer (no kernel, no bias). None has WW, LLW or MSVM2, or MSVMpack's biases;
+//! MSVMpack itself is C.
 //!
 //! Kernel: MSVMpack's Gaussian RBF is exp(-|x - x'|^2 / (2 sigma^2)), and Chai's grid value
 //! theta is that sigma, the length-scale of sqexpiso (45) with sigma_x = 1 (C plays the role of
