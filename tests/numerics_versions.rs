@@ -24,7 +24,7 @@ const RECORDED: &[(&str, &str, &str)] = &[
     ("sep", "ep=2", "ffb31ebc76aa6e75"),
     ("gfitc", "gfitc=2", "97381829ae962161"),
     ("ivm", "ivm=1", "9064bbfa38e44c67"),
-    ("msvm", "msvm=1", "343b0988643dafdb"),
+    ("msvm", "msvm=1", "2dc704f14d3756ea"),
 ];
 
 /// Methods that run on two classes only (so far): their fixed problem keeps classes 0 and 1.

@@ -1,5 +1,5 @@
 //! The dual solver shared by the four machines: block coordinate ascent over each datum's Q - 1
-//! dual variables (each block solved exactly, `block.rs`), cyclically in data order, with the
+//! dual variables (each block solved exactly, `block.rs`), in a shuffled order per sweep, with the
 //! bias handled by the method of multipliers (Hestenes-Powell augmented Lagrangian) on the
 //! equality constraints sum_i beta_i = 0 whose multiplier is the bias b.
 //!
@@ -21,6 +21,7 @@
 use super::formulation::Formulation;
 use crate::methods::{FitContext, FitError, StopReason};
 use faer::Mat;
+use rand::seq::SliceRandom;
 
 /// A solution of the dual: alpha and beta [n][Q], the bias, and the kernel part of the outputs
 /// F = K beta, [n][Q] (h_k(x_i) = F_ik + b_k).
@@ -70,6 +71,13 @@ pub(crate) fn solve(
     let mut new_beta = vec![0.0; q];
     let mut delta = vec![0.0; q];
     let mut sweeps = 0u64;
+    // Blocks in a fresh pseudo-random order each sweep: on glass-sized problems near the
+    // paper's hard corner (C 100-1000, theta 5-15) it converged where data order did not, and
+    // left gaps 10-100x smaller where neither did. The order is seeded by a constant, not the
+    // cell's rng, so a fit is a function of its data and settings alone (select's refit is then
+    // the direct fit at the chosen point).
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut order_rng = <rand_pcg::Pcg64 as rand::SeedableRng>::seed_from_u64(0x005E_ED0F_B10C);
     let mut stop = StopReason::MaxIterations;
     while sweeps < s.max_sweeps {
         if let Some(ctx) = ctx {
@@ -77,7 +85,8 @@ pub(crate) fn solve(
         }
         // One sweep of block coordinate ascent on the augmented Lagrangian at the current bias.
         let mut moved = 0.0f64;
-        for i in 0..n {
+        order.shuffle(&mut order_rng);
+        for &i in &order {
             let kii = k[(i, i)];
             let d = kii + rho;
             for c in 0..q {
