@@ -24,6 +24,7 @@ const RECORDED: &[(&str, &str, &str)] = &[
     ("sep", "ep=2", "ffb31ebc76aa6e75"),
     ("gfitc", "gfitc=2", "97381829ae962161"),
     ("ivm", "ivm=1", "9064bbfa38e44c67"),
+    ("msvm", "msvm=1", "2dc704f14d3756ea"),
 ];
 
 /// Methods that run on two classes only (so far): their fixed problem keeps classes 0 and 1.
@@ -54,6 +55,13 @@ fn fingerprint(method: &str) -> String {
     let mut h = blake3::Hasher::new();
     for v in p.probs.iter().chain(fitted.evidence().map(|e| e.value).iter()).chain(fitted.kernels().log_params().iter()) {
         h.update(&v.to_bits().to_le_bytes());
+    }
+    // Labels (one-hot rows) pin too little of a labels-only method: its diagnostics' numbers
+    // (an SVM's dual and primal objectives) go in as well.
+    if p.labels_only {
+        for v in fitted.diagnostics().numbers.values() {
+            h.update(&v.to_bits().to_le_bytes());
+        }
     }
     h.finalize().to_hex()[..16].to_string()
 }

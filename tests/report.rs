@@ -544,3 +544,47 @@ fn a_paired_table_shows_per_split_differences_and_compares_them_with_the_paper()
     assert!(html.contains("n = 4 pairs"), "gamma: the failed split has no pair");
     assert!(html.contains("Paired with ep"));
 }
+
+#[test]
+fn a_labels_only_method_shows_no_probabilities_in_a_likelihood_row() {
+    // An SVM's cells: errors, no log_pred_* metrics, marked labels only by the runner.
+    let mut cells = Vec::new();
+    for split in 0..3 {
+        let mut svm = cell("alpha", split, "svm", "");
+        svm.metrics.insert("error_pct".into(), 4.0 + split as f64);
+        svm.diagnostics.insert("predictions".into(), "labels only (no probabilities)".into());
+        cells.push(svm);
+        let mut gp = cell("alpha", split, "gp", "");
+        gp.metrics.insert("error_pct".into(), 3.0);
+        gp.metrics.insert("log_pred_sum".into(), -20.0);
+        cells.push(gp);
+    }
+    let table = TableSpec {
+        id: "tab-labels".into(),
+        title: "Labels only".into(),
+        metrics: vec!["error_pct".into(), "log_pred_sum".into()],
+        methods: vec![],
+        datasets: vec![],
+        tolerance: ToleranceRule::default(),
+        paper_only: vec![],
+        paper_only_datasets: Default::default(),
+        paper: vec![],
+        paired_with: None,
+        note: None,
+    };
+    let manifest = Manifest { title: "Labels only".into(), ..manifest() };
+    let (datasets, methods) = (strings(&["alpha"]), strings(&["gp", "svm"]));
+    let input = ReportInput {
+        manifest: &manifest,
+        tables: std::slice::from_ref(&table),
+        figures: &[],
+        datasets: &datasets,
+        methods: &methods,
+        cells: &cells,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    render_experiment(&input, dir.path()).unwrap();
+    let html = std::fs::read_to_string(dir.path().join("index.html")).unwrap();
+    assert_eq!(html.matches("no probabilities").count(), 1, "the svm's likelihood cell, once");
+    assert!(!html.contains("no result"), "no cell of this table is missing a result");
+}

@@ -127,6 +127,24 @@ impl KernelSet {
         Ok(self.with_log_params(&p))
     }
 
+    /// The set with every parameter that `name` covers (see `name_matches`: `lengthscale` covers
+    /// all ARD length-scales and every class's copy) set to `log_value`. An error when it covers none.
+    pub fn with_named(&self, name: &str, log_value: f64) -> Result<KernelSet, String> {
+        let names = self.param_names();
+        let mut p = self.log_params();
+        let mut hit = false;
+        for (pi, n) in p.iter_mut().zip(&names) {
+            if name_matches(name, n) {
+                *pi = log_value;
+                hit = true;
+            }
+        }
+        if !hit {
+            return Err(format!("\"{name}\" is not a parameter of this kernel (it has: {})", names.join(", ")));
+        }
+        Ok(self.with_log_params(&p))
+    }
+
     /// Whether every name in `keep` names a parameter of this set.
     pub fn check_keep(&self, keep: &[String]) -> Result<(), String> {
         let names = self.param_names();

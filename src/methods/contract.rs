@@ -4,7 +4,7 @@
 //! [`Evidence`], [`Diagnostics`]).
 use super::FitContext;
 use crate::kernels::KernelSet;
-use crate::linalg::LinalgError;
+use crate::linalg::{argmax, LinalgError};
 use crate::results::{EvidenceKind, Handoff};
 use ndarray::Array2;
 use rand_pcg::Pcg64;
@@ -156,11 +156,27 @@ pub struct Prediction {
     /// Largest diagonal jitter added to a matrix while predicting (0 when none); the runner
     /// stores it as `diag_predict_jitter`.
     pub jitter: f64,
+    /// The method predicts labels, not probabilities (an SVM): `probs` is the one-hot encoding
+    /// of the labels, so the error rate is scored and the log-predictive metrics are left out.
+    pub labels_only: bool,
 }
 
 impl Prediction {
     pub fn new(probs: Array2<f64>) -> Self {
-        Prediction { probs, log_score: None, log_class_values: BTreeMap::new(), jitter: 0.0 }
+        Prediction { probs, log_score: None, log_class_values: BTreeMap::new(), jitter: 0.0, labels_only: false }
+    }
+
+    /// Predicted labels of a method without probabilities, as one-hot rows over `n_classes`
+    /// (what the error rate reads) with `labels_only` set (no `log_pred_*` metrics).
+    pub fn labels_only(labels: &[usize], n_classes: usize) -> Self {
+        let probs = Array2::from_shape_fn((labels.len(), n_classes), |(i, c)| if labels[i] == c { 1.0 } else { 0.0 });
+        Prediction { labels_only: true, ..Prediction::new(probs) }
+    }
+
+    /// The predicted class of each row: the most probable (the first on ties), what every
+    /// error count reads.
+    pub fn labels(&self) -> Vec<usize> {
+        self.probs.rows().into_iter().map(|r| argmax(&r.to_vec())).collect()
     }
 
     pub fn with_values(mut self, name: &str, values: Array2<f64>) -> Self {

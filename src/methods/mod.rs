@@ -12,8 +12,10 @@ pub mod importance;
 pub mod ivm;
 pub mod klmnl;
 pub mod laplace;
+pub mod msvm;
 pub mod optimize;
 pub mod scmgpc;
+pub mod select;
 pub mod svgp;
 pub mod vbmnp;
 pub mod vbmnp_sparse;
@@ -72,6 +74,9 @@ pub const METHODS: &[(&str, &str)] = &[(
 ), (
     "ivm",
     "Informative vector machine (Seeger, Lawrence & Herbrich): binary probit GP with ADF sites on d points chosen by greedy (or randomized greedy) information-gain selection; two classes, fixed kernel and intercept; evidence = eq. 11's approximation log Q(D)",
+), (
+    "msvm",
+    "Single-machine multi-class SVMs as in MSVMpack: Weston-Watkins, Crammer-Singer, Lee-Lin-Wahba, MSVM2 (formulation: ww | cs | llw | msvm2), with biases; fixed kernel; labels only (no probabilities), no evidence",
 )];
 
 /// The numerics version of a method as it enters cell keys: its own `NUMERICS_VERSION` and
@@ -91,6 +96,7 @@ pub fn numerics_version(method: &str) -> Option<String> {
         "ep" | "sep" => format!("ep={}", ep::NUMERICS_VERSION),
         "gfitc" => format!("gfitc={}", gfitc::NUMERICS_VERSION),
         "ivm" => format!("ivm={}", ivm::NUMERICS_VERSION),
+        "msvm" => format!("msvm={}", msvm::NUMERICS_VERSION),
         _ => return None,
     };
     let bumped =
@@ -99,7 +105,12 @@ pub fn numerics_version(method: &str) -> Option<String> {
 }
 
 /// Build a checked method from its YAML name and settings. The error names the bad setting.
+/// Settings with a `select` entry build the method wrapped in cross-validated grid selection
+/// (`select.rs`).
 pub fn build(name: &str, settings: &serde_json::Value) -> Result<Box<dyn Method>, String> {
+    if let Some(select) = settings.get("select") {
+        return Ok(Box::new(select::build_select(name, settings, select)?));
+    }
     match name {
         "laplace" => Ok(Box::new(laplace::LaplaceParams::from_settings(settings)?.check()?)),
         "klmnl" => Ok(Box::new(klmnl::KlmnlParams::from_settings(settings)?.check()?)),
@@ -114,6 +125,7 @@ pub fn build(name: &str, settings: &serde_json::Value) -> Result<Box<dyn Method>
         "sep" => Ok(Box::new(ep::EpParams::from_settings(settings)?.check(true)?)),
         "gfitc" => Ok(Box::new(gfitc::GfitcParams::from_settings(settings)?.check()?)),
         "ivm" => Ok(Box::new(ivm::IvmParams::from_settings(settings)?.check()?)),
+        "msvm" => Ok(Box::new(msvm::MsvmParams::from_settings(settings)?.check()?)),
         other => Err(format!("unknown method \"{other}\"")),
     }
 }

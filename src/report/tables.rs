@@ -3,6 +3,7 @@ use super::format::{mean_sd, method_label, metric_label, num, sd_units, setting_
 use super::tolerance::{describe, within_tolerance};
 use super::ReportInput;
 use crate::results::{paired_aggregate, Aggregate, CellRecord, EvidenceKind, GroupKey, Status};
+use crate::runner::{is_labels_only, PROBABILITY_METRICS};
 use crate::spec::{MissClass, PaperValue, TableSpec};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -206,6 +207,10 @@ fn cell_view(
             (mean_sd(a.mean, Some(a.sd)), n)
         }
         None if failed > 0 => ("—".into(), format!("all {failed} failed")),
+        // A method that predicts labels only (an SVM) has no predictive likelihood.
+        None if PROBABILITY_METRICS.contains(&metric) && !group.is_empty() && group.iter().all(|c| is_labels_only(c)) => {
+            ("no probabilities".into(), String::new())
+        }
         None => ("—".into(), "no result".into()),
     };
     // An ELBO and an EP log Z must never share a column unlabelled.

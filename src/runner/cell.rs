@@ -166,6 +166,10 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
     prediction.validate(y_test.len())?;
 
     let diagnostics = fitted.diagnostics();
+    let mut diagnostic_texts = diagnostics.texts();
+    if prediction.labels_only {
+        diagnostic_texts.insert(PREDICTIONS_NOTE.into(), LABELS_ONLY.into());
+    }
     let mut metrics = score(&prediction, y_test);
     if prediction.jitter > 0.0 {
         metrics.insert("diag_predict_jitter".into(), prediction.jitter);
@@ -212,7 +216,7 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
         metrics,
         evidence_kind: evidence.map(|e| e.kind),
         hyperparameters: fitted_kernels.natural_params().into_iter().collect(),
-        diagnostics: diagnostics.texts(),
+        diagnostics: diagnostic_texts,
         trace,
         handoff: fitted.handoff(),
     })
@@ -285,7 +289,10 @@ fn take_over(kernels: &KernelSet, handoff: &Handoff, keep: &[String]) -> Result<
 /// svgp's `test_expected_log_lik`, E[log p] beside the NLL's log E[p]).
 fn checkpoint_scores(prediction: &Prediction, y: &[usize]) -> BTreeMap<String, f64> {
     let s = score(prediction, y);
-    let mut out = BTreeMap::from([("test_error".to_string(), s["error_pct"]), ("test_nll".to_string(), -s["log_pred_mean"])]);
+    let mut out = BTreeMap::from([("test_error".to_string(), s["error_pct"])]);
+    if let Some(mean) = s.get("log_pred_mean") {
+        out.insert("test_nll".to_string(), -mean);
+    }
     for (name, sum) in prediction.class_value_sums(y) {
         let name = name.trim_end_matches("_sum");
         out.insert(format!("test_{name}"), sum / y.len().max(1) as f64);
@@ -293,23 +300,32 @@ fn checkpoint_scores(prediction: &Prediction, y: &[usize]) -> BTreeMap<String, f
     out
 }
 
+/// The metrics that need predictive probabilities: a labels-only prediction has none of them.
+pub const PROBABILITY_METRICS: &[&str] = &["log_pred_sum", "log_pred_mean"];
+
+/// The diagnostics entry (and its value) that marks a cell whose method predicts labels only;
+/// the report shows "no probabilities" for its `PROBABILITY_METRICS`.
+pub const PREDICTIONS_NOTE: &str = "predictions";
+pub const LABELS_ONLY: &str = "labels only (no probabilities)";
+
+/// Whether a stored cell's method predicted labels only.
+pub fn is_labels_only(record: &CellRecord) -> bool {
+    record.diagnostics.get(PREDICTIONS_NOTE).is_some_and(|v| v == LABELS_ONLY)
+}
+
 /// Test-set metrics from a prediction (class probabilities [m, C], and the method's own log
-/// score where it has one) and the true classes.
+/// score where it has one) and the true classes. A labels-only prediction (an SVM's) is scored
+/// by its errors alone: its `log_pred_*` metrics are absent, not NaN.
 pub fn score(prediction: &Prediction, y: &[usize]) -> BTreeMap<String, f64> {
     let m = y.len();
-    let mut errors = 0usize;
+    let errors = prediction.labels().iter().zip(y).filter(|(label, yi)| label != yi).count();
     let mut log_pred = 0.0;
     for (i, &yi) in y.iter().enumerate() {
-        let row = prediction.probs.row(i);
-        let p: Vec<f64> = row.iter().copied().collect();
-        if argmax(&p) != yi {
-            errors += 1;
-        }
         log_pred += match &prediction.log_score {
             Some(l) => l[(i, yi)],
             // A probability that underflowed to 0 would make the sum -inf; floor it at the
             // smallest normal double (about -708 nats) so one point cannot erase the rest.
-            None => p[yi].max(f64::MIN_POSITIVE).ln(),
+            None => prediction.probs[(i, yi)].max(f64::MIN_POSITIVE).ln(),
         };
     }
     let mut out = BTreeMap::new();
@@ -317,8 +333,11 @@ pub fn score(prediction: &Prediction, y: &[usize]) -> BTreeMap<String, f64> {
     out.insert("error_count".into(), errors as f64);
     out.insert("error_rate".into(), errors as f64 / m as f64);
     out.insert("error_pct".into(), 100.0 * errors as f64 / m as f64);
-    out.insert("log_pred_sum".into(), log_pred);
-    out.insert("log_pred_mean".into(), log_pred / m as f64);
+    if !prediction.labels_only {
+        let [sum, mean] = PROBABILITY_METRICS else { unreachable!("two probability metrics") };
+        out.insert(sum.to_string(), log_pred);
+        out.insert(mean.to_string(), log_pred / m as f64);
+    }
     out
 }
 
@@ -383,6 +402,21 @@ mod tests {
         let three =
             SplitData { x_train: Array2::zeros((2, 3)), y_train: vec![0, 1], x_test: Array2::zeros((0, 3)), y_test: vec![], scaler: None };
         assert!(decision_grid(&DecisionGridSpec { n: 3, x: None, y: None }, &model, &three, 1).is_err());
+    }
+
+    #[test]
+    fn a_labels_only_prediction_is_scored_by_errors_without_probability_metrics() {
+        let p = Prediction::labels_only(&[0, 2, 1, 1], 3);
+        assert_eq!(p.probs, ndarray::array![[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [0.0, 1.0, 0.0]]);
+        p.validate(4).unwrap();
+        let s = score(&p, &[0, 1, 1, 2]);
+        assert_eq!((s["error_count"], s["n_test"]), (2.0, 4.0));
+        assert!(PROBABILITY_METRICS.iter().all(|m| !s.contains_key(*m)), "{s:?}");
+        let c = checkpoint_scores(&p, &[0, 1, 1, 2]);
+        assert_eq!(c.get("test_error"), Some(&50.0));
+        assert!(!c.contains_key("test_nll"));
+        // A probabilistic prediction keeps them.
+        assert!(PROBABILITY_METRICS.iter().all(|m| score(&Prediction::new(p.probs.clone()), &[0, 1, 1, 2]).contains_key(*m)));
     }
 
     #[test]

@@ -9,7 +9,7 @@ mod cell;
 mod provenance;
 pub mod shard;
 
-pub use cell::run_cell;
+pub use cell::{is_labels_only, run_cell, PROBABILITY_METRICS};
 pub use shard::{Shard, ShardPlan};
 
 use crate::data::{make_splits, write_splits, Dataset, Registry, Split};

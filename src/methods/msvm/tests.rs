@@ -1,0 +1,330 @@
+//! The machines against mathematics: each solution's dual objective equals its primal objective
+//! (strong duality), it satisfies the KKT conditions of its own primal, and it matches the
+//! optimum of the primal QP written out in a finite feature space (K = L L^T, phi(x_i) = L_i)
+//! and solved by a generic interior-point solver (Clarabel): optimal value and decision values.
+use super::block::{solve_block, BlockBounds};
+use super::formulation::Formulation;
+use super::solver::{objectives, solve, DualSolution, SolverSettings};
+use super::*;
+use crate::kernels::SqExp;
+use crate::linalg::Chol;
+use crate::methods::{build, StopReason};
+use clarabel::algebra::CscMatrix;
+use clarabel::solver::{DefaultSettings, DefaultSolver, IPSolver, SolverStatus, SupportedConeT};
+use faer::Mat;
+use ndarray::Array2;
+use rand::{RngExt, SeedableRng};
+use rand_pcg::Pcg64;
+
+const ALL: [Formulation; 4] = [Formulation::Ww, Formulation::Cs, Formulation::Llw, Formulation::Msvm2];
+
+/// n points in 2-D around q class centres (overlapping at spread 1), classes cycling.
+fn problem(n: usize, q: usize, spread: f64, seed: u64) -> (Array2<f64>, Vec<usize>) {
+    let mut rng = Pcg64::seed_from_u64(seed);
+    let y: Vec<usize> = (0..n).map(|i| i % q).collect();
+    let x = Array2::from_shape_fn((n, 2), |(i, k)| {
+        let angle = 2.0 * std::f64::consts::PI * y[i] as f64 / q as f64;
+        let centre = if k == 0 { angle.cos() } else { angle.sin() } * 1.5;
+        centre + spread * (rng.random::<f64>() - 0.5) * 2.0
+    });
+    (x, y)
+}
+
+fn kernel(lengthscale: f64) -> SqExp {
+    SqExp { log_variance: 0.0, log_lengthscales: vec![lengthscale.ln()], learn_variance: false }
+}
+
+fn tight(c: f64) -> SolverSettings {
+    SolverSettings { c, tol: 1e-11, max_sweeps: 2_000_000 }
+}
+
+/// The primal of `form` as a QP over z = [w_1..w_Q (n each), b (Q), xi], solved by Clarabel:
+/// (optimal value, the kernel part h - b [n][Q] at the training points: w is unique, while the
+/// bias may be an interval when many multipliers sit at their bounds).
+fn primal_qp(form: Formulation, k: &Mat<f64>, y: &[usize], q: usize, c: f64) -> (f64, Vec<Vec<f64>>) {
+    let n = y.len();
+    let l = Chol::factor(k.as_ref(), "K").unwrap();
+    let l = l.l();
+    let per_datum_slack = form == Formulation::Cs;
+    let n_xi = if per_datum_slack { n } else { n * (q - 1) };
+    let nw = q * n;
+    let nz = nw + q + n_xi;
+    let w = |c: usize, j: usize| c * n + j;
+    let b = |c: usize| nw + c;
+    // Slack index of (i, k != y_i).
+    let xi = |i: usize, k: usize| {
+        if per_datum_slack {
+            nw + q + i
+        } else {
+            nw + q + i * (q - 1) + if k < y[i] { k } else { k - 1 }
+        }
+    };
+    // h_k(x_i) as a row of coefficients over z.
+    let h_row = |i: usize, k: usize, sign: f64, row: &mut [f64]| {
+        for j in 0..n {
+            row[w(k, j)] += sign * l[(i, j)];
+        }
+        row[b(k)] += sign;
+    };
+    let mut p = vec![vec![0.0; nz]; nz];
+    for (j, row) in p.iter_mut().enumerate().take(nw) {
+        row[j] = 1.0;
+    }
+    let mut qv = vec![0.0; nz];
+    let margin = form.margin(q);
+    if form == Formulation::Msvm2 {
+        // C xi^T M xi = 1/2 xi^T (2 C M) xi, M_i = I + c_M 1 1^T per datum.
+        let cm = Formulation::c_m(q);
+        for i in 0..n {
+            for k in (0..q).filter(|&k| k != y[i]) {
+                for l2 in (0..q).filter(|&l2| l2 != y[i]) {
+                    p[xi(i, k)][xi(i, l2)] = 2.0 * c * (if k == l2 { 1.0 } else { 0.0 } + cm);
+                }
+            }
+        }
+    } else {
+        for v in qv.iter_mut().skip(nw + q) {
+            *v = c;
+        }
+    }
+    // Equalities (A z = rhs): sum_k b_k = 0 (a free shift for WW / CS, required for LLW /
+    // MSVM2), and sum_k w_k = 0 for LLW / MSVM2.
+    let mut eq: Vec<(Vec<f64>, f64)> = Vec::new();
+    let mut row = vec![0.0; nz];
+    (0..q).for_each(|c| row[b(c)] = 1.0);
+    eq.push((row, 0.0));
+    if matches!(form, Formulation::Llw | Formulation::Msvm2) {
+        for j in 0..n {
+            let mut row = vec![0.0; nz];
+            (0..q).for_each(|c| row[w(c, j)] = 1.0);
+            eq.push((row, 0.0));
+        }
+    }
+    // Inequalities as A z <= rhs.
+    let mut ineq: Vec<(Vec<f64>, f64)> = Vec::new();
+    for i in 0..n {
+        for k in (0..q).filter(|&k| k != y[i]) {
+            let mut row = vec![0.0; nz];
+            match form {
+                // h_y - h_k >= 1 - xi  <=>  -(h_y - h_k) - xi <= -1.
+                Formulation::Ww | Formulation::Cs => {
+                    h_row(i, y[i], -1.0, &mut row);
+                    h_row(i, k, 1.0, &mut row);
+                }
+                // -h_k >= m - xi  <=>  h_k - xi <= -m.
+                Formulation::Llw | Formulation::Msvm2 => h_row(i, k, 1.0, &mut row),
+            }
+            row[xi(i, k)] -= 1.0;
+            ineq.push((row, -margin));
+        }
+    }
+    if form != Formulation::Msvm2 {
+        for s in nw + q..nz {
+            let mut row = vec![0.0; nz];
+            row[s] = -1.0;
+            ineq.push((row, 0.0));
+        }
+    }
+    let (n_eq, n_ineq) = (eq.len(), ineq.len());
+    let (rows, rhs): (Vec<Vec<f64>>, Vec<f64>) = eq.into_iter().chain(ineq).unzip();
+    let cones = [SupportedConeT::ZeroConeT(n_eq), SupportedConeT::NonnegativeConeT(n_ineq)];
+    let settings =
+        DefaultSettings { verbose: false, tol_gap_abs: 1e-11, tol_gap_rel: 1e-11, tol_feas: 1e-11, max_iter: 500, ..Default::default() };
+    let mut solver = DefaultSolver::new(&CscMatrix::from(&p), &qv, &CscMatrix::from(&rows), &rhs, &cones, settings).unwrap();
+    solver.solve();
+    assert!(matches!(solver.solution.status, SolverStatus::Solved | SolverStatus::AlmostSolved), "clarabel: {:?}", solver.solution.status);
+    let z = &solver.solution.x;
+    let h = (0..n)
+        .map(|i| {
+            (0..q)
+                .map(|k| {
+                    let mut row = vec![0.0; nz];
+                    h_row(i, k, 1.0, &mut row);
+                    row[b(k)] = 0.0;
+                    row.iter().zip(z).map(|(a, b)| a * b).sum()
+                })
+                .collect()
+        })
+        .collect();
+    (solver.solution.obj_val, h)
+}
+
+/// The largest violation of the KKT conditions of `form`'s primal at a dual solution (given
+/// w = sum beta phi, which is stationarity in w): complementary slackness and primal
+/// feasibility per constraint, dual feasibility (bounds), and stationarity in b (sum beta = 0).
+fn kkt_violation(form: Formulation, sol: &DualSolution, y: &[usize], c: f64) -> f64 {
+    let q = sol.bias.len();
+    let m = form.margin(q);
+    let mut worst = objectives(form, sol, y, c).infeasibility;
+    for (i, (a, f)) in sol.alpha.iter().zip(&sol.f).enumerate() {
+        let h: Vec<f64> = f.iter().zip(&sol.bias).map(|(f, b)| f + b).collect();
+        let yi = y[i];
+        let others: Vec<usize> = (0..q).filter(|&k| k != yi).collect();
+        worst = worst.max(-a.iter().cloned().fold(f64::INFINITY, f64::min)).max(a[yi].abs());
+        match form {
+            Formulation::Ww | Formulation::Llw => {
+                for &k in &others {
+                    // g >= 0 is the margin constraint without slack: r = h_y - h_k - 1 (WW) or -h_k - m (LLW).
+                    let r = if form == Formulation::Ww { h[yi] - h[k] - 1.0 } else { -h[k] - m };
+                    let xi = (-r).max(0.0);
+                    worst = worst.max(a[k] - c); // alpha <= C
+                    if a[k] > 0.0 {
+                        worst = worst.max((r + xi).abs()); // active constraint
+                    }
+                    if a[k] < c {
+                        worst = worst.max(xi); // no slack below the bound
+                    }
+                }
+            }
+            Formulation::Cs => {
+                let xi = others.iter().map(|&k| 1.0 - h[yi] + h[k]).fold(0.0, f64::max);
+                let s: f64 = a.iter().sum();
+                worst = worst.max(s - c);
+                for &k in &others {
+                    if a[k] > 0.0 {
+                        worst = worst.max((h[yi] - h[k] - 1.0 + xi).abs());
+                    }
+                }
+                // (The cap is met to rounding: the block's values sum to C up to an ulp or two.)
+                if s < c * (1.0 - 1e-12) {
+                    worst = worst.max(xi);
+                }
+            }
+            Formulation::Msvm2 => {
+                // xi = M^{-1} alpha / (2C) (stationarity in xi); -h_k >= m - xi_k, equality where alpha_k > 0.
+                let cm = Formulation::c_m(q);
+                let s: f64 = others.iter().map(|&k| a[k]).sum();
+                for &k in &others {
+                    let xi = (a[k] - cm / (q as f64).sqrt() * s) / (2.0 * c);
+                    let r = -h[k] - m + xi;
+                    worst = worst.max(-r);
+                    if a[k] > 0.0 {
+                        worst = worst.max(r.abs());
+                    }
+                }
+            }
+        }
+    }
+    worst
+}
+
+#[test]
+fn each_machine_matches_the_generic_qp_with_zero_duality_gap_and_kkt() {
+    for (seed, n, q, c, ls) in [(1, 15, 3, 1.0, 1.0), (2, 16, 4, 10.0, 0.7), (3, 18, 3, 0.1, 2.0), (4, 20, 4, 100.0, 1.5)] {
+        let (x, y) = problem(n, q, 1.2, seed);
+        let k = kernel(ls).gram(&x);
+        for form in ALL {
+            let sol = solve(form, &k, &y, q, tight(c), None).unwrap();
+            assert_eq!(sol.stop, StopReason::Converged, "{form:?} seed {seed}: did not converge in {} sweeps", sol.sweeps);
+            let obj = objectives(form, &sol, &y, c);
+            let scale = obj.primal.abs().max(1.0);
+            assert!((obj.primal - obj.dual).abs() <= 1e-7 * scale, "{form:?} seed {seed}: primal {} dual {}", obj.primal, obj.dual);
+            let kkt = kkt_violation(form, &sol, &y, c);
+            assert!(kkt <= 1e-6, "{form:?} seed {seed}: KKT violated by {kkt}");
+            let (p_star, f_star) = primal_qp(form, &k, &y, q, c);
+            assert!((obj.primal - p_star).abs() <= 1e-6 * scale, "{form:?} seed {seed}: ours {} vs QP {p_star}", obj.primal);
+            for (i, (f, fs)) in sol.f.iter().zip(&f_star).enumerate() {
+                for kk in 0..q {
+                    assert!(
+                        (f[kk] - fs[kk]).abs() <= 1e-5 * fs[kk].abs().max(1.0),
+                        "{form:?} seed {seed}: <w_{kk}, phi(x_{i})> = {} vs QP {}",
+                        f[kk],
+                        fs[kk]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_loose_solution_has_a_positive_gap_and_a_tight_one_none() {
+    // The gap is a real certificate: stopped after one sweep, primal exceeds dual.
+    let (x, y) = problem(15, 3, 1.2, 7);
+    let k = kernel(1.0).gram(&x);
+    for form in ALL {
+        let sol = solve(form, &k, &y, 3, SolverSettings { c: 10.0, tol: 1e-11, max_sweeps: 1 }, None).unwrap();
+        assert_eq!(sol.stop, StopReason::MaxIterations);
+        let obj = objectives(form, &sol, &y, 10.0);
+        assert!(obj.primal - obj.dual > 1e-3, "{form:?}: gap {} after one sweep", obj.primal - obj.dual);
+    }
+}
+
+#[test]
+fn the_block_solver_matches_the_generic_qp() {
+    let mut rng = Pcg64::seed_from_u64(11);
+    for trial in 0..40 {
+        let m = 2 + trial % 5;
+        let a = 0.2 + rng.random::<f64>() * 3.0;
+        // b from the most negative allowed (a + b m > 0) to positive.
+        let b = -a / (m as f64 + 0.5) + rng.random::<f64>() * 2.0 * a;
+        let g: Vec<f64> = (0..m).map(|_| (rng.random::<f64>() - 0.3) * 4.0).collect();
+        let bounds = match trial % 3 {
+            0 => BlockBounds { lo: 0.0, hi: 0.7, cap: None },
+            1 => BlockBounds { lo: 0.0, hi: f64::INFINITY, cap: Some(0.5) },
+            _ => BlockBounds { lo: 0.0, hi: f64::INFINITY, cap: None },
+        };
+        let x = solve_block(a, b, &g, bounds);
+        let p: Vec<Vec<f64>> = (0..m).map(|i| (0..m).map(|j| b + if i == j { a } else { 0.0 }).collect()).collect();
+        let qv: Vec<f64> = g.iter().map(|v| -v).collect();
+        let mut rows: Vec<Vec<f64>> = Vec::new();
+        let mut rhs = Vec::new();
+        for i in 0..m {
+            let mut r = vec![0.0; m];
+            r[i] = -1.0;
+            rows.push(r);
+            rhs.push(-bounds.lo);
+            if bounds.hi.is_finite() {
+                let mut r = vec![0.0; m];
+                r[i] = 1.0;
+                rows.push(r);
+                rhs.push(bounds.hi);
+            }
+        }
+        if let Some(cap) = bounds.cap {
+            rows.push(vec![1.0; m]);
+            rhs.push(cap);
+        }
+        let cones = [SupportedConeT::NonnegativeConeT(rows.len())];
+        let settings = DefaultSettings { verbose: false, tol_gap_abs: 1e-12, tol_gap_rel: 1e-12, tol_feas: 1e-12, ..Default::default() };
+        let mut s = DefaultSolver::new(&CscMatrix::from(&p), &qv, &CscMatrix::from(&rows), &rhs, &cones, settings).unwrap();
+        s.solve();
+        for (ours, qp) in x.iter().zip(&s.solution.x) {
+            assert!((ours - qp).abs() < 1e-6, "trial {trial}: {x:?} vs {:?}", s.solution.x);
+        }
+    }
+}
+
+#[test]
+fn separable_classes_are_fitted_without_error_at_large_c() {
+    let (x, y) = problem(30, 3, 0.4, 5);
+    let kernels = KernelSet::shared_se(&kernel(1.0));
+    for form in ALL {
+        let m = build("msvm", &serde_json::json!({ "formulation": form.name(), "c": 1000.0, "tol": 1e-8 })).unwrap();
+        let mut rng = Pcg64::seed_from_u64(0);
+        let mut ctx = FitContext::new(&mut rng, None);
+        let fitted = m.fit(&Problem { x: &x, y: &y, n_classes: 3 }, &kernels, HyperPolicy::Fixed, &mut ctx).unwrap();
+        let p = fitted.predict(&x, &mut Pcg64::seed_from_u64(1)).unwrap();
+        assert!(p.labels_only);
+        let wrong = y.iter().enumerate().filter(|(i, &c)| p.probs[(*i, c)] != 1.0).count();
+        assert_eq!(wrong, 0, "{form:?}: {wrong} training errors on separable data");
+        let n_sv = fitted.extra_metrics()["n_sv"];
+        assert!((3.0..30.0).contains(&n_sv), "{form:?}: {n_sv} support vectors");
+        let d = fitted.diagnostics();
+        assert!(d.numbers["duality_gap"].abs() <= 1e-4 * d.numbers["primal_objective"].abs().max(1.0), "{form:?}: {:?}", d.numbers);
+    }
+}
+
+#[test]
+fn settings_are_checked_and_learning_is_refused() {
+    let err = |v: serde_json::Value| build("msvm", &v).err().unwrap_or_default();
+    assert!(err(serde_json::json!({ "c": -1.0 })).contains("settings.c"));
+    assert!(err(serde_json::json!({ "tol": 0.0 })).contains("settings.tol"));
+    assert!(err(serde_json::json!({ "max_sweeps": 0 })).contains("settings.max_sweeps"));
+    assert!(err(serde_json::json!({ "formulation": "ovr" })).contains("unknown variant `ovr`"));
+    let m = build("msvm", &serde_json::Value::Null).unwrap();
+    let shape = ProblemShape { n_classes: 3, n_features: 2, n_train: 10 };
+    let kernels = KernelSet::shared_se(&kernel(1.0));
+    assert!(m.supports(&shape, &kernels, HyperPolicy::Learn).unwrap_err().contains("fixed kernel"));
+    assert!(m.supports(&shape, &kernels, HyperPolicy::Fixed).is_ok());
+}
