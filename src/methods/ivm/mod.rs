@@ -280,7 +280,7 @@ impl Method for Ivm {
     fn supports(&self, shape: &ProblemShape, kernels: &KernelSet, hyper: HyperPolicy) -> Result<(), String> {
         if shape.n_classes != 2 {
             return Err(format!(
-                "ivm: binary problems only for now (the c-against-rest and multi-way IVMs for C > 2 are not built yet); the data have {} classes",
+                "ivm: binary problems only (the multi-way IVM is not built yet; a spec makes class c against the rest with derived_datasets: {{ <name>: {{ from: <dataset>, task: {{ one_vs_rest: c }} }} }}); the data have {} classes",
                 shape.n_classes
             ));
         }
