@@ -51,6 +51,9 @@ fn main() {
             d.numbers["bias"],
             d.numbers["hyper_evaluations"],
         );
+        if let Some(note) = d.notes.get("minor_steps") {
+            println!("  {note}");
+        }
         // Scaling of one selection at a fixed kernel: O(n d (p + d)).
         let fixed = serde_norway::from_str::<KernelParams>(&format!("{{ lengthscale: {}, variance: 1.0 }}", p.sqrt())).unwrap().kernel_set(x.ncols(), 2).unwrap();
         let time = |n: usize, dd: usize| {

@@ -184,8 +184,10 @@ pub(crate) struct Learned {
     pub major_steps: u64,
     pub stop: StopReason,
     pub evaluations: usize,
-    /// Minor steps whose optimiser reported trouble (a failed line search or evaluation).
+    /// Minor steps whose optimiser reported trouble (a failed line search or evaluation), and
+    /// the first one's message.
     pub troubled_minor_steps: usize,
+    pub first_trouble: Option<String>,
 }
 
 impl Ivm {
@@ -200,21 +202,25 @@ impl Ivm {
         free.push(p.learn_bias);
         let split = |theta: &[f64]| (kernel.with_log_params(&theta[..np]), SiteLik::Probit { bias: theta[np] });
         let prior = |k: &dyn Kernel, bias: f64| p.hyper_prior.penalty(k, p.learn_bias.then_some(bias), dim);
-        // phi - log P and its gradient at theta for given sites.
+        // (phi - log P) / n and its gradient at theta for given sites. Per training point: the
+        // same minimiser, but L-BFGS's first step (steepest descent, unit step length) is then
+        // O(1) in the log-parameters and the intercept rather than O(n), which on USPS threw the
+        // intercept to -270 in the first line search and left the fit there.
+        let per_point = 1.0 / x.nrows() as f64;
         let objective = |ctx: &FitContext, theta: &[f64], sites: &Sites| -> Result<(f64, Vec<f64>), FitError> {
             ctx.check_deadline()?;
             let (k, lik) = split(theta);
             let pg = phi_grad(k.as_ref(), x, targets, lik, sites)?;
             let (pv, pk, pb) = prior(k.as_ref(), theta[np]);
-            let mut g: Vec<f64> = pg.kernel.iter().zip(&pk).map(|(a, b)| a + b).collect();
-            g.push(pg.bias + pb);
-            Ok((pg.phi + pv, g))
+            let mut g: Vec<f64> = pg.kernel.iter().zip(&pk).map(|(a, b)| per_point * (a + b)).collect();
+            g.push(per_point * (pg.bias + pb));
+            Ok((per_point * (pg.phi + pv), g))
         };
         let replay = |theta: &[f64], order: &[usize]| -> Result<Sites, FitError> {
             let (k, lik) = split(theta);
             Ok(Sites::of(&IvmState::replay(k.as_ref(), x, order, lik, targets)?))
         };
-        let (mut evaluations, mut troubled) = (0, 0);
+        let (mut evaluations, mut troubled, mut first_trouble) = (0, 0, None);
         let mut major = 0u64;
         loop {
             major += 1;
@@ -241,14 +247,17 @@ impl Ivm {
                     stop,
                     evaluations,
                     troubled_minor_steps: troubled,
+                    first_trouble,
                 });
             }
             // Minor step: I (and J) frozen.
             let ctx = &*ctx;
             let sites = Sites::of(&selected.state);
-            let tol = 1e-10;
-            let troubled_run =
-                |m: &crate::methods::optimize::Minimum| m.stop_reason.contains("restart") || m.stop_reason.contains("stopped early");
+            let tol = 1e-10 * per_point;
+            // The optimiser's message when it restarted or stopped on a failed line search.
+            let troubled_run = |m: &crate::methods::optimize::Minimum| {
+                (m.stop_reason.contains("restart") || m.stop_reason.contains("stopped early")).then(|| m.stop_reason.clone())
+            };
             // (theta, criterion) at the end of the minor step, with the sites it ended with.
             let (next, value, trouble) = match p.strategy {
                 Strategy::Constant => {
@@ -257,12 +266,12 @@ impl Ivm {
                     (m.x.clone(), m.value, troubled_run(&m))
                 }
                 Strategy::Hybrid => {
-                    let (mut t, mut value, mut trouble) = (theta.clone(), criterion, false);
+                    let (mut t, mut value, mut trouble) = (theta.clone(), criterion * per_point, None);
                     for inner in 0..p.inner_iters {
                         let s = if inner == 0 { sites.clone() } else { replay(&t, &sites.active)? };
                         let m = minimize_lbfgs(&|t: &[f64]| objective(ctx, t, &s), &t, &free, 1, tol)?;
                         evaluations += m.evaluations;
-                        trouble |= troubled_run(&m);
+                        trouble = trouble.or_else(|| troubled_run(&m));
                         value = m.value;
                         if m.x == t {
                             break;
@@ -278,8 +287,11 @@ impl Ivm {
                     (m.x.clone(), m.value, troubled_run(&m))
                 }
             };
-            ctx.record(major as usize - 1, &[("criterion_minor", value)]);
-            troubled += trouble as usize;
+            if let Some(why) = trouble {
+                troubled += 1;
+                first_trouble.get_or_insert(format!("minor step {major}: {why}"));
+            }
+            ctx.record(major as usize - 1, &[("criterion_minor", value / per_point)]);
             theta = next;
         }
     }

@@ -325,6 +325,16 @@ impl Method for Ivm {
                     spelled(serde_json::json!(self.params.hyper_prior)),
                 ),
             );
+            if let Some(why) = &learned.first_trouble {
+                diagnostics.note(
+                    "minor_steps",
+                    format!(
+                        "{} of {} minor steps restarted or stopped on a failed line search; first: {why}",
+                        learned.troubled_minor_steps,
+                        learned.major_steps - 1
+                    ),
+                );
+            }
             let state = &learned.selected.state;
             let log_evidence = state.log_evidence(lik, &targets)?;
             return Ok(Box::new(self.model(learned.kernel.as_ref(), x, state, lik, Some(log_evidence), diagnostics)));

@@ -557,9 +557,14 @@ fn learning_lowers_the_criterion_across_major_and_minor_steps() {
     let p = model.predict(&xt, &mut Pcg64::seed_from_u64(0)).unwrap();
     let errors = (0..xt.nrows()).filter(|&j| (p.probs[(j, 1)] > 0.5) != (yt[j] == 1)).count();
     assert!(errors < 45, "{errors} errors of 300");
-    // Deterministic.
-    let (again, _) = fit_learned(settings, &x, &y, kernel_yaml);
-    assert_eq!(again.kernels().class(0).log_params(), learned);
+    // Deterministic, on one thread or two.
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let (again, _) = pool.install(|| fit_learned(settings.clone(), &x, &y, kernel_yaml));
+        assert_eq!(again.kernels().class(0).log_params(), learned, "{threads} thread(s)");
+        let q = again.predict(&xt, &mut Pcg64::seed_from_u64(0)).unwrap();
+        assert!(p.probs.iter().zip(q.probs.iter()).all(|(a, b)| a.to_bits() == b.to_bits()), "{threads} thread(s)");
+    }
     for strategy in ["hybrid", "exact"] {
         let (m, trace) = fit_learned(
             serde_json::json!({ "active_size": 25, "outer_iters": 2, "inner_iters": 4, "strategy": strategy }),
