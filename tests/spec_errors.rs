@@ -380,3 +380,47 @@ fn a_miss_note_needs_a_scored_number_and_a_reason() {
     let e = error_of(&table("miss: { class: unexplained, why: \"x\" }"));
     assert!(e.contains("unknown variant `unexplained`"), "{e}");
 }
+
+/// `derived_datasets`: class c against the rest of a registry dataset. The problem is binary on
+/// the same rows, its task enters the data hash and so every cell key (another class gives other
+/// keys with everything else equal), and a class the data do not have is a spec error naming
+/// the field; names are checked like datasets.
+#[test]
+fn a_derived_one_vs_rest_dataset_is_binary_keyed_by_its_task_and_checked_against_the_data() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = |c: &str| {
+        format!(
+            "name: t\ndatasets: [iris, iris-c]\nderived_datasets:\n  iris-c: {{ from: iris, task: {{ one_vs_rest: {c} }} }}\n\
+             splits: {{ protocol: random, train_fraction: 0.6, repeats: 2 }}\nmethods:\n  - name: probit\n    method: laplace\n\
+             \x20   settings: {{ likelihood: probit }}\n    datasets: [iris-c]\n"
+        )
+    };
+    let prepare = |c: &str| mcgp::runner::prepare(&parse(&text(c), "t.yaml", &registry()).unwrap(), &registry(), root, None).unwrap();
+    let setosa = prepare("Iris-setosa");
+    let data = &setosa.datasets["iris-c"];
+    assert_eq!(data.class_names, ["not Iris-setosa", "Iris-setosa"]);
+    let iris = &setosa.datasets["iris"];
+    let k = iris.class_names.iter().position(|n| n == "Iris-setosa").unwrap();
+    assert!(data.y.iter().zip(&iris.y).all(|(&b, &y)| b == usize::from(y == k)));
+    assert_eq!(data.class_counts(None), [100, 50]);
+    assert_eq!(setosa.cells.len(), 2, "the binary-probit entry runs on the derived dataset only");
+    let versicolor = prepare("Iris-versicolor");
+    for (a, b) in setosa.cells.iter().zip(&versicolor.cells) {
+        assert_eq!((a.dataset.as_str(), a.split, a.seed), (b.dataset.as_str(), b.split, b.seed));
+        assert_ne!(a.key, b.key, "the task is part of the key");
+        assert_ne!(a.data_hash, b.data_hash);
+    }
+    let e = data_error_of(&text("Iris-setsa"));
+    assert!(
+        e.contains("bad.yaml:4:")
+            && e.contains("derived_datasets.iris-c.task.one_vs_rest: class \"Iris-setsa\" is not a class of iris (its classes: Iris-setosa, Iris-versicolor, Iris-virginica)"),
+        "{e}"
+    );
+    // Names: listed in `datasets`, a known source, not a registry name.
+    let e = error_of(&text("Iris-setosa").replace("[iris, iris-c]", "[iris]").replace("datasets: [iris-c]", "datasets: [iris]"));
+    assert!(e.contains("derived_datasets.iris-c: \"iris-c\" is not listed in `datasets`"), "{e}");
+    let e = error_of(&text("Iris-setosa").replace("from: iris,", "from: irsi,"));
+    assert!(e.contains("derived_datasets.iris-c.from: unknown dataset \"irsi\" (did you mean \"iris\"?)"), "{e}");
+    let e = error_of(&text("Iris-setosa").replace("iris-c", "wine"));
+    assert!(e.contains("derived_datasets.wine: \"wine\" is a registry dataset"), "{e}");
+}

@@ -6,6 +6,7 @@
 //! - [`SplitProtocol`] / [`make_splits`] turn a dataset into deterministic train/test [`Split`]s;
 //!   [`write_splits`] / [`read_splits`] record them as CSV so runs (or other tools) can share them.
 //! - [`Standardizer`] scales features with statistics of the training rows only.
+//! - [`Task`] makes another problem of a dataset's rows (class c against the rest).
 //!
 //! `data/README.md` documents the registry and split-file formats for users.
 
@@ -15,6 +16,7 @@ mod registry;
 mod splits;
 mod standardize;
 pub mod synthetic;
+mod task;
 
 use std::path::PathBuf;
 
@@ -25,6 +27,7 @@ pub use registry::{DatasetSpec, Format, Registry, REGISTRY_FILE};
 pub(crate) use splits::allocate;
 pub use splits::{make_splits, read_splits, write_splits, Split, SplitProtocol};
 pub use standardize::Standardizer;
+pub use task::{ClassLabel, Task};
 
 /// One labelled data set (all rows: the fixed training rows first, then the fixed test rows if
 /// the dataset has its own test files).

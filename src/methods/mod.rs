@@ -73,7 +73,7 @@ pub const METHODS: &[(&str, &str)] = &[(
     "Generalised FITC (Kim & Ghahramani 2006 likelihood, FITC prior): EP on the exact pairwise step factors to convergence, L-BFGS on log Z_EP over kernels and inducing inputs (Villacampa-Calvo & Hernandez-Lobato 2017's baseline)",
 ), (
     "ivm",
-    "Informative vector machine (Seeger, Lawrence & Herbrich): binary probit GP with ADF sites on d points chosen by greedy (or randomized greedy) information-gain selection; two classes, fixed kernel and intercept; evidence = eq. 11's approximation log Q(D)",
+    "Informative vector machine (Seeger, Lawrence & Herbrich): binary probit GP with ADF sites on d points chosen by greedy (or randomized greedy) information-gain selection; two classes; kernel and intercept fixed or learned by major/minor steps on eq. 11; evidence = eq. 11's approximation log Q(D)",
 ), (
     "msvm",
     "Single-machine multi-class SVMs as in MSVMpack: Weston-Watkins, Crammer-Singer, Lee-Lin-Wahba, MSVM2 (formulation: ww | cs | llw | msvm2), with biases; fixed kernel; labels only (no probabilities), no evidence",

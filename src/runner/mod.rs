@@ -132,9 +132,19 @@ pub fn prepare(spec: &Spec, registry: &Registry, project_root: &std::path::Path,
     let mut failed_datasets = BTreeMap::new();
     for name in &spec.raw.datasets {
         let protocol = spec.raw.splits_of(name);
+        // A task the data cannot pose is a spec error, not a failure of the dataset's cells.
+        let mut bad_task = None;
         let loaded = (|| -> anyhow::Result<(Dataset, String, Vec<Split>)> {
-            let data = registry.load_dataset(name)?;
-            let mut hash = registry.content_hash(name)?;
+            let source = spec.raw.source_of(name);
+            let (data, task) = match crate::spec::derive_dataset(spec, name, registry.load_dataset(source)?) {
+                Ok(derived) => derived,
+                Err(e) => {
+                    bad_task = Some(e);
+                    anyhow::bail!("derived dataset {name}");
+                }
+            };
+            // The task is part of the data's identity, so of every cell key.
+            let mut hash = registry.content_hash(source)? + &task;
             if let crate::data::SplitProtocol::File { path } = protocol {
                 let path = project_root.join(path);
                 let bytes = std::fs::read(&path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
@@ -143,6 +153,9 @@ pub fn prepare(spec: &Spec, registry: &Registry, project_root: &std::path::Path,
             let s = make_splits(protocol, &data, crate::spec::expand::split_seed(spec, name), project_root)?;
             Ok((data, hash, s))
         })();
+        if let Some(e) = bad_task {
+            return Err(e.into());
+        }
         match loaded {
             Ok((data, hash, s)) => {
                 if let Some(store) = store {

@@ -21,13 +21,32 @@ pub(super) fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
     if raw.datasets.is_empty() {
         err("datasets".into(), Some("datasets"), "must list at least one dataset".into());
     }
-    let known_datasets = registry.names();
+    let registry_names = registry.names();
+    let known_datasets: Vec<String> = registry_names.iter().cloned().chain(raw.derived_datasets.keys().cloned()).collect();
     for (i, d) in raw.datasets.iter().enumerate() {
         if raw.datasets[..i].contains(d) {
             err(format!("datasets[{i}]"), Some(d), format!("\"{d}\" is listed twice (its cells would be counted twice)"));
         }
-        if !registry.contains(d) {
+        if !registry.contains(d) && !raw.derived_datasets.contains_key(d) {
             err(format!("datasets[{i}]"), Some(d), format!("unknown dataset \"{d}\"{}", suggest(d, &known_datasets)));
+        }
+    }
+    for (name, derived) in &raw.derived_datasets {
+        if registry.contains(name) {
+            err(
+                format!("derived_datasets.{name}"),
+                Some(name),
+                format!("\"{name}\" is a registry dataset: give the derived problem its own name (e.g. {name}-task)"),
+            );
+        } else if !raw.datasets.contains(name) {
+            err(format!("derived_datasets.{name}"), Some(name), format!("\"{name}\" is not listed in `datasets`"));
+        }
+        if !registry.contains(&derived.from) {
+            err(
+                format!("derived_datasets.{name}.from"),
+                Some(&derived.from),
+                format!("unknown dataset \"{}\"{}", derived.from, suggest(&derived.from, &registry_names)),
+            );
         }
     }
     if let Some(Err(e)) = raw.splits.as_ref().map(SplitProtocol::validate) {

@@ -38,6 +38,11 @@ pub struct RawSpec {
     /// Per-dataset split protocols (a paper's table may use a different protocol per row).
     #[serde(default)]
     pub dataset_splits: BTreeMap<String, SplitProtocol>,
+    /// Problems made from a registry dataset's rows, under the name the spec lists them by in
+    /// `datasets`: `usps-2: { from: usps, task: { one_vs_rest: 2 } }` is digit 2 against the rest.
+    /// The task is part of the data's identity (its content hash, so of every cell key).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub derived_datasets: BTreeMap<String, DerivedDataset>,
     /// Standardise features with training-set statistics (default true).
     #[serde(default = "yes")]
     pub standardize: bool,
@@ -65,6 +70,42 @@ impl RawSpec {
 
 fn yes() -> bool {
     true
+}
+
+/// A dataset of the spec made from a registry dataset by a task.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DerivedDataset {
+    /// The registry dataset whose rows it uses.
+    pub from: String,
+    pub task: crate::data::Task,
+}
+
+impl RawSpec {
+    /// The registry dataset a dataset of this spec loads: itself, or a derived one's source.
+    pub fn source_of<'a>(&'a self, dataset: &'a str) -> &'a str {
+        self.derived_datasets.get(dataset).map_or(dataset, |d| d.from.as_str())
+    }
+}
+
+/// The problem `dataset` poses, made from its source's loaded rows: the rows themselves, or its
+/// task applied to them, with the spec's name. A task the data cannot pose (a class they do not
+/// have) is a spec error naming the field. The second value is what the data's content hash
+/// gets appended to identify the task (empty for a registry dataset).
+pub fn derive_dataset(spec: &Spec, dataset: &str, source: crate::data::Dataset) -> Result<(crate::data::Dataset, String), SpecError> {
+    let Some(derived) = spec.raw.derived_datasets.get(dataset) else { return Ok((source, String::new())) };
+    let field = derived.task.field();
+    match derived.task.apply(&source) {
+        Ok(mut data) => {
+            data.name = dataset.to_string();
+            Ok((data, format!("+task:{}", serde_json::to_string(derived).expect("a derived dataset serialises"))))
+        }
+        Err(message) => {
+            let path = format!("derived_datasets.{dataset}.task.{field}");
+            let (line, column) = locate(&spec.text, &path, Some(dataset));
+            Err(SpecError { file: spec.file.clone(), issues: vec![SpecIssue { line, column, path, message }] })
+        }
+    }
 }
 
 /// One method entry: a method implementation with its kernel, hyper-parameter policy,

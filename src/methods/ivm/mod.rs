@@ -4,25 +4,29 @@
 //! approximations, for d active points only, chosen one at a time by greedy forward selection.
 //! Notes: shared/notes/seeger-lawrence-herbrich-ivm.md.
 //!
-//! This step is the binary IVM with conditional inference at fixed hyper-parameters:
-//! - `state.rs` the representation A = K - M M^T with its O(n d) inclusion update;
+//! This is the binary IVM:
+//! - `state.rs` the representation A = K - M M^T with its O(n d) inclusion update, its
+//!   recomputation for a fixed active set, and eq. 11's criterion;
 //! - `select.rs` the selection criterion (eq. 5's information gain, or the differential
 //!   entropy) over every non-active point or a random subset per inclusion;
+//! - `learn.rs` hyper-parameter learning (eq. 11-14): major steps (reselection) and minor steps
+//!   (L-BFGS with the active set frozen, sites per strategy), the paper's hyper-priors;
 //! - `model.rs` prediction from the active set.
 //!
 //! Scope, for now: two classes only (class index 1 is y = +1 of the probit likelihood
-//! Phi(y (u + bias)), class 0 is y = -1); with C > 2 classes the method refuses the data
-//! (the paper's c-against-rest and multi-way IVMs are a later step). The kernel is the one
-//! shared kernel of the set, held fixed (`hyper: learn` is refused: the paper's eq. 11-14
-//! learning is not built yet); the intercept `bias` is a fixed setting. The evidence reported
-//! is eq. 11's approximation log Q(D) at the final active set and sites. Gaussian-noise sites
-//! exist for the tests (with d = n the IVM is the exact GP regression posterior).
+//! Phi(y (u + bias)), class 0 is y = -1); a C-class dataset runs as c against the rest through
+//! a spec's `task: {one_vs_rest: c}`. The kernel is the one shared kernel of the set. The
+//! evidence reported is eq. 11's approximation log Q(D) at the final active set and sites.
+//! Gaussian-noise sites exist for the tests (with d = n the IVM is the exact GP regression
+//! posterior and eq. 11 its exact log marginal likelihood).
+mod learn;
 mod model;
 mod select;
 mod state;
 #[cfg(test)]
 mod tests;
 
+pub use learn::{HyperPrior, Strategy};
 pub use model::IvmModel;
 pub use select::{Criterion, Selection};
 
@@ -37,7 +41,7 @@ use state::{kernel_column, IvmState};
 /// Version of this method's numbers, part of every cell key: bump it when a change of the code
 /// (here or in shared numerics it uses) changes any number the method computes, so stored cells
 /// are recomputed. `tests/numerics_versions.rs` fails when the output changes without a bump.
-pub const NUMERICS_VERSION: u32 = 1;
+pub const NUMERICS_VERSION: u32 = 2;
 
 /// Settings as written in a spec (`method: ivm`, `settings: {...}`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -54,9 +58,24 @@ pub struct IvmParams {
     /// Points scored per inclusion with `selection: randomized`.
     #[serde(default = "d_candidates")]
     pub candidates: usize,
-    /// The probit intercept: P(y | u) = Phi(y (u + bias)) (fixed in this step).
+    /// The probit intercept: P(y | u) = Phi(y (u + bias)); with `hyper: learn` its start value.
     #[serde(default)]
     pub bias: f64,
+    /// With `hyper: learn`: learn the intercept too (eq. 12-13), as the paper does.
+    #[serde(default = "d_true")]
+    pub learn_bias: bool,
+    /// With `hyper: learn`: the sites during minor steps (`constant`, the paper's; `hybrid`; `exact`).
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// With `hyper: learn`: major + minor steps before the final major step (the paper's 15).
+    #[serde(default = "d_outer_iters")]
+    pub outer_iters: u64,
+    /// With `hyper: learn`: L-BFGS iterations (line searches) per minor step, at most (the paper's 8).
+    #[serde(default = "d_inner_iters")]
+    pub inner_iters: u64,
+    /// With `hyper: learn`: `paper` (§6.1's priors on v, w and the intercept) or `none`.
+    #[serde(default)]
+    pub hyper_prior: HyperPrior,
     /// A candidate is skipped unless its new site precision pi satisfies pi K_jj > this
     /// (the paper's epsilon, relative to the prior variance; pi^{-1/2} enters the update).
     #[serde(default = "d_min_site_precision")]
@@ -71,6 +90,15 @@ fn d_candidates() -> usize {
 }
 fn d_min_site_precision() -> f64 {
     1e-8
+}
+fn d_true() -> bool {
+    true
+}
+fn d_outer_iters() -> u64 {
+    15
+}
+fn d_inner_iters() -> u64 {
+    8
 }
 
 impl Default for IvmParams {
@@ -87,6 +115,9 @@ impl IvmParams {
         }
         if self.candidates == 0 {
             return Err("settings.candidates must be at least 1".into());
+        }
+        if self.inner_iters == 0 {
+            return Err("settings.inner_iters must be at least 1".into());
         }
         if !self.bias.is_finite() {
             return Err(format!("settings.bias must be finite, got {}", self.bias));
@@ -133,7 +164,8 @@ pub(crate) struct Selected {
 
 impl Ivm {
     /// Greedy (or randomized greedy) forward selection of up to d active points with their
-    /// ADF sites (Algorithm 1). `on_inclusion(k, state)` runs after inclusion k (from 1).
+    /// ADF sites (Algorithm 1). `on_inclusion(k, state)` runs after inclusion k (from 1); a
+    /// `FitError::Stop` from it ends the selection there as a normal stop.
     pub(crate) fn select(
         &self,
         kernel: &dyn Kernel,
@@ -178,14 +210,44 @@ impl Ivm {
             let kcol = kernel_column(kernel, x, i, state.kdiag[i]);
             state.include(i, &choice.moments, &kcol)?;
             remaining.retain(|&j| j != i);
-            let k = state.d() as u64;
-            on_inclusion(k, &state, ctx)?;
-            if let Some(reason) = ctx.budget_stop(k) {
-                stop = reason;
-                break;
+            // The callback ends the selection early by returning a budget stop.
+            match on_inclusion(state.d() as u64, &state, ctx) {
+                Ok(()) => {}
+                Err(FitError::Stop(reason)) => {
+                    stop = reason;
+                    break;
+                }
+                Err(e) => return Err(e),
             }
         }
         Ok(Selected { state, stop, exhausted })
+    }
+
+    /// What every fit reports of its (final) selection.
+    fn diagnostics(&self, sel: &Selected, n: usize) -> Diagnostics {
+        let state = &sel.state;
+        let mut diagnostics = Diagnostics {
+            iterations: Some(state.d() as u64),
+            stop_reason: Some(sel.stop),
+            jitter: Some(state.chol.jitter()),
+            ..Default::default()
+        };
+        diagnostics.number("active_size", state.d() as f64).number("variance_floor_hits", state.floor_hits as f64);
+        // The settings' own spelling (`randomized`, `info_gain`), as a spec writes them.
+        let spelled = |v: serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        let selection = spelled(serde_json::json!(self.params.selection));
+        diagnostics.note("selection", format!("{selection}, criterion {}", spelled(serde_json::json!(self.params.criterion))));
+        if sel.exhausted {
+            diagnostics.note(
+                "active_set",
+                format!(
+                    "stopped at d = {} < {}: no candidate with site precision above min_site_precision",
+                    state.d(),
+                    self.params.active_size.min(n)
+                ),
+            );
+        }
+        diagnostics
     }
 
     fn model(
@@ -218,15 +280,15 @@ impl Method for Ivm {
     fn supports(&self, shape: &ProblemShape, kernels: &KernelSet, hyper: HyperPolicy) -> Result<(), String> {
         if shape.n_classes != 2 {
             return Err(format!(
-                "ivm: binary problems only for now (the c-against-rest and multi-way IVMs for C > 2 are not built yet); the data have {} classes",
+                "ivm: binary problems only (the multi-way IVM is not built yet; a spec makes class c against the rest with derived_datasets: {{ <name>: {{ from: <dataset>, task: {{ one_vs_rest: c }} }} }}); the data have {} classes",
                 shape.n_classes
             ));
         }
         if !kernels.is_shared() {
             return Err("ivm: one latent GP, so one kernel shared by the classes (no per_class)".into());
         }
-        if hyper == HyperPolicy::Learn {
-            return Err("ivm: hyper-parameter learning not built yet".into());
+        if hyper == HyperPolicy::Learn && self.params.hyper_prior == HyperPrior::Paper && kernels.class(0).as_sqexp().is_none() {
+            return Err("ivm: settings.hyper_prior: paper is written for the squared-exponential kernel (type se); use hyper_prior: none for other kernels".into());
         }
         Ok(())
     }
@@ -240,6 +302,43 @@ impl Method for Ivm {
         let kernel = kernels.class(0);
         let x = problem.x;
         let targets: Vec<f64> = problem.y.iter().map(|&c| if c == 1 { 1.0 } else { -1.0 }).collect();
+        if hyper == HyperPolicy::Learn {
+            let learned = self.learn(kernel, x, &targets, ctx)?;
+            let lik = SiteLik::Probit { bias: learned.bias };
+            let mut diagnostics = self.diagnostics(&learned.selected, x.nrows());
+            diagnostics.iterations = Some(learned.major_steps);
+            diagnostics.stop_reason = Some(learned.stop);
+            diagnostics
+                .number("bias", learned.bias)
+                .number("criterion", learned.criterion)
+                .number("hyper_evaluations", learned.evaluations as f64)
+                .number("troubled_minor_steps", learned.troubled_minor_steps as f64);
+            let spelled = |v: serde_json::Value| v.as_str().unwrap_or_default().to_string();
+            diagnostics.note(
+                "model",
+                format!(
+                    "binary probit IVM (one GP; class 1 is y = +1); kernel{} learned by {} major steps ({} strategy, up to {} L-BFGS iterations per minor step, hyper_prior {}), the last one the model",
+                    if self.params.learn_bias { " and bias" } else { "" },
+                    learned.major_steps,
+                    spelled(serde_json::json!(self.params.strategy)),
+                    self.params.inner_iters,
+                    spelled(serde_json::json!(self.params.hyper_prior)),
+                ),
+            );
+            if let Some(why) = &learned.first_trouble {
+                diagnostics.note(
+                    "minor_steps",
+                    format!(
+                        "{} of {} minor steps restarted or stopped on a failed line search; first: {why}",
+                        learned.troubled_minor_steps,
+                        learned.major_steps - 1
+                    ),
+                );
+            }
+            let state = &learned.selected.state;
+            let log_evidence = state.log_evidence(lik, &targets)?;
+            return Ok(Box::new(self.model(learned.kernel.as_ref(), x, state, lik, Some(log_evidence), diagnostics)));
+        }
         let lik = SiteLik::Probit { bias: self.params.bias };
         let sel = self.select(kernel, x, &targets, lik, ctx, |k, state, ctx| {
             if ctx.wants_checkpoint(k) {
@@ -247,31 +346,12 @@ impl Method for Ivm {
                 let ev = ctx.off_clock(|| state.log_evidence(lik, &targets).ok());
                 ctx.checkpoint(k, ev, || Ok(Box::new(self.model(kernel, x, state, lik, ev, Diagnostics::default())) as Box<dyn Fitted>))?;
             }
-            Ok(())
+            // At a fixed kernel the inclusions are the outer iterations a budget counts.
+            ctx.budget_stop(k).map_or(Ok(()), |reason| Err(FitError::Stop(reason)))
         })?;
         let state = &sel.state;
-        let mut diagnostics = Diagnostics {
-            iterations: Some(state.d() as u64),
-            stop_reason: Some(sel.stop),
-            jitter: Some(state.chol.jitter()),
-            ..Default::default()
-        };
-        diagnostics.number("active_size", state.d() as f64).number("variance_floor_hits", state.floor_hits as f64);
+        let mut diagnostics = self.diagnostics(&sel, x.nrows());
         diagnostics.note("model", "binary probit IVM (one GP; class 1 is y = +1), fixed kernel and bias");
-        // The settings' own spelling (`randomized`, `info_gain`), as a spec writes them.
-        let spelled = |v: serde_json::Value| v.as_str().unwrap_or_default().to_string();
-        let selection = spelled(serde_json::json!(self.params.selection));
-        diagnostics.note("selection", format!("{selection}, criterion {}", spelled(serde_json::json!(self.params.criterion))));
-        if sel.exhausted {
-            diagnostics.note(
-                "active_set",
-                format!(
-                    "stopped at d = {} < {}: no candidate with site precision above min_site_precision",
-                    state.d(),
-                    self.params.active_size.min(x.nrows())
-                ),
-            );
-        }
         let log_evidence = state.log_evidence(lik, &targets)?;
         Ok(Box::new(self.model(kernel, x, state, lik, Some(log_evidence), diagnostics)))
     }

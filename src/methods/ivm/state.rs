@@ -29,6 +29,16 @@ pub(crate) fn kernel_column(kernel: &dyn Kernel, x: &Array2<f64>, i: usize, k_ii
     col
 }
 
+/// phi (eq. 11) with the per-point quantities of its gradient (App. C.2), [n] each.
+#[derive(Clone, Debug)]
+pub(crate) struct CriterionTerms {
+    pub phi: f64,
+    pub rho: Vec<f64>,
+    pub delta_l2: Vec<f64>,
+    /// d log Z_j / d(cavity mean): minus the gradient of phi w.r.t. a shift of u (the intercept).
+    pub alpha: Vec<f64>,
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct IvmState {
     /// Active indices in inclusion order.
@@ -132,23 +142,60 @@ impl IvmState {
 
     /// The same representation computed from scratch for given active set and sites (dense
     /// algebra on the active set: B, its Cholesky factor with reported jitter, M^T = L^{-1}
-    /// Pi^{1/2} K_{I,.}). The check of the incremental updates, and what a later
-    /// hyper-parameter step (sites fixed, kernel changed) rebuilds from.
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub fn rebuild(kernel: &dyn Kernel, x: &Array2<f64>, active: &[usize], pi: &[f64], b: &[f64]) -> Result<IvmState, FitError> {
+    /// Pi^{1/2} K_{I,.}). The check of the incremental updates, and what a minor step (sites
+    /// fixed, kernel changed) rebuilds from. Returns the cross-covariance K(X_I, X) [d, n] too
+    /// (entry (r, I_r) is the kernel's diagonal value, as in `kernel_column`), which the
+    /// criterion's gradient reuses.
+    pub fn rebuild(
+        kernel: &dyn Kernel,
+        x: &Array2<f64>,
+        active: &[usize],
+        pi: &[f64],
+        b: &[f64],
+    ) -> Result<(IvmState, Mat<f64>), FitError> {
         let (n, d) = (x.nrows(), active.len());
         assert!(pi.len() == d && b.len() == d, "IvmState::rebuild: sites and active set differ in length");
         let kdiag = kernel.diag(x);
-        let cols: Vec<Vec<f64>> = active.iter().map(|&i| kernel_column(kernel, x, i, kdiag[i])).collect();
+        // One matrix product for the d kernel rows (the minor steps' hot path).
+        let mut kc = kernel.cross_many(&x.select(Axis(0), active), x);
+        for (r, &i) in active.iter().enumerate() {
+            kc[(r, i)] = kdiag[i];
+        }
         let sp: Vec<f64> = pi.iter().map(|p| p.sqrt()).collect();
-        let bmat = Mat::from_fn(d, d, |r, c| (if r == c { 1.0 } else { 0.0 }) + sp[r] * cols[c][active[r]] * sp[c]);
+        let bmat = Mat::from_fn(d, d, |r, c| (if r == c { 1.0 } else { 0.0 }) + sp[r] * kc[(c, active[r])] * sp[c]);
         let chol = Chol::factor_with_jitter(bmat.as_ref(), "ivm B = I + Pi^1/2 K_I Pi^1/2")?;
-        let mt = chol.solve_l(Mat::from_fn(d, n, |r, j| sp[r] * cols[r][j]).as_ref());
+        let mt = chol.solve_l(Mat::from_fn(d, n, |r, j| sp[r] * kc[(r, j)]).as_ref());
         let beta = crate::linalg::to_vec(chol.solve_l(Mat::from_fn(d, 1, |r, _| b[r] / sp[r]).as_ref()).as_ref());
         let h = (0..n).map(|j| (0..d).map(|r| mt[(r, j)] * beta[r]).sum()).collect();
-        let a = (0..n).map(|j| kdiag[j] - (0..d).map(|r| mt[(r, j)] * mt[(r, j)]).sum::<f64>()).collect();
+        let mut floor_hits = 0;
+        let a = (0..n)
+            .map(|j| {
+                let aj = kdiag[j] - (0..d).map(|r| mt[(r, j)] * mt[(r, j)]).sum::<f64>();
+                let floor = VAR_FLOOR * kdiag[j];
+                if aj < floor {
+                    floor_hits += 1;
+                    floor
+                } else {
+                    aj
+                }
+            })
+            .collect();
         let m_cols = (0..d).map(|r| (0..n).map(|j| mt[(r, j)]).collect()).collect();
-        Ok(IvmState { active: active.to_vec(), pi: pi.to_vec(), b: b.to_vec(), chol, m_cols, beta, h, a, kdiag, floor_hits: 0 })
+        let state = IvmState { active: active.to_vec(), pi: pi.to_vec(), b: b.to_vec(), chol, m_cols, beta, h, a, kdiag, floor_hits };
+        Ok((state, kc))
+    }
+
+    /// The sites of a fixed active set recomputed at another kernel: ADF inclusions in the
+    /// stored order, each from the point's marginal at that moment (for fixed I the sites are a
+    /// deterministic function of the hyper-parameters; the hybrid and exact strategies, notes §4.6).
+    pub fn replay(kernel: &dyn Kernel, x: &Array2<f64>, order: &[usize], lik: SiteLik, targets: &[f64]) -> Result<IvmState, FitError> {
+        let mut state = IvmState::prior(kernel.diag(x));
+        for &i in order {
+            let moments = state.moments(lik, targets[i], i);
+            let kcol = kernel_column(kernel, x, i, state.kdiag[i]);
+            state.include(i, &moments, &kcol)?;
+        }
+        Ok(state)
     }
 
     /// log Q(D) = -phi, the IVM's approximation of the log marginal likelihood (eq. 11, the
@@ -160,28 +207,48 @@ impl IvmState {
     /// It is -log Q_EP(y_I) minus the predictive log-loss of the non-active points: exact for
     /// Gaussian noise (tested against -log N(y_I | 0, K_I + s2 I) - sum_J log N(y_j | h_j, a_j + s2)).
     pub fn log_evidence(&self, lik: SiteLik, targets: &[f64]) -> Result<f64, FitError> {
-        let mut is_active = vec![false; self.n()];
-        let mut phi = 0.5 * self.chol.log_det();
+        Ok(-self.criterion_terms(lik, targets)?.phi)
+    }
+
+    /// phi of eq. 11 and, per point, what its gradient needs (App. C.2): from a fresh ADF
+    /// update at the point's cavity, alpha~ = d log Z / d(cavity mean) and nu~, and
+    ///     rho = (h pi - b + alpha~) / (1 - a pi),   Delta / l^2 = (nu~ - pi (1 - a pi)) / (1 - a pi)^2
+    /// (rho = alpha~ and Delta / l^2 = nu~ for a non-active point, whose pi = b = 0).
+    pub fn criterion_terms(&self, lik: SiteLik, targets: &[f64]) -> Result<CriterionTerms, FitError> {
+        let n = self.n();
+        let mut site: Vec<Option<usize>> = vec![None; n];
         for (k, &i) in self.active.iter().enumerate() {
-            is_active[i] = true;
-            let (p, b, h, a) = (self.pi[k], self.b[k], self.h[i], self.a[i]);
+            site[i] = Some(k);
+        }
+        let mut phi = 0.5 * self.chol.log_det();
+        let mut terms = CriterionTerms { phi: 0.0, rho: vec![0.0; n], delta_l2: vec![0.0; n], alpha: vec![0.0; n] };
+        // The active points in inclusion order, then the rest in ascending order (the order of
+        // the sum is part of the stored numbers).
+        let order = self.active.iter().copied().chain((0..n).filter(|&j| site[j].is_none()));
+        for j in order {
+            let (h, a) = (self.h[j], self.a[j]);
+            let (p, b) = site[j].map_or((0.0, 0.0), |k| (self.pi[k], self.b[k]));
             let keep = 1.0 - p * a;
             if !(keep > 0.0) {
-                return Err(FitError::Numerical(format!("ivm: active point {i} has no cavity (1 - pi a = {keep})")));
+                return Err(FitError::Numerical(format!("ivm: active point {j} has no cavity (1 - pi a = {keep})")));
             }
             let a_cav = a / keep;
             let h_cav = h + a_cav * (p * h - b);
-            phi -= lik.moments(targets[i], h_cav, a_cav).log_z;
-            phi += 0.5 * (keep.ln() - (p * h * h - 2.0 * h * b + a * b * b) / keep);
-            phi -= 0.5 * h * b;
-        }
-        for j in (0..self.n()).filter(|&j| !is_active[j]) {
-            phi -= self.moments(lik, targets[j], j).log_z;
+            let m = lik.moments(targets[j], h_cav, a_cav);
+            phi -= m.log_z;
+            if site[j].is_some() {
+                phi += 0.5 * (keep.ln() - (p * h * h - 2.0 * h * b + a * b * b) / keep);
+                phi -= 0.5 * h * b;
+            }
+            terms.alpha[j] = m.alpha;
+            terms.rho[j] = (h * p - b + m.alpha) / keep;
+            terms.delta_l2[j] = (m.nu - p * keep) / (keep * keep);
         }
         if !phi.is_finite() {
             return Err(FitError::Numerical(format!("ivm: non-finite evidence approximation {phi}")));
         }
-        Ok(-phi)
+        terms.phi = phi;
+        Ok(terms)
     }
 
     /// The ADF moments of point j's likelihood under its current marginal (its cavity while
