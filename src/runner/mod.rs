@@ -8,9 +8,11 @@
 mod cell;
 mod provenance;
 pub mod shard;
+mod status;
 
 pub use cell::{is_labels_only, run_cell, PROBABILITY_METRICS};
 pub use shard::{Shard, ShardPlan};
+pub use status::{status, EntryStatus, StatusReport};
 
 use crate::data::{make_splits, write_splits, Dataset, Registry, Split};
 use crate::methods::ProblemShape;
@@ -574,98 +576,6 @@ pub fn report(spec: &Spec, manifest: &Manifest, cells: &[CellRecord], opts: &Run
     render_experiment(&input, &opts.reports_root.join(spec.name()))?;
     render_index(&opts.reports_root)?;
     Ok(())
-}
-
-/// What `mcgp status` reports.
-#[derive(Clone, Debug, PartialEq)]
-pub struct StatusReport {
-    pub total: usize,
-    /// Cells stored under their current key.
-    pub current: usize,
-    /// Cells with no record at all.
-    pub missing: usize,
-    /// Cells with a record only under an older key: "dataset entry [setting] split k: why".
-    pub stale: Vec<String>,
-    /// Counts per method entry and dataset, in the spec's order.
-    pub by_entry: Vec<EntryStatus>,
-}
-
-/// One method entry on one dataset in `mcgp status`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct EntryStatus {
-    pub entry: String,
-    pub dataset: String,
-    pub total: usize,
-    /// Stored under their current key, as computed.
-    pub ok: usize,
-    /// Stored under their current key, as failed.
-    pub failed: usize,
-    /// Not stored under their current key (stale ones included).
-    pub missing: usize,
-    /// Of the missing, stored under an older key.
-    pub stale: usize,
-}
-
-/// Compare a spec's cells with what its experiment folder stores: a record of the same
-/// dataset, entry, setting and split under another key is stale, and the reason is read off
-/// what the record says of its code and data.
-pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Result<StatusReport> {
-    let store = Store::new(&opts.results_root, spec.name());
-    let prepared = prepare(spec, registry, &opts.project_root, None)?;
-    let keys: std::collections::BTreeSet<&str> = prepared.cells.iter().map(|c| c.key.as_str()).collect();
-    let mut older: BTreeMap<(String, String, String, usize), CellRecord> = BTreeMap::new();
-    let mut current = std::collections::BTreeSet::new();
-    for rec in store.all_cells()? {
-        if keys.contains(rec.key.as_str()) {
-            current.insert(rec.key.clone());
-        } else {
-            older.insert((rec.dataset.clone(), rec.method.clone(), rec.setting.clone(), rec.split), rec);
-        }
-    }
-    let mut report = StatusReport { total: prepared.cells.len(), current: 0, missing: 0, stale: Vec::new(), by_entry: Vec::new() };
-    let mut by_entry: BTreeMap<(&str, &str), EntryStatus> = BTreeMap::new();
-    for cell in &prepared.cells {
-        let counts = by_entry.entry((cell.entry.name.as_str(), cell.dataset.as_str())).or_insert_with(|| EntryStatus {
-            entry: cell.entry.name.clone(),
-            dataset: cell.dataset.clone(),
-            ..Default::default()
-        });
-        counts.total += 1;
-        // A current record in a cell file, or only in the committed archive (a fresh clone).
-        let stored =
-            if current.contains(&cell.key) { store.read_usable_cell(&cell.key)? } else { store.read_cell(&cell.key).ok().flatten() };
-        if let Some(rec) = stored {
-            report.current += 1;
-            match rec.status {
-                Status::Ok => counts.ok += 1,
-                Status::Failed => counts.failed += 1,
-            }
-            continue;
-        }
-        counts.missing += 1;
-        let Some(rec) = older.get(&(cell.dataset.clone(), cell.entry.name.clone(), cell.setting.clone(), cell.split)) else {
-            report.missing += 1;
-            continue;
-        };
-        counts.stale += 1;
-        let why = match (&rec.numerics, &rec.data_hash) {
-            (None, _) | (_, None) => "stored before code and data versions were recorded".to_string(),
-            (Some(n), _) if n != &cell.numerics => format!("numerics {n} -> {}", cell.numerics),
-            (_, Some(d)) if d != &cell.data_hash => "the data changed".to_string(),
-            _ => "the spec entry, the split or the source cell changed".to_string(),
-        };
-        let setting = if cell.setting.is_empty() { String::new() } else { format!(" [{}]", cell.setting) };
-        report.stale.push(format!("{} {}{setting} split {}: {why}", cell.dataset, cell.entry.name, cell.split));
-    }
-    // In the spec's order: datasets, then method entries.
-    for dataset in &spec.raw.datasets {
-        for m in &spec.raw.methods {
-            if let Some(c) = by_entry.remove(&(m.name.as_str(), dataset.as_str())) {
-                report.by_entry.push(c);
-            }
-        }
-    }
-    Ok(report)
 }
 
 /// Re-render the report of a spec from its stored cells (no computation). Works on an

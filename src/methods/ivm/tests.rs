@@ -61,6 +61,14 @@ fn dense_posterior(k: &Mat<f64>, active: &[usize], pi: &[f64], b: &[f64]) -> (Ve
     (h, a)
 }
 
+/// An RBF, an ARD and a sum with linear and white-noise terms (whose kernel column carries the
+/// noise on the diagonal only): the kernels the representation and gradient tests run on.
+const THREE_KERNELS: [&str; 3] = [
+    "{ lengthscale: 0.9, variance: 2.0 }",
+    "{ ard: true, lengthscale: [0.7, 1.6], variance: 1.3 }",
+    "{ type: sum, terms: [ { lengthscale: 1.1, variance: 1.5 }, { type: linear, variance: 0.4 }, { type: white, variance: 0.05 } ] }",
+];
+
 /// (a) After every inclusion, the incremental state equals its recomputation from scratch
 /// (L, M, beta, h, a) and the dense posterior (h, a), for three kernels including a white-noise
 /// sum (whose kernel column must carry the noise on the diagonal only).
@@ -68,11 +76,7 @@ fn dense_posterior(k: &Mat<f64>, active: &[usize], pi: &[f64], b: &[f64]) -> (Ve
 fn incremental_representation_matches_recomputation_after_every_inclusion() {
     let (x, y) = blobs(40, 0.8, 3);
     let targets = signs(&y);
-    for yaml in [
-        "{ lengthscale: 0.9, variance: 2.0 }",
-        "{ ard: true, lengthscale: [0.7, 1.6], variance: 1.3 }",
-        "{ type: sum, terms: [ { lengthscale: 1.1, variance: 1.5 }, { type: linear, variance: 0.4 }, { type: white, variance: 0.05 } ] }",
-    ] {
+    for yaml in THREE_KERNELS {
         let kern = kernel(yaml, 2);
         let k = kern.gram(&x);
         let method = ivm(serde_json::json!({ "active_size": 15, "bias": 0.3 }));
@@ -400,11 +404,7 @@ fn central(f: &dyn Fn(&[f64]) -> f64, x: &[f64], k: usize, h: f64) -> f64 {
 fn phi_gradient_matches_finite_differences_with_frozen_sites() {
     let (x, y) = blobs(40, 0.7, 31);
     let targets = signs(&y);
-    for yaml in [
-        "{ lengthscale: 0.9, variance: 2.0 }",
-        "{ ard: true, lengthscale: [0.7, 1.6], variance: 1.3 }",
-        "{ type: sum, terms: [ { lengthscale: 1.1, variance: 1.5 }, { type: linear, variance: 0.4 }, { type: white, variance: 0.05 } ] }",
-    ] {
+    for yaml in THREE_KERNELS {
         let kern = kernel(yaml, 2);
         let method = ivm(serde_json::json!({ "active_size": 12 }));
         let mut rng = Pcg64::seed_from_u64(1);
