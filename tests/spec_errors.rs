@@ -424,3 +424,26 @@ fn a_derived_one_vs_rest_dataset_is_binary_keyed_by_its_task_and_checked_against
     let e = error_of(&text("Iris-setosa").replace("iris-c", "wine"));
     assert!(e.contains("derived_datasets.wine: \"wine\" is a registry dataset"), "{e}");
 }
+
+/// A derived dataset without a task is its source's rows under another name, with its own
+/// split protocol (one data set at two training sizes in one spec): the same labels and
+/// features, the sizes each protocol asks for, and keys of its own (the derivation is part of
+/// the data hash, so the alias never shares cells with its source).
+#[test]
+fn a_derived_dataset_without_a_task_is_the_same_rows_with_its_own_splits() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = "name: t\ndatasets: [iris, iris-small]\nderived_datasets:\n  iris-small: { from: iris }\n\
+                splits: { protocol: random, train_fraction: 0.6, repeats: 2 }\n\
+                dataset_splits:\n  iris-small: { protocol: random, train_fraction: 0.6, train_size: 30, repeats: 2 }\n\
+                methods:\n  - name: la\n    method: laplace\n";
+    let prepared = mcgp::runner::prepare(&parse(text, "t.yaml", &registry()).unwrap(), &registry(), root, None).unwrap();
+    let (iris, small) = (&prepared.datasets["iris"], &prepared.datasets["iris-small"]);
+    assert_eq!(small.name, "iris-small");
+    assert_eq!((&small.y, &small.class_names), (&iris.y, &iris.class_names));
+    assert_eq!(small.x, iris.x);
+    let train_sizes = |d: &str| prepared.splits[d].iter().map(|s| s.train.len()).collect::<Vec<_>>();
+    assert_eq!(train_sizes("iris"), [90, 90]);
+    assert_eq!(train_sizes("iris-small"), [30, 30]);
+    let hash = |d: &str| prepared.cells.iter().find(|c| c.dataset == d).unwrap().data_hash.clone();
+    assert_ne!(hash("iris"), hash("iris-small"));
+}

@@ -39,8 +39,10 @@ pub struct RawSpec {
     #[serde(default)]
     pub dataset_splits: BTreeMap<String, SplitProtocol>,
     /// Problems made from a registry dataset's rows, under the name the spec lists them by in
-    /// `datasets`: `usps-2: { from: usps, task: { one_vs_rest: 2 } }` is digit 2 against the rest.
-    /// The task is part of the data's identity (its content hash, so of every cell key).
+    /// `datasets`: `usps-2: { from: usps, task: { one_vs_rest: 2 } }` is digit 2 against the rest;
+    /// without a task, the same rows under another name (so with their own `dataset_splits`:
+    /// one data set at several training sizes). The derivation is part of the data's identity
+    /// (its content hash, so of every cell key).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub derived_datasets: BTreeMap<String, DerivedDataset>,
     /// Standardise features with training-set statistics (default true).
@@ -72,13 +74,15 @@ fn yes() -> bool {
     true
 }
 
-/// A dataset of the spec made from a registry dataset by a task.
+/// A dataset of the spec made from a registry dataset, by a task or as it is.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DerivedDataset {
     /// The registry dataset whose rows it uses.
     pub from: String,
-    pub task: crate::data::Task,
+    /// The problem posed on those rows; none: the source's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<crate::data::Task>,
 }
 
 impl RawSpec {
@@ -91,14 +95,20 @@ impl RawSpec {
 /// The problem `dataset` poses, made from its source's loaded rows: the rows themselves, or its
 /// task applied to them, with the spec's name. A task the data cannot pose (a class they do not
 /// have) is a spec error naming the field. The second value is what the data's content hash
-/// gets appended to identify the task (empty for a registry dataset).
+/// gets appended to identify the derivation (empty for a registry dataset).
 pub fn derive_dataset(spec: &Spec, dataset: &str, source: crate::data::Dataset) -> Result<(crate::data::Dataset, String), SpecError> {
     let Some(derived) = spec.raw.derived_datasets.get(dataset) else { return Ok((source, String::new())) };
-    let field = derived.task.field();
-    match derived.task.apply(&source) {
+    let identity = serde_json::to_string(derived).expect("a derived dataset serialises");
+    let Some(task) = &derived.task else {
+        let mut data = source;
+        data.name = dataset.to_string();
+        return Ok((data, format!("+as:{identity}")));
+    };
+    let field = task.field();
+    match task.apply(&source) {
         Ok(mut data) => {
             data.name = dataset.to_string();
-            Ok((data, format!("+task:{}", serde_json::to_string(derived).expect("a derived dataset serialises"))))
+            Ok((data, format!("+task:{identity}")))
         }
         Err(message) => {
             let path = format!("derived_datasets.{dataset}.task.{field}");
