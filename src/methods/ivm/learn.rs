@@ -16,7 +16,7 @@
 //!
 //! `outer_iters` major + minor steps, then a final major step whose active set is the model.
 use super::state::IvmState;
-use super::{Ivm, Selected, SiteLik};
+use super::{Ivm, Selected, SiteLik, Task};
 use crate::kernels::Kernel;
 use crate::linalg::{col, matmul_par, small::eye};
 use crate::methods::optimize::minimize_lbfgs;
@@ -24,6 +24,7 @@ use crate::methods::{FitContext, FitError, StopReason};
 use faer::Mat;
 use ndarray::{Array2, Axis};
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 /// What the sites do during a minor step (notes §4.6).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -91,17 +92,29 @@ impl HyperPrior {
     }
 }
 
-/// An active set in inclusion order with its sites: what a minor step holds fixed.
+/// An active set in inclusion order with its sites, and the rows J~ the criterion sums over:
+/// what a minor step holds fixed.
 #[derive(Clone, Debug)]
 pub(crate) struct Sites {
+    /// Positions in `rows` (in the training rows when `rows` is None).
     pub active: Vec<usize>,
     pub pi: Vec<f64>,
     pub b: Vec<f64>,
+    /// The training rows J~ of a narrowed selection (`selection: schedule`); None: all.
+    pub rows: Option<Vec<usize>>,
 }
 
 impl Sites {
     pub fn of(state: &IvmState) -> Sites {
-        Sites { active: state.active.clone(), pi: state.pi.clone(), b: state.b.clone() }
+        Sites { active: state.active.clone(), pi: state.pi.clone(), b: state.b.clone(), rows: state.rows.clone() }
+    }
+
+    /// The inputs and targets of the rows the criterion sums over, position by position.
+    pub fn view<'a>(&self, x: &'a Array2<f64>, targets: &'a [f64]) -> (Cow<'a, Array2<f64>>, Cow<'a, [f64]>) {
+        match &self.rows {
+            None => (Cow::Borrowed(x), Cow::Borrowed(targets)),
+            Some(rows) => (Cow::Owned(x.select(Axis(0), rows)), Cow::Owned(rows.iter().map(|&r| targets[r]).collect())),
+        }
     }
 }
 
@@ -124,6 +137,8 @@ pub(crate) struct PhiGrad {
 /// every entry of K_{.,I} a separate term (the K_I block, symmetric, through `gram_vjp`; the
 /// rest through `cross_vjp`; the diagonal through `diag_vjp`).
 pub(crate) fn phi_grad(kernel: &dyn Kernel, x: &Array2<f64>, targets: &[f64], lik: SiteLik, sites: &Sites) -> Result<PhiGrad, FitError> {
+    let (x, targets) = sites.view(x, targets);
+    let (x, targets) = (x.as_ref(), targets.as_ref());
     let (state, kc) = IvmState::rebuild(kernel, x, &sites.active, &sites.pi, &sites.b)?;
     let t = state.criterion_terms(lik, targets)?;
     let (n, d) = (x.nrows(), sites.active.len());
@@ -192,7 +207,15 @@ pub(crate) struct Learned {
 
 impl Ivm {
     /// The major/minor schedule from the given kernel and the `bias` setting.
-    pub(crate) fn learn(&self, kernel: &dyn Kernel, x: &Array2<f64>, targets: &[f64], ctx: &mut FitContext) -> Result<Learned, FitError> {
+    /// `task` names the trace's entries and says whether checkpoints are taken.
+    pub(crate) fn learn(
+        &self,
+        kernel: &dyn Kernel,
+        x: &Array2<f64>,
+        targets: &[f64],
+        ctx: &mut FitContext,
+        task: Task,
+    ) -> Result<Learned, FitError> {
         let p = &self.params;
         let np = kernel.n_params();
         let dim = x.ncols();
@@ -216,10 +239,15 @@ impl Ivm {
             g.push(per_point * (pg.bias + pb));
             Ok((per_point * (pg.phi + pv), g))
         };
-        let replay = |theta: &[f64], order: &[usize]| -> Result<Sites, FitError> {
+        // The sites of the frozen active set recomputed at theta, over the frozen rows J~.
+        let replay = |theta: &[f64], frozen: &Sites| -> Result<Sites, FitError> {
             let (k, lik) = split(theta);
-            Ok(Sites::of(&IvmState::replay(k.as_ref(), x, order, lik, targets)?))
+            let (xs, ts) = frozen.view(x, targets);
+            let state = IvmState::replay(k.as_ref(), &xs, &frozen.active, lik, &ts)?;
+            Ok(Sites { rows: frozen.rows.clone(), ..Sites::of(&state) })
         };
+        let name = |what: &str| task.trace_name(what);
+        let (criterion_name, log_q_name, bias_name, minor_name) = (name("criterion"), name("log_q"), name("bias"), name("criterion_minor"));
         let (mut evaluations, mut troubled, mut first_trouble) = (0, 0, None);
         let mut major = 0u64;
         loop {
@@ -228,8 +256,8 @@ impl Ivm {
             let selected = self.select(k.as_ref(), x, targets, lik, ctx, |_, _, _| Ok(()))?;
             let phi = selected.state.criterion_terms(lik, targets)?.phi;
             let criterion = phi + prior(k.as_ref(), theta[np]).0;
-            ctx.record(major as usize - 1, &[("criterion", criterion), ("log_q", -phi), ("bias", theta[np])]);
-            if ctx.wants_checkpoint(major) {
+            ctx.record(major as usize - 1, &[(&criterion_name, criterion), (&log_q_name, -phi), (&bias_name, theta[np])]);
+            if task == Task::Whole && ctx.wants_checkpoint(major) {
                 let ev = Some(-phi);
                 ctx.checkpoint(major, Some(criterion), || {
                     Ok(Box::new(self.model(k.as_ref(), x, &selected.state, lik, ev, Default::default())) as Box<dyn crate::methods::Fitted>)
@@ -268,7 +296,7 @@ impl Ivm {
                 Strategy::Hybrid => {
                     let (mut t, mut value, mut trouble) = (theta.clone(), criterion * per_point, None);
                     for inner in 0..p.inner_iters {
-                        let s = if inner == 0 { sites.clone() } else { replay(&t, &sites.active)? };
+                        let s = if inner == 0 { sites.clone() } else { replay(&t, &sites)? };
                         let m = minimize_lbfgs(&|t: &[f64]| objective(ctx, t, &s), &t, &free, 1, tol)?;
                         evaluations += m.evaluations;
                         trouble = trouble.or_else(|| troubled_run(&m));
@@ -281,7 +309,7 @@ impl Ivm {
                     (t, value, trouble)
                 }
                 Strategy::Exact => {
-                    let f = |t: &[f64]| objective(ctx, t, &replay(t, &sites.active)?);
+                    let f = |t: &[f64]| objective(ctx, t, &replay(t, &sites)?);
                     let m = minimize_lbfgs(&f, &theta, &free, p.inner_iters, tol)?;
                     evaluations += m.evaluations;
                     (m.x.clone(), m.value, troubled_run(&m))
@@ -291,7 +319,7 @@ impl Ivm {
                 troubled += 1;
                 first_trouble.get_or_insert(format!("minor step {major}: {why}"));
             }
-            ctx.record(major as usize - 1, &[("criterion_minor", value / per_point)]);
+            ctx.record(major as usize - 1, &[(&minor_name, value / per_point)]);
             theta = next;
         }
     }

@@ -13,10 +13,13 @@
 //!   (L-BFGS with the active set frozen, sites per strategy), the paper's hyper-priors;
 //! - `model.rs` prediction from the active set.
 //!
-//! Scope, for now: two classes only (class index 1 is y = +1 of the probit likelihood
-//! Phi(y (u + bias)), class 0 is y = -1); a C-class dataset runs as c against the rest through
-//! a spec's `task: {one_vs_rest: c}`. The kernel is the one shared kernel of the set. The
-//! evidence reported is eq. 11's approximation log Q(D) at the final active set and sites.
+//! On two classes, class index 1 is y = +1 of the probit likelihood Phi(y (u + bias)) and class
+//! 0 is y = -1; the evidence reported is eq. 11's approximation log Q(D) at the final active set
+//! and sites. On C > 2 classes the method is c against the rest (§4.1): C binary IVMs, task c
+//! with class c as y = +1, each learning its own hyper-parameters from the one kernel of the
+//! set, combined by the vote on their log predictive probabilities log Q_c(y = +1 | x) (the
+//! paper's combination for Table 4; `model.rs`). One binary task of a C-class dataset is a
+//! spec's `task: {one_vs_rest: c}`.
 //! Gaussian-noise sites exist for the tests (with d = n the IVM is the exact GP regression
 //! posterior and eq. 11 its exact log marginal likelihood).
 mod learn;
@@ -25,10 +28,12 @@ mod select;
 mod state;
 #[cfg(test)]
 mod tests;
+mod virtual_vectors;
 
 pub use learn::{HyperPrior, Strategy};
-pub use model::IvmModel;
+pub use model::{IvmModel, OneVsRestModel};
 pub use select::{Criterion, Selection};
+pub use virtual_vectors::VirtualVectors;
 
 use super::{parse_settings, Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Method, Problem, ProblemShape, StopReason};
 use crate::kernels::{Kernel, KernelSet};
@@ -58,6 +63,15 @@ pub struct IvmParams {
     /// Points scored per inclusion with `selection: randomized`.
     #[serde(default = "d_candidates")]
     pub candidates: usize,
+    /// `selection: schedule`: the bound B on the stub rows kept, |J~| d numbers (MNIST: 3.6e7).
+    #[serde(default = "d_memory_entries")]
+    pub memory_entries: usize,
+    /// `selection: schedule`: inclusions between two narrowings of the selection index (k).
+    #[serde(default = "d_block")]
+    pub block: usize,
+    /// `selection: schedule`: the fraction of a narrowed index taken by the largest gains (rho).
+    #[serde(default = "d_keep_best")]
+    pub keep_best: f64,
     /// The probit intercept: P(y | u) = Phi(y (u + bias)); with `hyper: learn` its start value.
     #[serde(default)]
     pub bias: f64,
@@ -80,6 +94,11 @@ pub struct IvmParams {
     /// (the paper's epsilon, relative to the prior variance; pi^{-1/2} enters the update).
     #[serde(default = "d_min_site_precision")]
     pub min_site_precision: f64,
+    /// Virtual informative vectors (§5, §6.5): after the fit, the active images' one-pixel
+    /// translations join the training set and `active_size` points are selected again at the
+    /// fitted hyper-parameters (`virtual_vectors.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtual_vectors: Option<VirtualVectors>,
 }
 
 fn d_active_size() -> usize {
@@ -87,6 +106,15 @@ fn d_active_size() -> usize {
 }
 fn d_candidates() -> usize {
     500
+}
+fn d_memory_entries() -> usize {
+    36_000_000
+}
+fn d_block() -> usize {
+    100
+}
+fn d_keep_best() -> f64 {
+    0.5
 }
 fn d_min_site_precision() -> f64 {
     1e-8
@@ -116,6 +144,15 @@ impl IvmParams {
         if self.candidates == 0 {
             return Err("settings.candidates must be at least 1".into());
         }
+        if self.block == 0 {
+            return Err("settings.block must be at least 1".into());
+        }
+        if self.memory_entries == 0 {
+            return Err("settings.memory_entries must be at least 1".into());
+        }
+        if !(0.0..=1.0).contains(&self.keep_best) {
+            return Err(format!("settings.keep_best must be in [0, 1], got {}", self.keep_best));
+        }
         if self.inner_iters == 0 {
             return Err("settings.inner_iters must be at least 1".into());
         }
@@ -124,6 +161,9 @@ impl IvmParams {
         }
         if !(self.min_site_precision > 0.0 && self.min_site_precision < 1.0) {
             return Err(format!("settings.min_site_precision must be in (0, 1), got {}", self.min_site_precision));
+        }
+        if let Some(v) = &self.virtual_vectors {
+            v.check()?;
         }
         Ok(Ivm { params: self })
     }
@@ -144,6 +184,24 @@ impl SiteLik {
         match *self {
             SiteLik::Probit { bias } => CavityMoments::probit(target, bias, m, v),
             SiteLik::Gaussian { noise_var } => CavityMoments::gaussian(target, noise_var, m, v),
+        }
+    }
+}
+
+/// Which problem a binary fit solves: the whole (two-class) problem, or task c of c against the
+/// rest. A task's trace names start with `c<k>_` (the C tasks share one trace) and it takes no
+/// checkpoints (its snapshot is no model of the C-class problem).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Task {
+    Whole,
+    AgainstTheRest(usize),
+}
+
+impl Task {
+    pub fn trace_name(self, what: &str) -> String {
+        match self {
+            Task::Whole => what.to_string(),
+            Task::AgainstTheRest(c) => format!("c{c}_{what}"),
         }
     }
 }
@@ -183,12 +241,23 @@ impl Ivm {
             return Err(FitError::Numerical(format!("ivm: prior variance K({j}, {j}) = {} is not positive", kdiag[j])));
         }
         let mut state = IvmState::prior(kdiag);
-        // Non-active points in ascending order (ties in the score go to the smallest index).
+        // Non-active positions in ascending order (ties in the score go to the smallest index).
         let mut remaining: Vec<usize> = (0..n).collect();
+        // The rows of a narrowed selection index J~ (`selection: schedule`), position by position.
+        let mut x_narrowed: Option<Array2<f64>> = None;
         let mut stop = StopReason::MaxIterations;
         let mut exhausted = false;
         while state.d() < d_max {
             ctx.check_deadline()?;
+            let p = &self.params;
+            if p.selection == Selection::Schedule && state.d() > 0 && state.d().is_multiple_of(p.block) {
+                let size = select::schedule_size(remaining.len(), state.d(), p.block, d_max, p.memory_entries);
+                if size < remaining.len() {
+                    state = self.narrow(&state, &remaining, size, lik, targets, ctx);
+                    x_narrowed = Some(x.select(Axis(0), state.rows.as_ref().expect("a narrowed state knows its rows")));
+                    remaining = (0..state.n()).filter(|j| !state.active.contains(j)).collect();
+                }
+            }
             let candidates: Vec<usize> = match self.params.selection {
                 Selection::Randomized if remaining.len() > self.params.candidates => {
                     let mut pick: Vec<usize> = rand::seq::index::sample(&mut *ctx.rng, remaining.len(), self.params.candidates)
@@ -207,7 +276,7 @@ impl Ivm {
                 break;
             };
             let i = choice.index;
-            let kcol = kernel_column(kernel, x, i, state.kdiag[i]);
+            let kcol = kernel_column(kernel, x_narrowed.as_ref().unwrap_or(x), i, state.kdiag[i]);
             state.include(i, &choice.moments, &kcol)?;
             remaining.retain(|&j| j != i);
             // The callback ends the selection early by returning a budget stop.
@@ -221,6 +290,30 @@ impl Ivm {
             }
         }
         Ok(Selected { state, stop, exhausted })
+    }
+
+    /// The selection index narrowed to `size` of the non-active positions `remaining` (notes
+    /// §2.5): the fraction `keep_best` with the largest gains under the current state (ties to
+    /// the smaller position; invalid inclusions last), the rest drawn uniformly from the others;
+    /// the active points always stay.
+    fn narrow(&self, state: &IvmState, remaining: &[usize], size: usize, lik: SiteLik, targets: &[f64], ctx: &mut FitContext) -> IvmState {
+        let p = &self.params;
+        let mut scored: Vec<(usize, f64)> = remaining
+            .iter()
+            .map(|&j| {
+                let moments = state.moments(lik, targets, j);
+                let g = select::gain(&moments, state.h[j], state.a[j], p.criterion, p.min_site_precision / state.kdiag[j]);
+                (j, g.unwrap_or(f64::NEG_INFINITY))
+            })
+            .collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let best = ((p.keep_best * size as f64).floor() as usize).min(size);
+        let mut rest: Vec<usize> = scored[best..].iter().map(|&(j, _)| j).collect();
+        rest.sort_unstable();
+        let drawn = rand::seq::index::sample(&mut *ctx.rng, rest.len(), size - best).into_iter().map(|k| rest[k]);
+        let mut keep: Vec<usize> = scored[..best].iter().map(|&(j, _)| j).chain(drawn).chain(state.active.iter().copied()).collect();
+        keep.sort_unstable();
+        state.restrict(&keep)
     }
 
     /// What every fit reports of its (final) selection.
@@ -261,7 +354,7 @@ impl Ivm {
     ) -> IvmModel {
         IvmModel {
             kernel: kernel.clone_box(),
-            x_active: x.select(Axis(0), &state.active),
+            x_active: x.select(Axis(0), &state.active_rows()),
             sqrt_pi: state.pi.iter().map(|p| p.sqrt()).collect(),
             chol: state.chol.clone(),
             beta: state.beta.clone(),
@@ -278,14 +371,11 @@ impl Method for Ivm {
     }
 
     fn supports(&self, shape: &ProblemShape, kernels: &KernelSet, hyper: HyperPolicy) -> Result<(), String> {
-        if shape.n_classes != 2 {
-            return Err(format!(
-                "ivm: binary problems only (the multi-way IVM is not built yet; a spec makes class c against the rest with derived_datasets: {{ <name>: {{ from: <dataset>, task: {{ one_vs_rest: c }} }} }}); the data have {} classes",
-                shape.n_classes
-            ));
+        if shape.n_classes < 2 {
+            return Err(format!("ivm: at least two classes, the data have {}", shape.n_classes));
         }
         if !kernels.is_shared() {
-            return Err("ivm: one latent GP, so one kernel shared by the classes (no per_class)".into());
+            return Err("ivm: one latent GP per binary task, all from one kernel shared by the classes (no per_class)".into());
         }
         if hyper == HyperPolicy::Learn && self.params.hyper_prior == HyperPrior::Paper && kernels.class(0).as_sqexp().is_none() {
             return Err("ivm: settings.hyper_prior: paper is written for the squared-exponential kernel (type se); use hyper_prior: none for other kernels".into());
@@ -296,14 +386,42 @@ impl Method for Ivm {
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
         assert_eq!(problem.x.nrows(), problem.y.len());
-        if let Some(&bad) = problem.y.iter().find(|&&c| c >= 2) {
-            return Err(FitError::Numerical(format!("class index {bad} out of range for 2 classes")));
+        let n_classes = problem.n_classes;
+        if let Some(&bad) = problem.y.iter().find(|&&c| c >= n_classes) {
+            return Err(FitError::Numerical(format!("class index {bad} out of range for {n_classes} classes")));
         }
         let kernel = kernels.class(0);
-        let x = problem.x;
-        let targets: Vec<f64> = problem.y.iter().map(|&c| if c == 1 { 1.0 } else { -1.0 }).collect();
+        let sign = |c: usize| move |&k: &usize| if k == c { 1.0 } else { -1.0 };
+        if n_classes == 2 {
+            let targets: Vec<f64> = problem.y.iter().map(sign(1)).collect();
+            return Ok(Box::new(self.fit_binary(kernel, problem.x, &targets, hyper, ctx, Task::Whole)?));
+        }
+        // c against the rest (§4.1): one binary IVM per class, fitted in class order. A task's
+        // snapshot is no model of the C-class problem, so the tasks take no checkpoints.
+        let tasks = (0..n_classes)
+            .map(|c| {
+                let targets: Vec<f64> = problem.y.iter().map(sign(c)).collect();
+                self.fit_binary(kernel, problem.x, &targets, hyper, ctx, Task::AgainstTheRest(c))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Box::new(OneVsRestModel::new(tasks)))
+    }
+}
+
+impl Ivm {
+    /// The binary IVM on targets +-1 (the whole problem, class 1 against class 0, or one task of
+    /// c against the rest), with learned or fixed hyper-parameters.
+    fn fit_binary(
+        &self,
+        kernel: &dyn Kernel,
+        x: &Array2<f64>,
+        targets: &[f64],
+        hyper: HyperPolicy,
+        ctx: &mut FitContext,
+        task: Task,
+    ) -> Result<IvmModel, FitError> {
         if hyper == HyperPolicy::Learn {
-            let learned = self.learn(kernel, x, &targets, ctx)?;
+            let learned = self.learn(kernel, x, targets, ctx, task)?;
             let lik = SiteLik::Probit { bias: learned.bias };
             let mut diagnostics = self.diagnostics(&learned.selected, x.nrows());
             diagnostics.iterations = Some(learned.major_steps);
@@ -336,14 +454,17 @@ impl Method for Ivm {
                 );
             }
             let state = &learned.selected.state;
-            let log_evidence = state.log_evidence(lik, &targets)?;
-            return Ok(Box::new(self.model(learned.kernel.as_ref(), x, state, lik, Some(log_evidence), diagnostics)));
+            if let Some(v) = &self.params.virtual_vectors {
+                return self.reselect_with_virtual_vectors(v, learned.kernel.as_ref(), x, targets, lik, state, ctx, diagnostics);
+            }
+            let log_evidence = state.log_evidence(lik, targets)?;
+            return Ok(self.model(learned.kernel.as_ref(), x, state, lik, Some(log_evidence), diagnostics));
         }
         let lik = SiteLik::Probit { bias: self.params.bias };
-        let sel = self.select(kernel, x, &targets, lik, ctx, |k, state, ctx| {
-            if ctx.wants_checkpoint(k) {
+        let sel = self.select(kernel, x, targets, lik, ctx, |k, state, ctx| {
+            if task == Task::Whole && ctx.wants_checkpoint(k) {
                 // The snapshot and its objective (eq. 11 at this active set) are built off the clock.
-                let ev = ctx.off_clock(|| state.log_evidence(lik, &targets).ok());
+                let ev = ctx.off_clock(|| state.log_evidence(lik, targets).ok());
                 ctx.checkpoint(k, ev, || Ok(Box::new(self.model(kernel, x, state, lik, ev, Diagnostics::default())) as Box<dyn Fitted>))?;
             }
             // At a fixed kernel the inclusions are the outer iterations a budget counts.
@@ -352,7 +473,51 @@ impl Method for Ivm {
         let state = &sel.state;
         let mut diagnostics = self.diagnostics(&sel, x.nrows());
         diagnostics.note("model", "binary probit IVM (one GP; class 1 is y = +1), fixed kernel and bias");
-        let log_evidence = state.log_evidence(lik, &targets)?;
-        Ok(Box::new(self.model(kernel, x, state, lik, Some(log_evidence), diagnostics)))
+        if let Some(v) = &self.params.virtual_vectors {
+            return self.reselect_with_virtual_vectors(v, kernel, x, targets, lik, state, ctx, diagnostics);
+        }
+        let log_evidence = state.log_evidence(lik, targets)?;
+        Ok(self.model(kernel, x, state, lik, Some(log_evidence), diagnostics))
+    }
+
+    /// The second stage of virtual informative vectors: the training set plus the translations
+    /// of the fitted active images, `v.active_size` points selected on it at the fitted kernel
+    /// and intercept; the model and its eq. 11 value are those of the augmented set.
+    #[allow(clippy::too_many_arguments)]
+    fn reselect_with_virtual_vectors(
+        &self,
+        v: &VirtualVectors,
+        kernel: &dyn Kernel,
+        x: &Array2<f64>,
+        targets: &[f64],
+        lik: SiteLik,
+        first: &IvmState,
+        ctx: &mut FitContext,
+        mut diagnostics: Diagnostics,
+    ) -> Result<IvmModel, FitError> {
+        let (x_aug, t_aug) = virtual_vectors::augment(v, x, targets, &first.active_rows()).map_err(FitError::Unsupported)?;
+        let stage2 = Ivm { params: IvmParams { active_size: v.active_size, virtual_vectors: None, ..self.params.clone() } };
+        let sel = stage2.select(kernel, &x_aug, &t_aug, lik, ctx, |_, _, _| Ok(()))?;
+        let state = &sel.state;
+        let virtual_active = state.active.iter().filter(|&&i| i >= x.nrows()).count();
+        diagnostics
+            .number("first_active_size", first.d() as f64)
+            .number("virtual_added", (x_aug.nrows() - x.nrows()) as f64)
+            .number("active_size", state.d() as f64)
+            .number("virtual_active", virtual_active as f64)
+            .number("variance_floor_hits", state.floor_hits as f64);
+        diagnostics.jitter = Some(diagnostics.jitter.unwrap_or(0.0).max(state.chol.jitter()));
+        diagnostics.note(
+            "virtual_vectors",
+            format!(
+                "{} active images x 4 one-pixel translations added ({} rows in all); {} points reselected at the fitted hyper-parameters, {} of them virtual",
+                first.d(),
+                x_aug.nrows(),
+                state.d(),
+                virtual_active
+            ),
+        );
+        let log_evidence = state.log_evidence(lik, &t_aug)?;
+        Ok(self.model(kernel, &x_aug, state, lik, Some(log_evidence), diagnostics))
     }
 }

@@ -35,6 +35,23 @@ pub enum Selection {
     /// A fresh uniform random subset of `candidates` non-active points per inclusion (drawn
     /// from the fit's seeded generator); all of them when fewer remain.
     Randomized,
+    /// The paper's memory-bounded randomized greedy selection (§3.2; notes §2.5, used for
+    /// MNIST): the representation is kept for a selection index J (plus the active set), every
+    /// point of J is scored at each inclusion, and J is narrowed after every block of `block`
+    /// inclusions so that its stub rows fit `memory_entries` numbers: of the m' points kept,
+    /// the fraction `keep_best` with the largest gains, the rest drawn uniformly from the others
+    /// (the fit's seeded generator). J only shrinks; eq. 11 and its gradient then sum over J~ =
+    /// J + I, as the paper's criterion does.
+    Schedule,
+}
+
+/// The size m' a selection index is narrowed to after a block (notes §2.5's recommendation):
+/// as large as the memory allows for the next block, |J~| (d + k) <= B, but never below B / d_final,
+/// the size the final active set's stub rows may take; never larger than it is.
+pub(crate) fn schedule_size(remaining: usize, d: usize, block: usize, d_final: usize, memory_entries: usize) -> usize {
+    let floor = memory_entries / d_final.max(1);
+    let room = memory_entries / (d + block).max(1);
+    floor.max(remaining.min(room)).min(remaining)
 }
 
 /// The gain of including a point with these moments under its marginal N(h, a), or `None`
@@ -71,7 +88,7 @@ pub(crate) fn best_candidate(
 ) -> Option<Choice> {
     let mut best: Option<Choice> = None;
     for &j in candidates {
-        let moments = state.moments(lik, targets[j], j);
+        let moments = state.moments(lik, targets, j);
         let Some(g) = gain(&moments, state.h[j], state.a[j], criterion, eps / state.kdiag[j]) else { continue };
         if best.is_none_or(|b| g > b.gain) {
             best = Some(Choice { index: j, moments, gain: g });

@@ -59,6 +59,10 @@ pub(crate) struct IvmState {
     pub kdiag: Vec<f64>,
     /// How often a variance was raised to its floor.
     pub floor_hits: usize,
+    /// The training rows this state covers, when a selection schedule has narrowed them to a
+    /// subset J~ (notes §2.5): position j here is training row `rows[j]`. None: every row, in
+    /// order. Indices in `active` are positions. Targets are always passed for all training rows.
+    pub rows: Option<Vec<usize>>,
 }
 
 impl IvmState {
@@ -75,6 +79,50 @@ impl IvmState {
             a: kdiag.clone(),
             kdiag,
             floor_hits: 0,
+            rows: None,
+        }
+    }
+
+    /// The training row at position j.
+    pub fn row(&self, j: usize) -> usize {
+        self.rows.as_ref().map_or(j, |r| r[j])
+    }
+
+    /// The training rows of the active points, in inclusion order.
+    pub fn active_rows(&self) -> Vec<usize> {
+        self.active.iter().map(|&j| self.row(j)).collect()
+    }
+
+    /// The same Q(u) over the positions `keep` only (ascending, every active position among
+    /// them): M's rows, h, a and diag K restricted, L and beta unchanged (they live on the active
+    /// set), the active positions renumbered. Nothing is recomputed, so the kept rows' numbers
+    /// are exactly those of the full state.
+    pub fn restrict(&self, keep: &[usize]) -> IvmState {
+        let mut position = vec![usize::MAX; self.n()];
+        for (new, &old) in keep.iter().enumerate() {
+            position[old] = new;
+        }
+        let active = self
+            .active
+            .iter()
+            .map(|&i| {
+                assert_ne!(position[i], usize::MAX, "IvmState::restrict: active position {i} not kept");
+                position[i]
+            })
+            .collect();
+        let pick = |v: &[f64]| keep.iter().map(|&j| v[j]).collect::<Vec<f64>>();
+        IvmState {
+            active,
+            pi: self.pi.clone(),
+            b: self.b.clone(),
+            chol: self.chol.clone(),
+            m_cols: self.m_cols.iter().map(|c| pick(c)).collect(),
+            beta: self.beta.clone(),
+            h: pick(&self.h),
+            a: pick(&self.a),
+            kdiag: pick(&self.kdiag),
+            floor_hits: self.floor_hits,
+            rows: Some(keep.iter().map(|&j| self.row(j)).collect()),
         }
     }
 
@@ -181,7 +229,8 @@ impl IvmState {
             })
             .collect();
         let m_cols = (0..d).map(|r| (0..n).map(|j| mt[(r, j)]).collect()).collect();
-        let state = IvmState { active: active.to_vec(), pi: pi.to_vec(), b: b.to_vec(), chol, m_cols, beta, h, a, kdiag, floor_hits };
+        let state =
+            IvmState { active: active.to_vec(), pi: pi.to_vec(), b: b.to_vec(), chol, m_cols, beta, h, a, kdiag, floor_hits, rows: None };
         Ok((state, kc))
     }
 
@@ -191,7 +240,7 @@ impl IvmState {
     pub fn replay(kernel: &dyn Kernel, x: &Array2<f64>, order: &[usize], lik: SiteLik, targets: &[f64]) -> Result<IvmState, FitError> {
         let mut state = IvmState::prior(kernel.diag(x));
         for &i in order {
-            let moments = state.moments(lik, targets[i], i);
+            let moments = state.moments(lik, targets, i);
             let kcol = kernel_column(kernel, x, i, state.kdiag[i]);
             state.include(i, &moments, &kcol)?;
         }
@@ -234,7 +283,7 @@ impl IvmState {
             }
             let a_cav = a / keep;
             let h_cav = h + a_cav * (p * h - b);
-            let m = lik.moments(targets[j], h_cav, a_cav);
+            let m = lik.moments(targets[self.row(j)], h_cav, a_cav);
             phi -= m.log_z;
             if site[j].is_some() {
                 phi += 0.5 * (keep.ln() - (p * h * h - 2.0 * h * b + a * b * b) / keep);
@@ -251,9 +300,9 @@ impl IvmState {
         Ok(terms)
     }
 
-    /// The ADF moments of point j's likelihood under its current marginal (its cavity while
-    /// it is not active).
-    pub fn moments(&self, lik: SiteLik, target: f64, j: usize) -> CavityMoments {
-        lik.moments(target, self.h[j], self.a[j])
+    /// The ADF moments of position j's likelihood under its current marginal (its cavity while
+    /// it is not active); `targets` of every training row.
+    pub fn moments(&self, lik: SiteLik, targets: &[f64], j: usize) -> CavityMoments {
+        lik.moments(targets[self.row(j)], self.h[j], self.a[j])
     }
 }

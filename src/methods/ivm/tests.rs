@@ -284,7 +284,7 @@ fn selection_picks_the_most_informative_point() {
     let deltas: Vec<f64> = (0..3)
         .map(|j| {
             // Eq. 5: Delta = -(log m + 1/m + (h' - h)^2 / a - 1) / 2, m = 1 + a pi'.
-            let mo = st.moments(lik, targets[j], j);
+            let mo = st.moments(lik, &targets, j);
             let (pi, _) = mo.site(st.h[j], st.a[j]).unwrap();
             let mj = 1.0 + st.a[j] * pi;
             let shift = mo.tilted_mean(st.h[j], st.a[j]) - st.h[j];
@@ -312,7 +312,7 @@ fn selection_picks_the_most_informative_point() {
     let mut st = IvmState::prior(vec![1.0; 3]);
     st.h = vec![9.0, 0.0, 0.0];
     let lik = SiteLik::Probit { bias: 0.0 };
-    assert!(gain(&st.moments(lik, 1.0, 0), 9.0, 1.0, Criterion::InfoGain, 1e-8).is_none());
+    assert!(gain(&st.moments(lik, &[1.0], 0), 9.0, 1.0, Criterion::InfoGain, 1e-8).is_none());
     assert_eq!(best_candidate(&st, lik, &[1.0, 1.0, 1.0], &[0, 1, 2], Criterion::InfoGain, 1e-8).unwrap().index, 1);
     assert!(best_candidate(&st, lik, &[1.0, 1.0, 1.0], &[0], Criterion::InfoGain, 1e-8).is_none());
 }
@@ -355,11 +355,14 @@ fn separable_blobs_end_to_end_and_deterministic_in_the_seed() {
 }
 
 #[test]
-fn refuses_more_than_two_classes_and_the_paper_prior_on_other_kernels() {
+fn refuses_per_class_kernels_one_class_and_the_paper_prior_on_other_kernels() {
     let m = ivm(serde_json::Value::Null);
     let kernels = serde_norway::from_str::<KernelParams>("{ lengthscale: 1.0 }").unwrap().kernel_set(2, 3).unwrap();
     let shape = ProblemShape { n_classes: 3, n_features: 2, n_train: 10 };
-    assert!(m.supports(&shape, &kernels, HyperPolicy::Fixed).unwrap_err().contains("binary"));
+    assert_eq!(m.supports(&shape, &kernels, HyperPolicy::Learn), Ok(()), "c against the rest");
+    assert!(m.supports(&ProblemShape { n_classes: 1, ..shape }, &kernels, HyperPolicy::Fixed).unwrap_err().contains("at least two"));
+    let per_class = serde_norway::from_str::<KernelParams>("{ lengthscale: 1.0, per_class: true }").unwrap().kernel_set(2, 3).unwrap();
+    assert!(m.supports(&shape, &per_class, HyperPolicy::Fixed).unwrap_err().contains("per_class"));
     let kernels = serde_norway::from_str::<KernelParams>("{ lengthscale: 1.0 }").unwrap().kernel_set(2, 2).unwrap();
     let shape = ProblemShape { n_classes: 2, ..shape };
     assert_eq!(m.supports(&shape, &kernels, HyperPolicy::Learn), Ok(()));
@@ -463,7 +466,8 @@ fn gaussian_with_all_points_active_gives_the_exact_marginal_likelihood_and_its_g
     for yaml in ["{ lengthscale: 0.8, variance: 1.6 }", "{ ard: true, lengthscale: [0.6, 1.9], variance: 0.9 }"] {
         let kern = kernel(yaml, 2);
         // Any inclusion order: with exact sites the posterior does not depend on it.
-        let sites = Sites { active: (0..n).rev().collect(), pi: vec![1.0 / s2; n], b: (0..n).rev().map(|i| y[i] / s2).collect() };
+        let sites =
+            Sites { active: (0..n).rev().collect(), pi: vec![1.0 / s2; n], b: (0..n).rev().map(|i| y[i] / s2).collect(), rows: None };
         let pg = phi_grad(kern.as_ref(), &x, &y, lik, &sites).unwrap();
         let k = kern.gram(&x);
         let ky = Mat::from_fn(n, n, |i, j| k[(i, j)] + if i == j { s2 } else { 0.0 });
@@ -637,4 +641,240 @@ fn probit_evidence_is_the_dense_ep_evidence_of_the_active_points_plus_the_predic
             assert_eq!(checked, n);
         }
     }
+}
+
+/// Three blobs in 2-D (centres on a circle of radius `r`), class i % 3.
+fn three_blobs(n: usize, r: f64, seed: u64) -> (Array2<f64>, Vec<usize>) {
+    let mut rng = Pcg64::seed_from_u64(seed);
+    let y: Vec<usize> = (0..n).map(|i| i % 3).collect();
+    let x = Array2::from_shape_fn((n, 2), |(i, k)| {
+        let angle = 2.0 * std::f64::consts::PI * y[i] as f64 / 3.0;
+        let e: f64 = StandardNormal.sample(&mut rng);
+        r * if k == 0 { angle.cos() } else { angle.sin() } + 0.5 * e
+    });
+    (x, y)
+}
+
+/// c against the rest (§4.1) on three classes: task c is exactly the binary IVM fitted on the
+/// problem "class c (y = +1) against the rest" (its Q_c(y = +1 | x), its active set, its learned
+/// kernel and intercept, bit for bit, fixed and learned), the probabilities are
+/// softmax_c log Q_c(y = +1 | x) so the label is the vote argmax_c log Q_c, the traces of the
+/// C learning runs are kept apart by their `c<k>_` names, no evidence is claimed, and the three
+/// separable blobs are classified.
+#[test]
+fn c_against_the_rest_is_the_vote_of_the_binary_tasks() {
+    let (x, y) = three_blobs(90, 2.0, 61);
+    let (xt, yt) = three_blobs(150, 2.0, 62);
+    let kernels3 = serde_norway::from_str::<KernelParams>("{ lengthscale: 1.0, variance: 2.0 }").unwrap().kernel_set(2, 3).unwrap();
+    let kernels2 = serde_norway::from_str::<KernelParams>("{ lengthscale: 1.0, variance: 2.0 }").unwrap().kernel_set(2, 2).unwrap();
+    let method = ivm(serde_json::json!({ "active_size": 15, "outer_iters": 2, "inner_iters": 3 }));
+    for hyper in [HyperPolicy::Fixed, HyperPolicy::Learn] {
+        let mut rng = Pcg64::seed_from_u64(3);
+        let mut ctx = FitContext::new(&mut rng, None);
+        let multi = method.fit(&Problem { x: &x, y: &y, n_classes: 3 }, &kernels3, hyper, &mut ctx).unwrap();
+        let trace = ctx.trace();
+        drop(ctx);
+        let p = multi.predict(&xt, &mut Pcg64::seed_from_u64(0)).unwrap();
+        p.validate(xt.nrows()).unwrap();
+        assert!(multi.evidence().is_none());
+        let mut log_q = Array2::<f64>::zeros((xt.nrows(), 3));
+        for c in 0..3 {
+            let yc: Vec<usize> = y.iter().map(|&k| usize::from(k == c)).collect();
+            let mut rng = Pcg64::seed_from_u64(3);
+            let mut ctx = FitContext::new(&mut rng, None);
+            let binary = method.fit(&Problem { x: &x, y: &yc, n_classes: 2 }, &kernels2, hyper, &mut ctx).unwrap();
+            let q = binary.predict(&xt, &mut Pcg64::seed_from_u64(0)).unwrap();
+            for j in 0..xt.nrows() {
+                log_q[(j, c)] = q.probs[(j, 1)].ln();
+            }
+            // The task's own scores: the binary model's error and mean log predictive on the
+            // problem "class c against the rest" of the test rows.
+            let scores = multi.test_metrics(&p, &yt);
+            let binary_errors = (0..xt.nrows()).filter(|&j| (q.probs[(j, 1)] > 0.5) != (yt[j] == c)).count();
+            close(
+                &format!("{hyper:?}: task {c} error"),
+                scores[&format!("task{c}_error_pct")],
+                100.0 * binary_errors as f64 / xt.nrows() as f64,
+                1e-12,
+            );
+            let tlh = (0..xt.nrows()).map(|j| q.probs[(j, usize::from(yt[j] == c))].ln()).sum::<f64>() / xt.nrows() as f64;
+            close(&format!("{hyper:?}: task {c} tlh"), scores[&format!("task{c}_log_pred_mean")], tlh, 1e-9);
+            assert_eq!(multi.inducing_inputs()[c], binary.inducing_inputs()[0], "{hyper:?}: task {c}'s active set");
+            let bits = |v: Vec<f64>| v.iter().map(|p| p.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(multi.kernels().class(c).log_params()),
+                bits(binary.kernels().class(0).log_params()),
+                "{hyper:?}: task {c}'s kernel"
+            );
+            if hyper == HyperPolicy::Learn {
+                let bias = binary.diagnostics().numbers["bias"];
+                assert_eq!(multi.diagnostics().numbers[&format!("c{c}_bias")].to_bits(), bias.to_bits());
+                assert_eq!(trace_values(&trace, &format!("c{c}_bias")).last().copied(), Some(bias), "task {c}'s trace");
+            }
+        }
+        let tagged = |name: &str| ["c0_", "c1_", "c2_"].iter().any(|tag| name.starts_with(tag));
+        assert!(trace.iter().all(|t| tagged(&t.name)), "every trace name carries its task");
+        assert_eq!(trace.is_empty(), hyper == HyperPolicy::Fixed);
+        let mut errors = 0;
+        for j in 0..xt.nrows() {
+            let row: Vec<f64> = (0..3).map(|c| log_q[(j, c)]).collect();
+            let lse = crate::linalg::log_sum_exp(&row);
+            for c in 0..3 {
+                close(&format!("{hyper:?}: p({c} | x_{j})"), p.probs[(j, c)], (row[c] - lse).exp(), 1e-12);
+            }
+            let vote = crate::linalg::argmax(&row);
+            assert_eq!(crate::linalg::argmax(p.probs.row(j).as_slice().unwrap()), vote);
+            errors += usize::from(vote != yt[j]);
+        }
+        assert!(errors <= 5, "{hyper:?}: {errors} errors of {}", xt.nrows());
+    }
+}
+
+/// The four one-pixel translations of a 2 x 3 image, by hand: up, down, left, right, the
+/// vacated row or column at the background value.
+#[test]
+fn virtual_vectors_translate_an_image_by_one_pixel_each_way() {
+    let v = super::VirtualVectors { image: [2, 3], background: -1.0, active_size: 1 };
+    let image = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+    let [up, down, left, right] = v.translations(&image);
+    assert_eq!(up, [4.0, 5.0, 6.0, -1.0, -1.0, -1.0]);
+    assert_eq!(down, [-1.0, -1.0, -1.0, 1.0, 2.0, 3.0]);
+    assert_eq!(left, [2.0, 3.0, -1.0, 5.0, 6.0, -1.0]);
+    assert_eq!(right, [-1.0, 1.0, 2.0, -1.0, 4.0, 5.0]);
+    assert!(IvmParams::from_settings(&serde_json::json!({ "virtual_vectors": { "image": [0, 3], "background": 0.0, "active_size": 2 } }))
+        .unwrap()
+        .check()
+        .unwrap_err()
+        .contains("virtual_vectors.image"));
+}
+
+/// Virtual informative vectors (§6.5) are a second selection: the fit with `virtual_vectors`
+/// equals (bit for bit) a fit at the first stage's hyper-parameters on the training set
+/// augmented by the translations of the first stage's active images, with fixed and with
+/// learned hyper-parameters (which the second stage does not relearn); an image shape that is
+/// not the input width is a clear error.
+#[test]
+fn virtual_vectors_reselect_on_the_augmented_set_at_the_fitted_hyper_parameters() {
+    // 3 x 3 images: class 1 a bright middle row, class 0 a bright middle column, plus noise.
+    let mut rng = Pcg64::seed_from_u64(71);
+    let n = 40;
+    let y: Vec<usize> = (0..n).map(|i| i % 2).collect();
+    let x = Array2::from_shape_fn((n, 9), |(i, p)| {
+        let on = if y[i] == 1 { p / 3 == 1 } else { p % 3 == 1 };
+        let e: f64 = StandardNormal.sample(&mut rng);
+        (if on { 1.0 } else { -1.0 }) + 0.4 * e
+    });
+    let kernels = serde_norway::from_str::<KernelParams>("{ lengthscale: 2.5, variance: 2.0 }").unwrap().kernel_set(9, 2).unwrap();
+    let virt = super::VirtualVectors { image: [3, 3], background: -1.0, active_size: 10 };
+    let settings = |v: Option<&super::VirtualVectors>, d: usize| serde_json::json!({ "active_size": d, "outer_iters": 2, "inner_iters": 3, "hyper_prior": "none", "virtual_vectors": v });
+    let run = |method: &Ivm, x: &Array2<f64>, y: &[usize], kernels: &KernelSet, hyper: HyperPolicy| {
+        let mut rng = Pcg64::seed_from_u64(2);
+        let mut ctx = FitContext::new(&mut rng, None);
+        method.fit(&Problem { x, y, n_classes: 2 }, kernels, hyper, &mut ctx)
+    };
+    let bits = |m: &dyn Fitted, xs: &Array2<f64>| -> Vec<u64> {
+        let mut v: Vec<u64> = m.predict(xs, &mut Pcg64::seed_from_u64(0)).unwrap().probs.iter().map(|p| p.to_bits()).collect();
+        v.extend(m.inducing_inputs()[0].iter().map(|p| p.to_bits()));
+        v.extend(m.evidence().map(|e| e.value.to_bits()));
+        v
+    };
+    for hyper in [HyperPolicy::Fixed, HyperPolicy::Learn] {
+        let with_virtual = run(&ivm(settings(Some(&virt), 6)), &x, &y, &kernels, hyper).unwrap();
+        let first = run(&ivm(settings(None, 6)), &x, &y, &kernels, hyper).unwrap();
+        // The first stage's active rows, found among the training rows.
+        let active: Vec<usize> = first.inducing_inputs()[0].rows().into_iter().map(|r| (0..n).find(|&i| x.row(i) == r).unwrap()).collect();
+        assert_eq!(active.len(), 6);
+        let targets = signs(&y);
+        let (x_aug, t_aug) = super::virtual_vectors::augment(&virt, &x, &targets, &active).unwrap();
+        assert_eq!((x_aug.nrows(), t_aug.len()), (n + 24, n + 24));
+        let y_aug: Vec<usize> = t_aug.iter().map(|&t| usize::from(t > 0.0)).collect();
+        // The second stage at the first stage's kernel and intercept, fixed.
+        let bias = first.diagnostics().numbers.get("bias").copied().unwrap_or(0.0);
+        let fitted_kernels = first.kernels();
+        let plain = ivm(serde_json::json!({ "active_size": 10, "bias": bias }));
+        let second = run(&plain, &x_aug, &y_aug, &fitted_kernels, HyperPolicy::Fixed).unwrap();
+        assert_eq!(bits(with_virtual.as_ref(), &x), bits(second.as_ref(), &x), "{hyper:?}");
+        let d = with_virtual.diagnostics();
+        assert_eq!((d.numbers["first_active_size"], d.numbers["virtual_added"], d.numbers["active_size"]), (6.0, 24.0, 10.0));
+    }
+    let wrong = super::VirtualVectors { image: [4, 4], ..virt };
+    let e = run(&ivm(settings(Some(&wrong), 6)), &x, &y, &kernels, HyperPolicy::Fixed).err().unwrap().to_string();
+    assert!(e.contains("virtual_vectors.image") && e.contains("9 features"), "{e}");
+}
+
+/// The memory-bounded schedule (notes §2.5). (a) With room for every row it is greedy
+/// selection, bit for bit. (b) With a small bound the selection index shrinks after each
+/// block to `schedule_size`'s size (never below B / d_final, the active points always kept,
+/// deterministic in the seed and dependent on it), and the narrowed state is the same Q(u) as
+/// the dense posterior of the active set restricted to its rows (h, a), with eq. 11 over J~
+/// equal to a minor step's rebuild on those rows. (c) Learning on a narrowed selection runs,
+/// its criterion over J~ agreeing between major and minor steps.
+#[test]
+fn the_memory_bounded_schedule_narrows_the_selection_index_and_keeps_the_posterior() {
+    let (x, y) = blobs(120, 0.7, 81);
+    let targets = signs(&y);
+    let kern = kernel("{ lengthscale: 1.1, variance: 2.5 }", 2);
+    let lik = SiteLik::Probit { bias: 0.2 };
+    let select = |settings: serde_json::Value, seed: u64| {
+        let mut rng = Pcg64::seed_from_u64(seed);
+        let mut ctx = FitContext::new(&mut rng, None);
+        ivm(settings).select(kern.as_ref(), &x, &targets, lik, &mut ctx, |_, _, _| Ok(())).unwrap().state
+    };
+    // (a) B large: no narrowing, the greedy selection.
+    let greedy = select(serde_json::json!({ "active_size": 24 }), 1);
+    let roomy = select(serde_json::json!({ "active_size": 24, "selection": "schedule", "block": 5, "memory_entries": 1_000_000 }), 1);
+    assert!(roomy.rows.is_none());
+    assert_eq!(
+        (&roomy.active, roomy.pi.iter().map(|v| v.to_bits()).collect::<Vec<_>>()),
+        (&greedy.active, greedy.pi.iter().map(|v| v.to_bits()).collect())
+    );
+    // (b) B = 1200 numbers, d = 24 in blocks of 5: |J~| must end at max(B / 24, ...) = 50.
+    let tight = serde_json::json!({ "active_size": 24, "selection": "schedule", "block": 5, "memory_entries": 1200, "keep_best": 0.5 });
+    let narrow = select(tight.clone(), 1);
+    let rows = narrow.rows.clone().expect("narrowed");
+    let (mut remaining, mut d) = (120 - 5, 5);
+    let mut expected = 120;
+    while d < 24 {
+        let size = super::select::schedule_size(remaining, d, 5, 24, 1200);
+        if size < remaining {
+            expected = size + d;
+            remaining = size;
+        }
+        remaining -= 5.min(24 - d);
+        d += 5.min(24 - d);
+    }
+    assert_eq!((rows.len(), narrow.d()), (expected, 24));
+    assert!(rows.len() >= 1200 / 24 && rows.windows(2).all(|w| w[0] < w[1]));
+    let act = narrow.active_rows();
+    assert!(act.iter().all(|r| rows.contains(r)));
+    assert_eq!(narrow.rows, select(tight.clone(), 1).rows, "deterministic in the seed");
+    assert!((2..6).any(|s| select(tight.clone(), s).rows != narrow.rows), "the random part comes from the seed");
+    // The narrowed state is the dense posterior of its active set at its rows.
+    let k = kern.gram(&x);
+    let (h, a) = dense_posterior(&k, &act, &narrow.pi, &narrow.b);
+    for (j, &r) in rows.iter().enumerate() {
+        close(&format!("h at row {r}"), narrow.h[j], h[r], 1e-9);
+        close(&format!("a at row {r}"), narrow.a[j], a[r], 1e-9);
+    }
+    // Eq. 11 over J~, incremental (major step) and rebuilt on those rows (minor step).
+    let phi = -narrow.log_evidence(lik, &targets).unwrap();
+    close("phi over J~", phi_grad(kern.as_ref(), &x, &targets, lik, &Sites::of(&narrow)).unwrap().phi, phi, 1e-10);
+    // (c) Learning with the schedule.
+    let kernels = serde_norway::from_str::<KernelParams>("{ lengthscale: 2.0, variance: 1.0 }").unwrap().kernel_set(2, 2).unwrap();
+    let mut settings = tight;
+    settings["outer_iters"] = 2.into();
+    settings["inner_iters"] = 3.into();
+    let mut rng = Pcg64::seed_from_u64(7);
+    let mut ctx = FitContext::new(&mut rng, None);
+    let model = ivm(settings).fit(&Problem { x: &x, y: &y, n_classes: 2 }, &kernels, HyperPolicy::Learn, &mut ctx).unwrap();
+    let trace = ctx.trace();
+    drop(ctx);
+    let major = trace_values(&trace, "criterion");
+    let minor = trace_values(&trace, "criterion_minor");
+    assert_eq!((major.len(), minor.len()), (3, 2));
+    assert!(
+        minor[0] <= major[0] + 1e-9,
+        "the minor step starts from the major step's criterion over J~ and lowers it: {major:?} {minor:?}"
+    );
+    assert_eq!(model.inducing_inputs()[0].nrows(), 24);
 }
