@@ -20,9 +20,9 @@
 //! Gaussian-noise sites exist for the tests (with d = n the IVM is the exact GP regression
 //! posterior and eq. 11 its exact log marginal likelihood).
 mod learn;
-mod model;
+pub(crate) mod model;
 mod select;
-mod state;
+pub(crate) mod state;
 #[cfg(test)]
 mod tests;
 
@@ -33,7 +33,7 @@ pub use select::{Criterion, Selection};
 use super::{parse_settings, Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Method, Problem, ProblemShape, StopReason};
 use crate::kernels::{Kernel, KernelSet};
 use crate::likelihoods::univariate::CavityMoments;
-use ndarray::{Array2, Axis};
+use ndarray::Array2;
 use select::best_candidate;
 use serde::{Deserialize, Serialize};
 use state::{kernel_column, IvmState};
@@ -260,11 +260,7 @@ impl Ivm {
         diagnostics: Diagnostics,
     ) -> IvmModel {
         IvmModel {
-            kernel: kernel.clone_box(),
-            x_active: x.select(Axis(0), &state.active),
-            sqrt_pi: state.pi.iter().map(|p| p.sqrt()).collect(),
-            chol: state.chol.clone(),
-            beta: state.beta.clone(),
+            latent: model::ActiveSetPredictor::from_state(kernel, x, state),
             lik,
             log_evidence,
             diagnostics,

@@ -11,6 +11,7 @@ use crate::linalg::Chol;
 use crate::methods::{FitContext, FromSettings};
 use crate::special::{d_log_normal_cdf, log_normal_cdf};
 use faer::Mat;
+use ndarray::Axis;
 use gauss_quad::legendre::GaussLegendre;
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
