@@ -156,9 +156,12 @@ struct McMoments {
     var_se: Vec<f64>,
 }
 
-fn monte_carlo(c: usize, draws: usize, seed: u64, mut sample: impl FnMut(&mut Pcg64) -> (Vec<f64>, f64)) -> McMoments {
+/// One Monte Carlo draw: the latent vector and the likelihood value there.
+type Draw = (Vec<f64>, f64);
+
+fn monte_carlo(c: usize, draws: usize, seed: u64, mut sample: impl FnMut(&mut Pcg64) -> Draw) -> McMoments {
     let mut rng = Pcg64::seed_from_u64(seed);
-    let samples: Vec<(Vec<f64>, f64)> = (0..draws).map(|_| sample(&mut rng)).collect();
+    let samples: Vec<Draw> = (0..draws).map(|_| sample(&mut rng)).collect();
     let nf = draws as f64;
     let z = samples.iter().map(|s| s.1).sum::<f64>() / nf;
     let z_se = (samples.iter().map(|s| (s.1 - z).powi(2)).sum::<f64>() / (nf - 1.0)).sqrt() / nf.sqrt();
@@ -166,7 +169,7 @@ fn monte_carlo(c: usize, draws: usize, seed: u64, mut sample: impl FnMut(&mut Pc
     for k in 0..c {
         let m = samples.iter().map(|s| s.1 * s.0[k]).sum::<f64>() / nf / z;
         let v = samples.iter().map(|s| s.1 * (s.0[k] - m).powi(2)).sum::<f64>() / nf / z;
-        let sd = |f: &dyn Fn(&(Vec<f64>, f64)) -> f64| (samples.iter().map(|s| f(s).powi(2)).sum::<f64>() / (nf - 1.0)).sqrt() / nf.sqrt() / z;
+        let sd = |f: &dyn Fn(&Draw) -> f64| (samples.iter().map(|s| f(s).powi(2)).sum::<f64>() / (nf - 1.0)).sqrt() / nf.sqrt() / z;
         out.mean[k] = m;
         out.mean_se[k] = sd(&|s| s.1 * (s.0[k] - m));
         out.var[k] = v;
@@ -292,10 +295,9 @@ fn predictive_probabilities_are_the_normalised_log_z() {
     let mut rng = Pcg64::seed_from_u64(4);
     // The softmax product rule sums to one at every grid point; the multi-probit's classes
     // are integrated by different 1-D rules, each with its own small error (32 nodes: ~1e-7).
-    for (lik, tol) in [
-        (FactorisedLik::softmax(3, vec![0.1, -0.2, 0.0, 0.3]), 1e-13),
-        (FactorisedLik::multi_probit(32, vec![0.1, -0.2, 0.0, 0.3]), 1e-6),
-    ] {
+    for (lik, tol) in
+        [(FactorisedLik::softmax(3, vec![0.1, -0.2, 0.0, 0.3]), 1e-13), (FactorisedLik::multi_probit(32, vec![0.1, -0.2, 0.0, 0.3]), 1e-6)]
+    {
         let (h, a, _) = random_cavity(4, &mut rng);
         let probs = lik.predictive(&h, &a);
         close("sum", probs.iter().sum::<f64>(), 1.0, 1e-14);

@@ -259,12 +259,7 @@ impl Ivm {
         log_evidence: Option<f64>,
         diagnostics: Diagnostics,
     ) -> IvmModel {
-        IvmModel {
-            latent: model::ActiveSetPredictor::from_state(kernel, x, state),
-            lik,
-            log_evidence,
-            diagnostics,
-        }
+        IvmModel { latent: model::ActiveSetPredictor::from_state(kernel, x, state), lik, log_evidence, diagnostics }
     }
 }
 

@@ -11,8 +11,8 @@ use crate::linalg::Chol;
 use crate::methods::{FitContext, FromSettings};
 use crate::special::{d_log_normal_cdf, log_normal_cdf};
 use faer::Mat;
-use ndarray::Axis;
 use gauss_quad::legendre::GaussLegendre;
+use ndarray::Axis;
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 use rand_pcg::Pcg64;
@@ -616,7 +616,8 @@ fn probit_evidence_is_the_dense_ep_evidence_of_the_active_points_plus_the_predic
                         let v = 1.0 / (1.0 / a[i] - pi[r]);
                         let m = v * (h[i] / a[i] - b[r]);
                         let log_z = log_normal_cdf(t[i] * (m + bias) / (1.0 + v).sqrt());
-                        log_z_ep += log_z + 0.5 * (1.0 + pi[r] * v).ln() - (m / v + b[r]).powi(2) / (2.0 * (1.0 / v + pi[r])) + m * m / (2.0 * v);
+                        log_z_ep +=
+                            log_z + 0.5 * (1.0 + pi[r] * v).ln() - (m / v + b[r]).powi(2) / (2.0 * (1.0 / v + pi[r])) + m * m / (2.0 * v);
                     }
                     let kd = Mat::from_fn(d, d, |r, c| k[(act[r], act[c])]);
                     let s = Mat::from_fn(d, d, |r, c| kd[(r, c)] + if r == c { 1.0 / pi[r] } else { 0.0 });
@@ -627,7 +628,8 @@ fn probit_evidence_is_the_dense_ep_evidence_of_the_active_points_plus_the_predic
                     // |I + Pi K_I| = |Pi| |Pi^-1 + K_I|.
                     let logdet = chol.log_det() + pi.iter().map(|p| p.ln()).sum::<f64>();
                     log_z_ep += -0.5 * logdet + 0.5 * quad;
-                    let rest: f64 = (0..n).filter(|j| !act.contains(j)).map(|j| log_normal_cdf(t[j] * (h[j] + bias) / (1.0 + a[j]).sqrt())).sum();
+                    let rest: f64 =
+                        (0..n).filter(|j| !act.contains(j)).map(|j| log_normal_cdf(t[j] * (h[j] + bias) / (1.0 + a[j]).sqrt())).sum();
                     close(&format!("{spec}, bias {bias}, log Q(D) at d = {d}"), st.log_evidence(lik, &t).unwrap(), log_z_ep + rest, 1e-9);
                     checked += 1;
                     Ok(())

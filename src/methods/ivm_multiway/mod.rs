@@ -192,7 +192,14 @@ impl IvmMultiway {
         Ok(Selected { mw, stop, exhausted, non_finite })
     }
 
-    pub(crate) fn model(&self, kernels: &KernelSet, x: &Array2<f64>, mw: &Multiway, lik: &FactorisedLik, diagnostics: Diagnostics) -> IvmMultiwayModel {
+    pub(crate) fn model(
+        &self,
+        kernels: &KernelSet,
+        x: &Array2<f64>,
+        mw: &Multiway,
+        lik: &FactorisedLik,
+        diagnostics: Diagnostics,
+    ) -> IvmMultiwayModel {
         IvmMultiwayModel {
             classes: mw.states.iter().enumerate().map(|(k, st)| ActiveSetPredictor::from_state(kernels.class(k), x, st)).collect(),
             lik: lik.clone(),
@@ -220,7 +227,9 @@ impl IvmMultiway {
         }
         let p = &self.params;
         let rule = match p.likelihood {
-            MultiwayLikelihood::Softmax => format!("softmax, Gauss-Hermite product rule {}^{c} = {} points", p.points(), p.points().pow(c as u32)),
+            MultiwayLikelihood::Softmax => {
+                format!("softmax, Gauss-Hermite product rule {}^{c} = {} points", p.points(), p.points().pow(c as u32))
+            }
             MultiwayLikelihood::MultiProbit => format!("multivariate probit, App. D 1-D Gauss-Hermite rule with {} nodes", p.points()),
         };
         d.note(
@@ -234,7 +243,11 @@ impl IvmMultiway {
         if sel.exhausted {
             d.note(
                 "active_set",
-                format!("stopped at dtot = {} < {}: no (point, class) pair with site precision above min_site_precision", mw.total(), p.active_total.min(n * c)),
+                format!(
+                    "stopped at dtot = {} < {}: no (point, class) pair with site precision above min_site_precision",
+                    mw.total(),
+                    p.active_total.min(n * c)
+                ),
             );
         }
         if sel.non_finite > 0 {

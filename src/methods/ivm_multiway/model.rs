@@ -47,7 +47,9 @@ impl Fitted for IvmMultiwayModel {
             let a = var.row(j).to_vec();
             let p = self.lik.predictive(&h, &a);
             if p.iter().any(|v| !v.is_finite()) {
-                return Err(FitError::Numerical(format!("ivm_multiway: non-finite predictive at test row {j} (means {h:?}, variances {a:?})")));
+                return Err(FitError::Numerical(format!(
+                    "ivm_multiway: non-finite predictive at test row {j} (means {h:?}, variances {a:?})"
+                )));
             }
             for k in 0..c {
                 probs[(j, k)] = p[k];

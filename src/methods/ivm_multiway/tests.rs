@@ -5,10 +5,10 @@
 use super::select::{score_point, Multiway};
 use super::sites::{cavity, delta_score, eq7_site};
 use super::*;
-use crate::methods::Prediction;
 use crate::kernels::{Kernel, KernelParams};
 use crate::linalg::Chol;
 use crate::methods::ivm::state::IvmState;
+use crate::methods::Prediction;
 use crate::methods::{FitContext, FromSettings};
 use faer::Mat;
 use rand::{RngExt, SeedableRng};
@@ -203,7 +203,8 @@ fn points_enter_several_classes_and_the_selection_can_run_dry() {
 fn separable_blobs_are_learned_deterministically() {
     let (x, y) = blobs(20, 3, 3.0, 0.5, 11);
     let (xt, yt) = blobs(30, 3, 3.0, 0.5, 12);
-    let kernels = serde_norway::from_str::<KernelParams>("{ lengthscale: 1.5, variance: 4.0, per_class: true }").unwrap().kernel_set(2, 3).unwrap();
+    let kernels =
+        serde_norway::from_str::<KernelParams>("{ lengthscale: 1.5, variance: 4.0, per_class: true }").unwrap().kernel_set(2, 3).unwrap();
     let problem = Problem { x: &x, y: &y, n_classes: 3 };
     for settings in [serde_json::json!({ "active_total": 30 }), serde_json::json!({ "active_total": 30, "likelihood": "multi_probit" })] {
         let m = method(settings.clone());
@@ -236,7 +237,10 @@ fn settings_and_supports_name_what_is_wrong() {
     assert!(err(serde_json::json!({ "active_total": 0 })).contains("active_total"));
     assert!(err(serde_json::json!({ "quadrature_points": 0 })).contains("quadrature_points"));
     assert!(err(serde_json::json!({ "min_site_precision": 0.0 })).contains("min_site_precision"));
-    assert!(err(serde_json::json!({ "likelihood": "logit" })).contains("likelihood") || err(serde_json::json!({ "likelihood": "logit" })).contains("variant"));
+    assert!(
+        err(serde_json::json!({ "likelihood": "logit" })).contains("likelihood")
+            || err(serde_json::json!({ "likelihood": "logit" })).contains("variant")
+    );
     assert!(err(serde_json::json!({ "active_size": 10 })).contains("active_size"));
     let shape = ProblemShape { n_classes: 3, n_features: 2, n_train: 10 };
     let kernels = per_class_kernels();
