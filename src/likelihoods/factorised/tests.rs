@@ -290,6 +290,64 @@ fn multi_probit_one_dimensional_form_matches_a_product_rule_and_monte_carlo() {
     }
 }
 
+/// Far on the wrong side (u_y's cavity mean 37 below another class's) the integrand over v_y
+/// lives in the tail of N(x) (its mode near x = 10), where the plain 32-node rule has almost no
+/// weight (it fails this test; checked by hand with the centring switched off): the mode-centred rule
+/// against dense midpoint sums, 1-D over x for Z and u_y (u_y | v_y Gaussian), 2-D over (x, u_j)
+/// for the other classes (n_j integrated in closed form).
+#[test]
+fn multi_probit_far_on_the_wrong_side_follows_the_integrand_into_the_tail() {
+    let (h, a, p) = (vec![-25.0, 12.0, 1.0], vec![0.2, 2.0, 0.5], vec![0.0, 0.2, -0.1]);
+    let y = 0;
+    let t = FactorisedLik::multi_probit(32, p.clone()).tilted(y, &h, &a);
+    assert!(t.is_finite(), "{t:?}");
+    let mu: Vec<f64> = (0..3).map(|k| h[k] + p[k]).collect();
+    let sig: Vec<f64> = a.iter().map(|v| (v + 1.0).sqrt()).collect();
+    let ln_norm = |x: f64| -0.5 * x * x - crate::special::LN_SQRT_2PI;
+    let log_rest = |x: f64, skip: usize| -> f64 {
+        (0..3).filter(|&i| i != y && i != skip).map(|i| log_normal_cdf((sig[y] * x + mu[y] - mu[i]) / sig[i])).sum()
+    };
+    // 1-D: x in [-40, 40].
+    let (lo, hi, m) = (-40.0, 40.0, 80_000);
+    let dx = (hi - lo) / m as f64;
+    let xs: Vec<f64> = (0..m).map(|i| lo + (i as f64 + 0.5) * dx).collect();
+    let logs: Vec<f64> = xs.iter().map(|&x| ln_norm(x) + log_rest(x, usize::MAX) + dx.ln()).collect();
+    let log_z = log_sum_exp(&logs);
+    let w: Vec<f64> = logs.iter().map(|l| (l - log_z).exp()).collect();
+    let mx: f64 = w.iter().zip(&xs).map(|(w, x)| w * x).sum();
+    let vx: f64 = w.iter().zip(&xs).map(|(w, x)| w * (x - mx) * (x - mx)).sum();
+    close("log Z", t.log_z, log_z, 1e-7);
+    close("mean y", t.mean[y], h[y] + a[y] / sig[y] * mx, 1e-6);
+    close("var y", t.var[y], a[y] / (sig[y] * sig[y]) + (a[y] / sig[y]).powi(2) * vx, 1e-6);
+    // 2-D: (x, u_j = h_j + sqrt(a_j) s), x in [-10, 30], s in [-40, 10] (u_1 is pushed about
+    // 20 prior standard deviations down).
+    for j in [1, 2] {
+        let (mx2, ms) = (4000, 2000);
+        let dx = 40.0 / mx2 as f64;
+        let ds = 50.0 / ms as f64;
+        let mut terms = Vec::with_capacity(mx2 * ms);
+        let mut uj = Vec::with_capacity(mx2 * ms);
+        for ix in 0..mx2 {
+            let x = -10.0 + (ix as f64 + 0.5) * dx;
+            let base = ln_norm(x) + log_rest(x, j) + dx.ln() + ds.ln();
+            let vy = sig[y] * x + mu[y];
+            for is in 0..ms {
+                let sv = -40.0 + (is as f64 + 0.5) * ds;
+                let u = h[j] + a[j].sqrt() * sv;
+                terms.push(base + ln_norm(sv) + log_normal_cdf(vy - u - p[j]));
+                uj.push(u);
+            }
+        }
+        let lz = log_sum_exp(&terms);
+        close(&format!("log Z by the 2-D sum for class {j}"), lz, log_z, 1e-6);
+        let w: Vec<f64> = terms.iter().map(|l| (l - lz).exp()).collect();
+        let m1: f64 = w.iter().zip(&uj).map(|(w, u)| w * u).sum();
+        let v1: f64 = w.iter().zip(&uj).map(|(w, u)| w * (u - m1) * (u - m1)).sum();
+        close(&format!("mean {j}"), t.mean[j], m1, 1e-5);
+        close(&format!("var {j}"), t.var[j], v1, 1e-5);
+    }
+}
+
 #[test]
 fn predictive_probabilities_are_the_normalised_log_z() {
     let mut rng = Pcg64::seed_from_u64(4);

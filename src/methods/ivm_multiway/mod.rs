@@ -96,8 +96,9 @@ impl IvmMultiwayParams {
             return Err("settings.active_total must be at least 1".into());
         }
         if let Some(q) = self.quadrature_points {
-            if !(1..=200).contains(&q) {
-                return Err(format!("settings.quadrature_points must be in 1..=200, got {q}"));
+            // One node puts all mass at the cavity mean: a zero tilted variance, no site.
+            if !(2..=200).contains(&q) {
+                return Err(format!("settings.quadrature_points must be in 2..=200, got {q}"));
             }
         }
         if let Some(p) = self.intercepts.iter().find(|p| !p.is_finite()) {

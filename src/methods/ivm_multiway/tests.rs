@@ -235,7 +235,7 @@ fn separable_blobs_are_learned_deterministically() {
 fn settings_and_supports_name_what_is_wrong() {
     let err = |v: serde_json::Value| IvmMultiwayParams::from_settings(&v).and_then(|p| p.check()).unwrap_err();
     assert!(err(serde_json::json!({ "active_total": 0 })).contains("active_total"));
-    assert!(err(serde_json::json!({ "quadrature_points": 0 })).contains("quadrature_points"));
+    assert!(err(serde_json::json!({ "quadrature_points": 1 })).contains("quadrature_points"));
     assert!(err(serde_json::json!({ "min_site_precision": 0.0 })).contains("min_site_precision"));
     assert!(
         err(serde_json::json!({ "likelihood": "logit" })).contains("likelihood")
