@@ -182,6 +182,16 @@ impl Walk<'_> {
             return w / (1.0 + s);
         }
         let mut total = 0.0;
+        if (level + 1) * self.n == self.r.len() {
+            // The last level's points inline (the same operations as the leaf case, in the same
+            // order): most of the walk's calls are here.
+            for k in 0..self.n {
+                let t = (w * self.w[k]) / (1.0 + (s + self.r[level * self.n + k]));
+                self.mass[level * self.n + k] += t;
+                total += t;
+            }
+            return total;
+        }
         for k in 0..self.n {
             let t = self.walk(level + 1, s + self.r[level * self.n + k], w * self.w[k]);
             self.mass[level * self.n + k] += t;
