@@ -255,3 +255,23 @@ fn settings_and_supports_name_what_is_wrong() {
     assert_eq!(method(serde_json::json!({})).params.points(), 3);
     assert_eq!(method(serde_json::json!({ "likelihood": "multi_probit" })).params.points(), 32);
 }
+
+/// `budget: {iterations: k}` ends the selection after k inclusions, as a normal stop with a
+/// usable model.
+#[test]
+fn an_iteration_budget_stops_after_that_many_inclusions() {
+    let (x, y) = blobs(10, 3, 2.0, 0.5, 13);
+    let kernels = per_class_kernels();
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let m = method(serde_json::json!({ "active_total": 20 }));
+    let mut rng = Pcg64::seed_from_u64(3);
+    let budget = crate::methods::Budget { iterations: Some(7), ..Default::default() };
+    let mut ctx = FitContext::new(&mut rng, None).with_budget(Some(budget));
+    let fitted = m.fit(&problem, &kernels, HyperPolicy::Fixed, &mut ctx).unwrap();
+    drop(ctx);
+    let d = fitted.diagnostics();
+    assert_eq!(d.iterations, Some(7));
+    assert_eq!(d.stop_reason, Some(StopReason::BudgetIterations));
+    let p = fitted.predict(&x, &mut rng).unwrap();
+    p.validate(x.nrows()).unwrap();
+}
