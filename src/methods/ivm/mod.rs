@@ -13,10 +13,12 @@
 //!   (L-BFGS with the active set frozen, sites per strategy), the paper's hyper-priors;
 //! - `model.rs` prediction from the active set.
 //!
-//! Scope, for now: two classes only (class index 1 is y = +1 of the probit likelihood
-//! Phi(y (u + bias)), class 0 is y = -1); a C-class dataset runs as c against the rest through
-//! a spec's `task: {one_vs_rest: c}`. The kernel is the one shared kernel of the set. The
-//! evidence reported is eq. 11's approximation log Q(D) at the final active set and sites.
+//! Scope: two classes only (class index 1 is y = +1 of the probit likelihood Phi(y (u + bias)),
+//! class 0 is y = -1); a C-class dataset runs as c against the rest through a spec's
+//! `task: {one_vs_rest: c}`, or with the factorised multi-way IVM (`methods::ivm_multiway`, which
+//! reuses this module's representation per class). The kernel is the one shared kernel of the
+//! set. The evidence reported is eq. 11's approximation log Q(D) at the final active set and
+//! sites.
 //! Gaussian-noise sites exist for the tests (with d = n the IVM is the exact GP regression
 //! posterior and eq. 11 its exact log marginal likelihood).
 mod learn;
@@ -271,7 +273,7 @@ impl Method for Ivm {
     fn supports(&self, shape: &ProblemShape, kernels: &KernelSet, hyper: HyperPolicy) -> Result<(), String> {
         if shape.n_classes != 2 {
             return Err(format!(
-                "ivm: binary problems only (the multi-way IVM is not built yet; a spec makes class c against the rest with derived_datasets: {{ <name>: {{ from: <dataset>, task: {{ one_vs_rest: c }} }} }}); the data have {} classes",
+                "ivm: binary problems only (for C classes use method ivm_multiway, the factorised multi-way IVM; or a spec makes class c against the rest with derived_datasets: {{ <name>: {{ from: <dataset>, task: {{ one_vs_rest: c }} }} }}); the data have {} classes",
                 shape.n_classes
             ));
         }
