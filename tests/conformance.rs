@@ -25,6 +25,7 @@ pub(crate) fn quick_settings(method: &str) -> serde_json::Value {
         "ep" | "sep" => serde_json::json!({ "inducing": 4, "max_iters": 10 }),
         "gfitc" => serde_json::json!({ "inducing": 4, "max_iters": 5 }),
         "ivm" => serde_json::json!({ "active_size": 8 }),
+        "ivm_multiway" => serde_json::json!({ "active_total": 8 }),
         _ => serde_json::Value::Null,
     }
 }

@@ -26,6 +26,7 @@ const RECORDED: &[(&str, &str, &str)] = &[
     // ivm runs with `hyper: learn` here since learning was added (its fixed-kernel fingerprint,
     // 9064bbfa38e44c67, is unchanged); 2: the minor steps' scaling changed the learned numbers.
     ("ivm", "ivm=2", "ef943aaa120eec11"),
+    ("ivm_multiway", "ivm_multiway=1", "ffc3be1a9ed2a411"),
     ("msvm", "msvm=1", "2dc704f14d3756ea"),
 ];
 

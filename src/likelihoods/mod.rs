@@ -1,4 +1,5 @@
 //! Multi-class likelihoods p(y | f) for a latent C-vector f per datum.
+pub mod factorised;
 pub mod logistic_softmax;
 pub mod marginal;
 pub mod pairwise_step;

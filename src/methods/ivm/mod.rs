@@ -19,13 +19,14 @@
 //! with class c as y = +1, each learning its own hyper-parameters from the one kernel of the
 //! set, combined by the vote on their log predictive probabilities log Q_c(y = +1 | x) (the
 //! paper's combination for Table 4; `model.rs`). One binary task of a C-class dataset is a
-//! spec's `task: {one_vs_rest: c}`.
+//! spec's `task: {one_vs_rest: c}`. The factorised multi-way IVM (`methods::ivm_multiway`)
+//! reuses this module's representation, one per class.
 //! Gaussian-noise sites exist for the tests (with d = n the IVM is the exact GP regression
 //! posterior and eq. 11 its exact log marginal likelihood).
 mod learn;
-mod model;
+pub(crate) mod model;
 mod select;
-mod state;
+pub(crate) mod state;
 #[cfg(test)]
 mod tests;
 mod virtual_vectors;
@@ -352,16 +353,7 @@ impl Ivm {
         log_evidence: Option<f64>,
         diagnostics: Diagnostics,
     ) -> IvmModel {
-        IvmModel {
-            kernel: kernel.clone_box(),
-            x_active: x.select(Axis(0), &state.active_rows()),
-            sqrt_pi: state.pi.iter().map(|p| p.sqrt()).collect(),
-            chol: state.chol.clone(),
-            beta: state.beta.clone(),
-            lik,
-            log_evidence,
-            diagnostics,
-        }
+        IvmModel { latent: model::ActiveSetPredictor::from_state(kernel, x, state), lik, log_evidence, diagnostics }
     }
 }
 

@@ -2,6 +2,7 @@
 //! notes §2.2): k_* = K(X_I, x_*) (d kernel evaluations), m_* = L^{-1} Pi^{1/2} k_*,
 //! mu_* = beta^T m_*, sigma_*^2 = K(x_*, x_*) - ||m_*||^2; the probit predictive is
 //! Q(y_* = +1) = Phi((mu_* + bias) / sqrt(1 + sigma_*^2)) (App. B.1).
+use super::state::IvmState;
 use super::SiteLik;
 use crate::kernels::{Kernel, KernelSet};
 use crate::linalg::softmax_in_place;
@@ -10,24 +11,33 @@ use crate::methods::{Diagnostics, Evidence, FitError, Fitted, Prediction};
 use crate::results::EvidenceKind;
 use crate::special::{log_normal_cdf, normal_cdf};
 use faer::Mat;
-use ndarray::Array2;
+use ndarray::{Array2, Axis};
 use rand_pcg::Pcg64;
 use std::collections::BTreeMap;
 
-pub struct IvmModel {
-    pub(super) kernel: Box<dyn Kernel>,
+/// What prediction of the latent u needs of one IVM: the active rows and the factors of B
+/// (shared with the factorised multi-way IVM, one per class).
+#[derive(Clone, Debug)]
+pub(crate) struct ActiveSetPredictor {
+    pub kernel: Box<dyn Kernel>,
     /// Training rows of the active set, in inclusion order.
-    pub(super) x_active: Array2<f64>,
-    pub(super) sqrt_pi: Vec<f64>,
-    pub(super) chol: Chol,
-    pub(super) beta: Vec<f64>,
-    pub(super) lik: SiteLik,
-    /// log Q(D) of eq. 11 (an approximation; `None` in checkpoint snapshots).
-    pub(super) log_evidence: Option<f64>,
-    pub(super) diagnostics: Diagnostics,
+    pub x_active: Array2<f64>,
+    pub sqrt_pi: Vec<f64>,
+    pub chol: Chol,
+    pub beta: Vec<f64>,
 }
 
-impl IvmModel {
+impl ActiveSetPredictor {
+    pub fn from_state(kernel: &dyn Kernel, x: &Array2<f64>, state: &IvmState) -> Self {
+        ActiveSetPredictor {
+            kernel: kernel.clone_box(),
+            x_active: x.select(Axis(0), &state.active_rows()),
+            sqrt_pi: state.pi.iter().map(|p| p.sqrt()).collect(),
+            chol: state.chol.clone(),
+            beta: state.beta.clone(),
+        }
+    }
+
     /// Predictive means and variances of the latent u at the rows of `x`, [m] each.
     pub fn latent_predictive(&self, x: &Array2<f64>) -> (Vec<f64>, Vec<f64>) {
         let (d, m) = (self.x_active.nrows(), x.nrows());
@@ -42,10 +52,25 @@ impl IvmModel {
         let var = (0..m).map(|j| (kss[j] - (0..d).map(|k| v[(k, j)] * v[(k, j)]).sum::<f64>()).max(0.0)).collect();
         (mean, var)
     }
+}
+
+pub struct IvmModel {
+    pub(super) latent: ActiveSetPredictor,
+    pub(super) lik: SiteLik,
+    /// log Q(D) of eq. 11 (an approximation; `None` in checkpoint snapshots).
+    pub(super) log_evidence: Option<f64>,
+    pub(super) diagnostics: Diagnostics,
+}
+
+impl IvmModel {
+    /// Predictive means and variances of the latent u at the rows of `x`, [m] each.
+    pub fn latent_predictive(&self, x: &Array2<f64>) -> (Vec<f64>, Vec<f64>) {
+        self.latent.latent_predictive(x)
+    }
 
     /// Number of active points.
     pub fn active_size(&self) -> usize {
-        self.x_active.nrows()
+        self.latent.x_active.nrows()
     }
 }
 
@@ -74,7 +99,7 @@ impl Fitted for IvmModel {
     }
 
     fn kernels(&self) -> KernelSet {
-        KernelSet::shared(self.kernel.clone_box())
+        KernelSet::shared(self.latent.kernel.clone_box())
     }
 
     fn diagnostics(&self) -> Diagnostics {
@@ -82,7 +107,7 @@ impl Fitted for IvmModel {
     }
 
     fn inducing_inputs(&self) -> Vec<Array2<f64>> {
-        vec![self.x_active.clone()]
+        vec![self.latent.x_active.clone()]
     }
 }
 
@@ -190,7 +215,7 @@ impl Fitted for OneVsRestModel {
     }
 
     fn kernels(&self) -> KernelSet {
-        KernelSet::per_class(self.tasks.iter().map(|t| t.kernel.clone_box()).collect())
+        KernelSet::per_class(self.tasks.iter().map(|t| t.latent.kernel.clone_box()).collect())
     }
 
     fn diagnostics(&self) -> Diagnostics {
@@ -198,6 +223,6 @@ impl Fitted for OneVsRestModel {
     }
 
     fn inducing_inputs(&self) -> Vec<Array2<f64>> {
-        self.tasks.iter().map(|t| t.x_active.clone()).collect()
+        self.tasks.iter().map(|t| t.latent.x_active.clone()).collect()
     }
 }

@@ -151,6 +151,32 @@ impl IvmState {
         let (pi_i, b_i) = moments.site(hi, ai).filter(|(p, b)| *p > 0.0 && p.is_finite() && b.is_finite()).ok_or_else(|| {
             FitError::Numerical(format!("ivm: no positive finite site for point {i} (moments {moments:?}, marginal N({hi}, {ai}))"))
         })?;
+        self.append(i, pi_i, b_i, moments.alpha, kcol)
+    }
+
+    /// Include point i (not active in this representation) with a given site (pi_i, b_i),
+    /// pi_i > 0: what the factorised multi-way IVM does, whose sites come from the projection
+    /// of a C-dimensional tilted distribution (eq. 7), not from a univariate ADF update. The
+    /// mean moves by alpha A_{.,i} with alpha = (b_i - pi_i h_i) / (1 + pi_i a_i), the change
+    /// of the posterior mean of u_i per unit of A_ii (for an ADF site this is the ADF alpha).
+    pub fn include_site(&mut self, i: usize, pi_i: f64, b_i: f64, kcol: &[f64]) -> Result<(), FitError> {
+        let n = self.n();
+        assert!(i < n && kcol.len() == n, "IvmState::include_site: index or column out of shape");
+        if self.active.contains(&i) {
+            return Err(FitError::Numerical(format!("ivm: point {i} is already active")));
+        }
+        if !(pi_i > 0.0 && pi_i.is_finite() && b_i.is_finite()) {
+            return Err(FitError::Numerical(format!("ivm: site (pi {pi_i}, b {b_i}) of point {i} is not positive and finite")));
+        }
+        let (hi, ai) = (self.h[i], self.a[i]);
+        let alpha = (b_i - pi_i * hi) / (1.0 + pi_i * ai);
+        self.append(i, pi_i, b_i, alpha, kcol)
+    }
+
+    /// The inclusion update proper, for a checked site (pi_i > 0) and its alpha.
+    fn append(&mut self, i: usize, pi_i: f64, b_i: f64, alpha: f64, kcol: &[f64]) -> Result<(), FitError> {
+        let n = self.n();
+        let ai = self.a[i];
         let sp = pi_i.sqrt();
         let l: Vec<f64> = self.m_cols.iter().map(|c| sp * c[i]).collect();
         let ld = (1.0 + pi_i * ai).sqrt();
@@ -170,7 +196,7 @@ impl IvmState {
         }
         self.chol.push_row(&l, ld, "ivm B = I + Pi^1/2 K_I Pi^1/2")?;
         for j in 0..n {
-            self.h[j] += moments.alpha * col[j];
+            self.h[j] += alpha * col[j];
             let floor = VAR_FLOOR * self.kdiag[j];
             let aj = self.a[j] - mu[j] * mu[j];
             self.a[j] = if aj < floor {
@@ -181,7 +207,7 @@ impl IvmState {
             };
         }
         self.m_cols.push(mu);
-        self.beta.push(moments.alpha * ld / sp);
+        self.beta.push(alpha * ld / sp);
         self.active.push(i);
         self.pi.push(pi_i);
         self.b.push(b_i);

@@ -12,6 +12,7 @@ use crate::methods::{FitContext, FromSettings};
 use crate::special::{d_log_normal_cdf, log_normal_cdf};
 use faer::Mat;
 use gauss_quad::legendre::GaussLegendre;
+use ndarray::Axis;
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 use rand_pcg::Pcg64;
