@@ -144,7 +144,7 @@ impl KlmnlSparse {
         let all: Vec<usize> = (0..n * c).collect();
         // The random start, shared by the active and the random arm (§9.3).
         let start: Vec<Site> = sample_distinct(&all, start_len, ctx.rng).into_iter().map(|q| (q / c, q % c)).collect();
-        let learn = hyper == HyperPolicy::Learn;
+        let learn = hyper == HyperPolicy::Learn || p.learn_kernel;
         let grown = self.grow(problem, kernel, c, &start, self.selection, target, learn, ctx)?;
         let mut extra = BTreeMap::new();
         for &(s, v) in &grown.sizes {
@@ -156,6 +156,8 @@ impl KlmnlSparse {
             for (&(s, a), &(_, r)) in grown.sizes.iter().zip(&random.sizes) {
                 extra.insert(format!("log_zh_random_s{s}"), r);
                 extra.insert(format!("active_minus_random_s{s}"), a - r);
+                // Chai's Figure 5 per split: the trace's iteration axis is the set size.
+                ctx.record(s, &[("active_minus_random", a - r)]);
             }
             extra.insert("active_minus_random".into(), grown.fit.log_zh - random.fit.log_zh);
         }

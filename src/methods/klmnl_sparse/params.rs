@@ -24,6 +24,11 @@ pub struct KlmnlSparseParams {
     /// vector of this name, e.g. `n_sv` of an SVM-WW cell) x C (Chai §9.4: s = #SV(WW) C).
     #[serde(default)]
     pub sites_per_class_from_source: Option<String>,
+    /// Learn the kernel as `hyper: learn` does also when the entry takes its hyper-parameters
+    /// from a source cell (`hyper: {from: svm-ww, keep: [variance, lengthscale]}`, a source used
+    /// for its site count only; the harness passes such entries a fixed kernel).
+    #[serde(default)]
+    pub learn_kernel: bool,
     /// Random sites the set starts from (default: `delta`); shared by the active and random arms.
     #[serde(default)]
     pub start: Option<usize>,

@@ -97,8 +97,16 @@ pub(super) struct Objective {
     kappa: f64,
     w: f64,
     n_eff: f64,
-    /// Per row: (kv_i, g-bar_i, kv_i^T y_i, beta_i, s_i).
-    rows: Vec<(Vec<f64>, Vec<f64>, f64, f64, f64)>,
+    rows: Vec<Row>,
+}
+
+/// One datum's part of the objective: kv_i, g-bar_i, kv_i^T y_i, beta_i, s_i.
+struct Row {
+    kv: Vec<f64>,
+    gbar: Vec<f64>,
+    ky: f64,
+    beta: f64,
+    s: f64,
 }
 
 impl Objective {
@@ -114,7 +122,7 @@ impl Objective {
                 let beta = dot(&kv, &matvec(fz.vinv[i].as_ref(), &kv));
                 let s = dot(&kv, &matvec(fz.s[i].as_ref(), &kv));
                 let ky = dot(&kv, &y1[i * c..(i + 1) * c]);
-                (kv, fz.gbar[i].clone(), ky, beta, s)
+                Row { kv, gbar: fz.gbar[i].clone(), ky, beta, s }
             })
             .collect::<Vec<_>>();
         Objective { kappa: cand.kappa, w, n_eff: w * rows.len() as f64, rows }
@@ -124,8 +132,8 @@ impl Objective {
     pub fn f(&self, mu: f64) -> (f64, f64, f64) {
         let k = self.kappa;
         let (mut v, mut d1, mut d2) = (-mu * mu / (2.0 * k), -mu / k, -1.0 / k);
-        for (kv, g, ky, _, _) in &self.rows {
-            let mut lg: Vec<f64> = g.iter().zip(kv).map(|(g, x)| g.ln() + mu * x).collect();
+        for Row { kv, gbar, ky, .. } in &self.rows {
+            let mut lg: Vec<f64> = gbar.iter().zip(kv).map(|(g, x)| g.ln() + mu * x).collect();
             let lse = softmax_in_place(&mut lg); // lg now holds g-bar_* (the shifted weights)
             let mean: f64 = dot(&lg, kv);
             let var: f64 = lg.iter().zip(kv).map(|(p, x)| p * (x - mean) * (x - mean)).sum();
@@ -144,7 +152,7 @@ impl Objective {
         }
         let mut v = 0.5 + 0.5 * (nu / k).ln() - nu / (2.0 * k);
         let (mut st, mut st2, mut ss) = (0.0, 0.0, 0.0);
-        for (_, _, _, beta, s) in &self.rows {
+        for Row { beta, s, .. } in &self.rows {
             let om = 1.0 - (k - nu) * beta;
             if !(om > 0.0) {
                 return None;
@@ -193,7 +201,7 @@ impl Objective {
     /// bisection whenever (74) leaves the bracket.
     pub fn max_g(&self) -> f64 {
         let k = self.kappa;
-        let lo0 = self.rows.iter().filter(|r| r.3 > 0.0).map(|r| k - 1.0 / r.3).fold(0.0, f64::max);
+        let lo0 = self.rows.iter().filter(|r| r.beta > 0.0).map(|r| k - 1.0 / r.beta).fold(0.0, f64::max);
         let (mut lo, mut hi) = (lo0, 2.0 * k.max(lo0) + 1e-300);
         for _ in 0..2000 {
             match self.g(hi) {
