@@ -108,6 +108,18 @@ pub(super) fn newton_direction(pr: &SparsePrior, b: &[f64], terms: &[DatumTerms]
     Ok(d)
 }
 
+/// d/deta of the bound at b + eta d (m = K_f (y - b) moving with it, S and V fixed):
+/// grad_b . d with grad_b = -(Q + S^{-1}) (b - g-bar) (App. C.2.1). S does not move, so the
+/// S^{-1} blocks of the current `terms` serve every eta. None where the bound is undefined.
+pub(super) fn b_slope(pr: &SparsePrior, st: &SState, terms: &[DatumTerms], d: &[f64], eta: f64) -> Option<f64> {
+    let c = pr.c();
+    let be: Vec<f64> = st.b.iter().zip(d).map(|(b, d)| b + eta * d).collect();
+    let bt = bound_at(pr, &st.v, &st.s, &be).ok()?;
+    let r2: Vec<f64> = (0..be.len()).map(|k| be[k] - bt.terms[k / c].gbar[k % c]).collect();
+    let g = p_times(pr, terms, &r2);
+    Some(-g.iter().zip(d).map(|(g, d)| g * d).sum::<f64>())
+}
+
 /// The joint Newton step on b (m = K_f (y - b) moves with it) along [`newton_direction`], with
 /// false position on the step length when the full step lowers the bound (App. C.2.1).
 pub(super) fn joint_b_step(pr: &SparsePrior, st: &mut SState, cur: &BoundAt, stats: &mut FitStats) -> Result<f64, FitError> {
@@ -122,20 +134,7 @@ pub(super) fn joint_b_step(pr: &SparsePrior, st: &mut SState, cur: &BoundAt, sta
         }
     }
     stats.b_line_searches += 1;
-    // phi(eta) = grad_b . d with grad_b = -(Q + S^{-1}) (b - g-bar); S does not move, so the
-    // S^{-1} blocks of the current terms serve every eta.
-    let phi = |eta: f64| -> f64 {
-        let be = at(eta);
-        match bound_at(pr, &st.v, &st.s, &be) {
-            Ok(bt) => {
-                let r2: Vec<f64> = (0..nc).map(|k| be[k] - bt.terms[k / c].gbar[k % c]).collect();
-                let g = p_times(pr, &cur.terms, &r2);
-                -(0..nc).map(|k| g[k] * d[k]).sum::<f64>()
-            }
-            Err(_) => -1.0,
-        }
-    };
-    let eta = false_position(phi);
+    let eta = false_position(|eta| b_slope(pr, st, &cur.terms, &d, eta).unwrap_or(-1.0));
     if eta > 0.0 {
         if let Ok(bt) = bound_at(pr, &st.v, &st.s, &at(eta)) {
             if accept(bt.value, cur.value) {
@@ -147,13 +146,30 @@ pub(super) fn joint_b_step(pr: &SparsePrior, st: &mut SState, cur: &BoundAt, sta
     Ok(cur.value)
 }
 
+/// d/deta of the bound along the mix R(eta) = (1 - eta) R + eta R_new at fixed S and b:
+///   1/2 tr(R_eta^{-1} dR) - 1/2 tr(dR) + 1/2 sum_i tr((V_fi^eta)^{-1} D_i) - 1/2 sum_i tr(S_i D_i)
+/// (dR = R_new - R, D_i = V_fi,new - V_fi; tr(V^{-1} Delta) = tr(R^{-1} dR) and
+/// tr(K^{-1} Delta) = tr(dR) in the whitened coordinates). None off the PD cone.
+pub(super) fn v_mix_slope(pr: &SparsePrior, st: &SState, vnew: &RState, eta: f64) -> Option<f64> {
+    let c = pr.c();
+    let dr = &vnew.r - &st.v.r;
+    let re = &st.v.r * faer::Scale(1.0 - eta) + &vnew.r * faer::Scale(eta);
+    let x = chol(&re, "R^cc").ok()?.solve(dr.as_ref());
+    let mut val: f64 = (0..pr.s).map(|k| x[(k, k)] - dr[(k, k)]).sum();
+    for i in 0..pr.n() {
+        let delta = &vnew.blocks[i] - &st.v.blocks[i];
+        let vi = &st.v.blocks[i] * faer::Scale(1.0 - eta) + &vnew.blocks[i] * faer::Scale(eta);
+        let vinv = chol(&vi, "V_fi^cc").ok()?.solve(eye(c).as_ref());
+        val += trace_prod(vinv.as_ref(), delta.as_ref()) - trace_prod(st.s[i].as_ref(), delta.as_ref());
+    }
+    Some(0.5 * val)
+}
+
 /// The V-step. First the fixed point R(W_f) with W_fi = S_i - V_fi^{-1} (eq. 33) with every S_i
 /// re-optimised at the new V before the bound is compared (S and V are strongly coupled; the
 /// dense method's `v_step` explains why alternating exact steps crawls). If that lowers the
 /// bound, the paper's convex mix R^cc = (1 - eta) R + eta R^fx at fixed S (App. C.3.1), eta by
-/// false position on
-///   d/deta = 1/2 tr(R_eta^{-1} dR) - 1/2 tr(dR) + 1/2 sum_i tr((V_fi^eta)^{-1} D_i) - 1/2 sum_i tr(S_i D_i)
-/// (dR = R^fx - R, D_i = V_fi^fx - V_fi; tr(V^{-1} Delta) = tr(R^{-1} dR), tr(K^{-1} Delta) = tr dR).
+/// false position on [`v_mix_slope`].
 pub(super) fn v_step(pr: &SparsePrior, st: &mut SState, mf: &[f64], cur: f64, stats: &mut FitStats) -> Result<f64, FitError> {
     let w = current_w(pr, st)?;
     let vnew = r_state(pr, r_from_w(pr, &w)?)?;
@@ -169,23 +185,7 @@ pub(super) fn v_step(pr: &SparsePrior, st: &mut SState, mf: &[f64], cur: f64, st
         }
     }
     stats.v_line_searches += 1;
-    let dr = &vnew.r - &st.v.r;
-    let tr_dr: f64 = (0..pr.s).map(|k| dr[(k, k)]).sum();
-    let c = pr.c();
-    let deltas: Vec<Mat<f64>> = (0..pr.n()).map(|i| &vnew.blocks[i] - &st.v.blocks[i]).collect();
-    let phi = |eta: f64| -> f64 {
-        let re = &st.v.r * faer::Scale(1.0 - eta) + &vnew.r * faer::Scale(eta);
-        let Ok(lr) = chol(&re, "R^cc") else { return -1.0 };
-        let x = lr.solve(dr.as_ref());
-        let mut val = (0..pr.s).map(|k| x[(k, k)]).sum::<f64>() - tr_dr;
-        for i in 0..pr.n() {
-            let vi = &st.v.blocks[i] * faer::Scale(1.0 - eta) + &vnew.blocks[i] * faer::Scale(eta);
-            let Ok(lv) = chol(&vi, "V_fi^cc") else { return -1.0 };
-            val += trace_prod(lv.solve(eye(c).as_ref()).as_ref(), deltas[i].as_ref()) - trace_prod(st.s[i].as_ref(), deltas[i].as_ref());
-        }
-        0.5 * val
-    };
-    let eta = false_position(phi);
+    let eta = false_position(|eta| v_mix_slope(pr, st, &vnew, eta).unwrap_or(-1.0));
     if eta > 0.0 {
         let re = &st.v.r * faer::Scale(1.0 - eta) + &vnew.r * faer::Scale(eta);
         if let Ok(ve) = r_state(pr, re) {

@@ -379,3 +379,36 @@ fn learning_raises_the_bound_and_the_predictive_matches_the_dense_one_with_every
         }
     }
 }
+
+#[test]
+fn the_line_search_slopes_are_the_derivatives_of_the_bound() {
+    let (x, y) = problem(9, 3, 80);
+    let pr = prior(&x, &y, &kernel(0.7, -0.2), 3, 1e-3, random_sites(9, 3, 7, 81));
+    let params = KlmnlSparseParams { max_sweeps: 2, ..Default::default() };
+    let st = fit_variational(&pr, &params, None, None).unwrap().st;
+    let bt = bound(&pr, &st).unwrap();
+    let e = 1e-5;
+    // b along the Newton direction.
+    let d = newton_direction(&pr, &st.b, &bt.terms).unwrap();
+    let along_b = |eta: f64| {
+        let be: Vec<f64> = st.b.iter().zip(&d).map(|(b, d)| b + eta * d).collect();
+        bound_at(&pr, &st.v, &st.s, &be).unwrap().value
+    };
+    for eta in [0.0, 0.3, 0.8] {
+        let fd = (along_b(eta + e) - along_b(eta - e)) / (2.0 * e);
+        let slope = b_slope(&pr, &st, &bt.terms, &d, eta).unwrap();
+        assert!((fd - slope).abs() < 1e-6 * (1.0 + fd.abs()), "b at eta {eta}: slope {slope} vs fd {fd}");
+    }
+    // V along the mix towards R(W) for a W away from the current one.
+    let w: Vec<Mat<f64>> = current_w(&pr, &st).unwrap().iter().map(|w| w * faer::Scale(1.7)).collect();
+    let vnew = r_state(&pr, r_from_w(&pr, &w).unwrap()).unwrap();
+    let along_v = |eta: f64| {
+        let re = &st.v.r * faer::Scale(1.0 - eta) + &vnew.r * faer::Scale(eta);
+        bound_at(&pr, &r_state(&pr, re).unwrap(), &st.s, &st.b).unwrap().value
+    };
+    for eta in [0.1, 0.5, 0.9] {
+        let fd = (along_v(eta + e) - along_v(eta - e)) / (2.0 * e);
+        let slope = v_mix_slope(&pr, &st, &vnew, eta).unwrap();
+        assert!((fd - slope).abs() < 1e-6 * (1.0 + fd.abs()), "V at eta {eta}: slope {slope} vs fd {fd}");
+    }
+}
