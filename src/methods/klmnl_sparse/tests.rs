@@ -412,3 +412,34 @@ fn the_line_search_slopes_are_the_derivatives_of_the_bound() {
         assert!((fd - slope).abs() < 1e-6 * (1.0 + fd.abs()), "V at eta {eta}: slope {slope} vs fd {fd}");
     }
 }
+
+#[test]
+fn d3_selection_and_a_site_count_from_the_source_cell() {
+    let (x, y) = problem(30, 3, 90);
+    let kern = kernel(1.0, 0.0);
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    // d3 alone also beats random picks from the same start.
+    let m = KlmnlSparseParams {
+        sites: 15,
+        start: Some(3),
+        delta: Some(3),
+        selection: "active_d3".into(),
+        compare_random: true,
+        ..Default::default()
+    }
+    .check()
+    .unwrap();
+    let model = m.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut FitContext::new(&mut Pcg64::seed_from_u64(4), None)).unwrap();
+    assert!(model.extra_metrics()["active_minus_random_s15"] > 0.0, "{:?}", model.extra_metrics());
+    // s = n_sv x C from the source's hand-off (Chai §9.4), and a clear failure without it.
+    let m = KlmnlSparseParams { sites_per_class_from_source: Some("n_sv".into()), ..Default::default() }.check().unwrap();
+    let mut h = Handoff::of_kernels(&KernelSet::shared(Box::new(kern.clone())));
+    h.vectors.insert("n_sv".into(), vec![4.0]);
+    let mut rng = Pcg64::seed_from_u64(5);
+    let mut ctx = FitContext::new(&mut rng, None);
+    ctx.source = Some(&h);
+    let model = m.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut ctx).unwrap();
+    assert_eq!(model.sites().len(), 12);
+    let err = m.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut FitContext::new(&mut Pcg64::seed_from_u64(5), None)).err().unwrap();
+    assert!(err.to_string().contains("n_sv"), "{err}");
+}
