@@ -443,3 +443,40 @@ fn d3_selection_and_a_site_count_from_the_source_cell() {
     let err = m.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut FitContext::new(&mut Pcg64::seed_from_u64(5), None)).err().unwrap();
     assert!(err.to_string().contains("n_sv"), "{err}");
 }
+
+#[test]
+fn the_latent_predictive_is_the_projection_of_q_z() {
+    // q(f_*) = int p(f_* | z) q(z) dz: m_* = K_z*^T K^{-1} m, V_* = K_** - K_z*^T K^{-1} K_z* +
+    // K_z*^T K^{-1} V K^{-1} K_z*, from explicit m, V and solves with the explicit K.
+    let (x, y) = problem(12, 3, 95);
+    let kern = kernel(0.4, 0.1);
+    let m = KlmnlSparseParams { sites: 9, start: Some(3), delta: Some(3), noise: 1e-3, ..Default::default() }.check().unwrap();
+    let model = m
+        .fit_model(
+            &Problem { x: &x, y: &y, n_classes: 3 },
+            &kern,
+            HyperPolicy::Fixed,
+            &mut FitContext::new(&mut Pcg64::seed_from_u64(6), None),
+        )
+        .unwrap();
+    let (pr, st) = (&model.pr, &model.fit.st);
+    let (mz, vz) = explicit_m_v(pr, st);
+    let s = pr.s;
+    let k = pr.lk.reconstruct();
+    let xt = Array2::from_shape_fn((3, 2), |(i, d)| 0.4 * i as f64 - 0.3 * d as f64);
+    let ks = kern.cross(&x, &xt);
+    let (means, covs) = model.latent_predictive(&xt);
+    for j in 0..3 {
+        let kz = Mat::from_fn(s, 3, |a, q| if pr.sites[a].1 == q { ks[(pr.sites[a].0, j)] } else { 0.0 });
+        let kinv_kz = Chol::factor(k.as_ref(), "K").unwrap().solve(kz.as_ref());
+        let mean = matvec(kinv_kz.transpose(), &mz);
+        let kss = kern.diag(&xt)[j];
+        let cov = eye(3) * faer::Scale(kss) - kz.transpose() * &kinv_kz + kinv_kz.transpose() * &vz * &kinv_kz;
+        for q in 0..3 {
+            assert!((means[j][q] - mean[q]).abs() < 1e-9, "mean {j},{q}: {} vs {}", means[j][q], mean[q]);
+            for r in 0..3 {
+                assert!((covs[j][(q, r)] - cov[(q, r)]).abs() < 1e-9, "cov {j}: {:?} vs {:?}", covs[j], cov);
+            }
+        }
+    }
+}
