@@ -108,13 +108,20 @@ impl KlmnlSparse {
         Ok(Grown { pr, fit, kernel, sizes, hyper_evals, hyper_stop })
     }
 
-    /// The target number of sites: `sites`, or the source cell's per-class count x C.
+    /// The target number of sites: `sites`, or the source cell's per-class count (its metric of
+    /// that name, else its hand-off vector) x C.
     fn target(&self, ctx: &FitContext, n: usize, c: usize) -> Result<usize, FitError> {
         let s = match &self.params.sites_per_class_from_source {
             Some(name) => {
-                let v = ctx.source.and_then(|h| h.vectors.get(name)).and_then(|v| v.first().copied()).ok_or_else(|| {
-                    FitError::Unsupported(format!("sites_per_class_from_source: the source cell handed over no \"{name}\""))
-                })?;
+                let v = ctx
+                    .source_metrics
+                    .and_then(|m| m.get(name).copied())
+                    .or_else(|| ctx.source.and_then(|h| h.vectors.get(name)).and_then(|v| v.first().copied()))
+                    .ok_or_else(|| {
+                        FitError::Unsupported(format!(
+                            "sites_per_class_from_source: the source cell has no metric or hand-off vector \"{name}\""
+                        ))
+                    })?;
                 if !(v.is_finite() && v >= 0.0) {
                     return Err(FitError::Numerical(format!("sites_per_class_from_source: \"{name}\" is {v}")));
                 }

@@ -20,8 +20,9 @@ pub struct KlmnlSparseParams {
     /// Target number of inducing sites s (capped at n C, every (datum, class) pair).
     #[serde(default = "d_sites")]
     pub sites: usize,
-    /// Take the target from the source cell instead: sites = (its extra metric or hand-off
-    /// vector of this name, e.g. `n_sv` of an SVM-WW cell) x C (Chai §9.4: s = #SV(WW) C).
+    /// Take the target from the source cell instead: sites = (its metric of this name, e.g.
+    /// `n_sv` of an SVM-WW cell, else its hand-off vector of that name) x C (Chai §9.4:
+    /// s = #SV(WW) C).
     #[serde(default)]
     pub sites_per_class_from_source: Option<String>,
     /// Learn the kernel as `hyper: learn` does also when the entry takes its hyper-parameters

@@ -431,15 +431,22 @@ fn d3_selection_and_a_site_count_from_the_source_cell() {
     .unwrap();
     let model = m.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut FitContext::new(&mut Pcg64::seed_from_u64(4), None)).unwrap();
     assert!(model.extra_metrics()["active_minus_random_s15"] > 0.0, "{:?}", model.extra_metrics());
-    // s = n_sv x C from the source's hand-off (Chai §9.4), and a clear failure without it.
+    // s = n_sv x C from the source's metrics (Chai §9.4), else its hand-off, and a clear
+    // failure without either.
     let m = KlmnlSparseParams { sites_per_class_from_source: Some("n_sv".into()), ..Default::default() }.check().unwrap();
+    let metrics = BTreeMap::from([("n_sv".to_string(), 4.0)]);
+    let mut rng = Pcg64::seed_from_u64(5);
+    let mut ctx = FitContext::new(&mut rng, None);
+    ctx.source_metrics = Some(&metrics);
+    let model = m.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut ctx).unwrap();
+    assert_eq!(model.sites().len(), 12);
     let mut h = Handoff::of_kernels(&KernelSet::shared(Box::new(kern.clone())));
-    h.vectors.insert("n_sv".into(), vec![4.0]);
+    h.vectors.insert("n_sv".into(), vec![2.0]);
     let mut rng = Pcg64::seed_from_u64(5);
     let mut ctx = FitContext::new(&mut rng, None);
     ctx.source = Some(&h);
     let model = m.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut ctx).unwrap();
-    assert_eq!(model.sites().len(), 12);
+    assert_eq!(model.sites().len(), 6);
     let err = m.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut FitContext::new(&mut Pcg64::seed_from_u64(5), None)).err().unwrap();
     assert!(err.to_string().contains("n_sv"), "{err}");
 }

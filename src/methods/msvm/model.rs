@@ -70,12 +70,4 @@ impl Fitted for MsvmModel {
     fn extra_metrics(&self) -> BTreeMap<String, f64> {
         BTreeMap::from([("n_sv".to_string(), self.n_sv as f64)])
     }
-
-    /// The kernel, and `n_sv` for dependent cells: Chai's Table 5 gives the sparse KL-MNL
-    /// #SV(WW) x C inducing sites per split (`klmnl_sparse`'s `sites_per_class_from_source`).
-    fn handoff(&self) -> crate::results::Handoff {
-        let mut h = crate::results::Handoff::of_kernels(&self.kernels());
-        h.vectors.insert("n_sv".into(), vec![self.n_sv as f64]);
-        h
-    }
 }
