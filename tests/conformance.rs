@@ -20,6 +20,7 @@ pub(crate) fn quick_settings(method: &str) -> serde_json::Value {
         "vbmnp" => serde_json::json!({ "max_iters": 20, "is_samples": 50 }),
         "laplace" => serde_json::json!({ "mc_samples": 200, "max_hyper_iters": 8 }),
         "klmnl" => serde_json::json!({ "max_hyper_iters": 8 }),
+        "klmnl_sparse" => serde_json::json!({ "sites": 8, "max_hyper_iters": 3 }),
         "svgp" => serde_json::json!({ "inducing": 4, "batch_size": 5, "max_iters": 20, "inducing_init": { "init": "random" } }),
         "scmgpc" => serde_json::json!({ "inducing": 4, "batch": 5, "max_iters": 20, "predict": "monte_carlo", "predict_samples": 200 }),
         "ep" | "sep" => serde_json::json!({ "inducing": 4, "max_iters": 10 }),

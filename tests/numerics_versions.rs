@@ -12,6 +12,7 @@ use rand_pcg::Pcg64;
 /// (method, numerics version, fingerprint of its outputs below).
 const RECORDED: &[(&str, &str, &str)] = &[
     ("klmnl", "klmnl=1", "40a31834271fb0cf"),
+    ("klmnl_sparse", "klmnl_sparse=1,klmnl=1", "4923e4a73efaceb9"),
     ("mc_mnl", "importance=1,klmnl=1", "2682e10328134bc5"),
     ("mc_mnp", "importance=1,klmnl=1", "a0f4962c1878e685"),
     ("laplace", "laplace=2", "f0aa7b2a0ce0febb"),

@@ -151,6 +151,10 @@ pub struct FitContext<'a> {
     /// The source cell's handoff (its hyper-parameters are already in the kernels; its named
     /// vectors, e.g. a posterior mean used as an importance-sampling centre, are here).
     pub source: Option<&'a Handoff>,
+    /// The source cell's stored metrics (e.g. `n_sv` of an SVM cell, from which Chai's Table 5
+    /// takes its number of inducing sites): records keep them even where their hand-off
+    /// vectors were left out or predate the quantity.
+    pub source_metrics: Option<&'a BTreeMap<String, f64>>,
     clock: Clock,
     budget: Option<Budget>,
     trace: Mutex<Vec<TracePoint>>,
@@ -159,7 +163,16 @@ pub struct FitContext<'a> {
 
 impl<'a> FitContext<'a> {
     pub fn new(rng: &'a mut Pcg64, deadline: Option<Instant>) -> Self {
-        FitContext { rng, deadline, source: None, clock: Clock::new(), budget: None, trace: Mutex::new(Vec::new()), checkpoints: None }
+        FitContext {
+            rng,
+            deadline,
+            source: None,
+            source_metrics: None,
+            clock: Clock::new(),
+            budget: None,
+            trace: Mutex::new(Vec::new()),
+            checkpoints: None,
+        }
     }
 
     pub fn with_budget(mut self, budget: Option<Budget>) -> Self {

@@ -154,6 +154,7 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
         ctx = ctx.with_checkpoints(schedule.clone(), &score_snapshot);
     }
     ctx.source = source.map(|r| &r.handoff);
+    ctx.source_metrics = source.map(|r| &r.metrics);
     let fitted = method.fit(&problem, &kernels, policy, &mut ctx)?;
     let time_train = ctx.training_seconds();
     let mut trace = ctx.take_trace();

@@ -8,10 +8,10 @@ use super::*;
 /// (the matrices are held as U^T X U), or the class basis (`None`: U = I, as for a diagonal
 /// K^c). Vectors (m, b, g-bar) and T always stay in the class basis. See [`v_from_w`] for why.
 #[derive(Clone, Copy)]
-pub(super) struct Basis<'a>(pub(super) Option<&'a Mat<f64>>);
+pub(crate) struct Basis<'a>(pub(super) Option<&'a Mat<f64>>);
 
 impl Basis<'_> {
-    pub(super) const CLASS: Basis<'static> = Basis(None);
+    pub(crate) const CLASS: Basis<'static> = Basis(None);
 
     /// U X U^T: from this basis to the class basis.
     pub(super) fn to_class(self, x: &Mat<f64>) -> Mat<f64> {
@@ -33,7 +33,7 @@ impl Basis<'_> {
 /// Everything h needs about one datum's (b, S): h_core = C/2 + 1/2 log|S V| - 1/2 tr(S V) -
 /// log sum_c g^c (so h(y) = h_core + m^y), the normalised g-bar, S^{-1} in the class basis (for
 /// the b-steps), and A (eq. 18) and S^{-1} in the basis of V and S (for the S-step).
-pub(super) struct DatumTerms {
+pub(crate) struct DatumTerms {
     pub h_core: f64,
     pub gbar: Vec<f64>,
     pub s_inv: Mat<f64>,
@@ -43,7 +43,7 @@ pub(super) struct DatumTerms {
 
 /// h_core for q = N(m, V) given log|V|, with V and S in `basis`. Errors if S is not positive
 /// definite.
-pub(super) fn datum_terms(m: &[f64], v: &Mat<f64>, logdet_v: f64, b: &[f64], s: &Mat<f64>, basis: Basis) -> Result<DatumTerms, FitError> {
+pub(crate) fn datum_terms(m: &[f64], v: &Mat<f64>, logdet_v: f64, b: &[f64], s: &Mat<f64>, basis: Basis) -> Result<DatumTerms, FitError> {
     let c = m.len();
     let ls = chol(s, "S_i")?;
     let s_inv_in_basis = sym(&ls.solve(eye(c).as_ref()));
@@ -72,7 +72,7 @@ pub(super) fn s_fixed_point(lv: &Chol, a: &Mat<f64>) -> Result<Mat<f64>, FitErro
 }
 
 /// One S-step for one datum (Sec. 3.2, App. C.1). Returns the new S and its terms.
-pub(super) fn s_step(
+pub(crate) fn s_step(
     m: &[f64],
     v: &Mat<f64>,
     lv: &Chol,

@@ -35,6 +35,11 @@ pub use datum::{optimise_datum, optimise_datum_jitter, theorem10_per_datum};
 pub use kc::{kc_init, kc_of};
 pub use model::{KlmnlModel, PredCache};
 pub use params::{Klmnl, KlmnlParams};
+// The per-datum bound h, its S-step and the acceptance rule, shared with the sparse KL-MNL
+// (`klmnl_sparse`), whose per-datum terms are the same with V_fi, m_fi in place of V_i, m_i.
+pub(crate) use datum::{datum_terms, s_step, Basis, DatumTerms};
+pub(crate) use state::{accept, chol};
+pub(crate) use steps::softmax_hessian_factor;
 
 use super::optimize::{false_position, minimize_lbfgs};
 use super::{
@@ -44,7 +49,6 @@ use crate::kernels::{KernelSet, SqExp};
 use crate::linalg::small::{eigh, eye, jacobi_eigh, psd_factor, sym, trace_prod};
 use crate::linalg::{kron, leading_columns, log_sum_exp, matvec, softmax_in_place, Chol, SymPencil};
 use crate::results::{EvidenceKind, Handoff};
-use datum::*;
 use faer::linalg::matmul::matmul;
 use faer::linalg::solvers::Solve;
 use faer::linalg::triangular_solve::solve_lower_triangular_in_place;

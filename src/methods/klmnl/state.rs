@@ -1,14 +1,14 @@
 //! The variational state, the bound log Z_h at it, and the acceptance rule of every update.
 use super::*;
 
-pub(super) fn chol(a: &Mat<f64>, what: &str) -> Result<Chol, FitError> {
+pub(crate) fn chol(a: &Mat<f64>, what: &str) -> Result<Chol, FitError> {
     Ok(Chol::factor(sym(a).as_ref(), what)?)
 }
 
 /// Sweeps in a row with the bound within tol after which b - g-bar is taken to be at its floor.
 pub(super) const FLAT_SWEEPS_AT_FLOOR: usize = 5;
 
-pub(super) fn accept(new: f64, old: f64) -> bool {
+pub(crate) fn accept(new: f64, old: f64) -> bool {
     new >= old - 1e-12 * old.abs().max(1.0)
 }
 

@@ -44,7 +44,7 @@ pub(super) fn newton_direction(pr: &Prior, b: &[f64], terms: &[DatumTerms]) -> R
 /// E = (I - g 1^T) diag(sqrt g) is one factor (expand, using sum g = 1), and E s = 0 for the unit
 /// vector s = sqrt g, so with the Householder reflector H that maps s to +-e_C the last column of
 /// E H vanishes and F is the rest.
-pub(super) fn softmax_hessian_factor(g: &[f64]) -> Mat<f64> {
+pub(crate) fn softmax_hessian_factor(g: &[f64]) -> Mat<f64> {
     let c = g.len();
     let sq: Vec<f64> = g.iter().map(|v| v.max(0.0).sqrt()).collect();
     let e = Mat::from_fn(c, c, |i, k| (if i == k { 1.0 } else { 0.0 } - g[i]) * sq[k]);
