@@ -5,6 +5,12 @@
 //! with t = sum_k x_k, so the whole block reduces to one monotone piecewise-linear equation in a
 //! scalar, solved exactly between its breakpoints (no iteration, no tolerance).
 
+use smallvec::SmallVec;
+
+/// A block's values: at most 2 (Q - 1) breakpoints, on the stack for Q <= 9 (the allocations of
+/// plain vectors here were a third of a grid search's time on glass), spilling to the heap beyond.
+pub(crate) type BlockVec = SmallVec<[f64; 16]>;
+
 /// Bounds and the optional sum cap of a block.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct BlockBounds {
@@ -18,19 +24,19 @@ pub(crate) struct BlockBounds {
 /// argmin of 1/2 x^T (a I + b J) x - g . x over the bounds. Requires a > 0 and a + b m > 0 for
 /// every m <= g.len() (the Hessian positive definite on every face), which each formulation's
 /// block satisfies.
-pub(crate) fn solve_block(a: f64, b: f64, g: &[f64], bounds: BlockBounds) -> Vec<f64> {
+pub(crate) fn solve_block(a: f64, b: f64, g: &[f64], bounds: BlockBounds) -> BlockVec {
     debug_assert!(a > 0.0 && a + b.min(0.0) * g.len() as f64 > 0.0, "block Hessian not positive definite: a {a}, b {b}");
     let BlockBounds { lo, hi, cap } = bounds;
     let clip = |v: f64| v.max(lo).min(hi);
     // Without the cap: t = sum_k clip((g_k - b t) / a), i.e. the root of t - sum(...) (slope
     // 1 + (b / a) #free > 0).
     let t = if b == 0.0 { g.iter().map(|&gk| clip(gk / a)).sum() } else { root(1.0, b, a, g, lo, hi, 0.0) };
-    let x: Vec<f64> = g.iter().map(|&gk| clip((gk - b * t) / a)).collect();
+    let x: BlockVec = g.iter().map(|&gk| clip((gk - b * t) / a)).collect();
     match cap {
         Some(cap) if x.iter().sum::<f64>() > cap => {
             // The cap is active: t = cap and lambda > 0 with sum_k clip((g_k - b cap - lambda) / a) = cap,
             // the root of -sum(...) + cap in lambda (slope #free / a >= 0).
-            let shifted: Vec<f64> = g.iter().map(|&gk| gk - b * cap).collect();
+            let shifted: BlockVec = g.iter().map(|&gk| gk - b * cap).collect();
             let lambda = root(0.0, 1.0, a, &shifted, lo, hi, -cap);
             shifted.iter().map(|&gk| clip((gk - lambda) / a)).collect()
         }
@@ -51,11 +57,11 @@ fn root(w0: f64, c: f64, a: f64, g: &[f64], lo: f64, hi: f64, r: f64) -> f64 {
         });
         w0 + c / a * free.count() as f64
     };
-    let mut bps: Vec<f64> = g.iter().flat_map(|&gk| [(gk - a * lo) / c, (gk - a * hi) / c]).filter(|s| s.is_finite()).collect();
+    let mut bps: BlockVec = g.iter().flat_map(|&gk| [(gk - a * lo) / c, (gk - a * hi) / c]).filter(|s| s.is_finite()).collect();
     bps.sort_by(f64::total_cmp);
     bps.dedup();
     let Some(&first) = bps.first() else { return 0.0 };
-    let values: Vec<f64> = bps.iter().map(|&s| chi(s)).collect();
+    let values: BlockVec = bps.iter().map(|&s| chi(s)).collect();
     match values.iter().position(|&v| v >= 0.0) {
         Some(j) if values[j] == 0.0 => bps[j],
         Some(0) => {

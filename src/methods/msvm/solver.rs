@@ -56,7 +56,10 @@ pub(crate) fn solve(
     assert_eq!((k.nrows(), k.ncols()), (n, n));
     let mut alpha = vec![vec![0.0; q]; n];
     let mut beta = vec![vec![0.0; q]; n];
-    let mut f = vec![vec![0.0; q]; n];
+    // F row-major in one buffer ([n * q]): the inner update below runs down a column of K and
+    // across each row of F, contiguous in both (rows as separate vectors cost a pointer chase
+    // per datum, the bulk of a sweep).
+    let mut f = vec![0.0; n * q];
     let mut bias = vec![0.0; q];
     let mut sum_beta = vec![0.0; q];
     // The penalty: the kernel's scale over sqrt(n). The penalty couples all n blocks (a
@@ -90,7 +93,7 @@ pub(crate) fn solve(
             let kii = k[(i, i)];
             let d = kii + rho;
             for c in 0..q {
-                u[c] = f[i][c] - kii * beta[i][c] + bias[c] + rho * (sum_beta[c] - beta[i][c]);
+                u[c] = f[i * q + c] - kii * beta[i][c] + bias[c] + rho * (sum_beta[c] - beta[i][c]);
             }
             form.solve_datum(&u, d, y[i], s.c, &mut new_alpha);
             form.beta(&new_alpha, y[i], &mut new_beta);
@@ -103,8 +106,8 @@ pub(crate) fn solve(
             if delta.iter().all(|v| *v == 0.0) {
                 continue;
             }
-            for (j, fj) in f.iter_mut().enumerate() {
-                let kji = k[(j, i)];
+            let k_col = k.col(i);
+            for (fj, &kji) in f.chunks_exact_mut(q).zip(k_col.iter()) {
                 fj.iter_mut().zip(&delta).for_each(|(fjc, dc)| *fjc += kji * dc);
             }
             sum_beta.iter_mut().zip(&delta).for_each(|(sc, dc)| *sc += dc);
@@ -133,6 +136,7 @@ pub(crate) fn solve(
             }
         }
     }
+    let f = f.chunks_exact(q).map(<[f64]>::to_vec).collect();
     Ok(DualSolution { alpha, beta, bias, f, sweeps, stop })
 }
 
@@ -146,26 +150,19 @@ pub(crate) struct Objectives {
 }
 
 pub(crate) fn objectives(form: Formulation, sol: &DualSolution, y: &[usize], c: f64) -> Objectives {
-    objectives_of(form, &sol.alpha, &sol.beta, &sol.f, &sol.bias, y, c)
+    let f: Vec<f64> = sol.f.concat();
+    objectives_of(form, &sol.alpha, &sol.beta, &f, &sol.bias, y, c)
 }
 
-fn objectives_of(
-    form: Formulation,
-    alpha: &[Vec<f64>],
-    beta: &[Vec<f64>],
-    f: &[Vec<f64>],
-    bias: &[f64],
-    y: &[usize],
-    c: f64,
-) -> Objectives {
+fn objectives_of(form: Formulation, alpha: &[Vec<f64>], beta: &[Vec<f64>], f: &[f64], bias: &[f64], y: &[usize], c: f64) -> Objectives {
     let q = bias.len();
     let m = form.margin(q);
     // |w|^2 = sum_i beta_i . (K beta)_i.
-    let w2: f64 = beta.iter().zip(f).map(|(b, f)| b.iter().zip(f).map(|(x, y)| x * y).sum::<f64>()).sum();
+    let w2: f64 = beta.iter().zip(f.chunks_exact(q)).map(|(b, f)| b.iter().zip(f).map(|(x, y)| x * y).sum::<f64>()).sum();
     let linear: f64 = alpha.iter().flatten().sum::<f64>() * m;
     let slack_q: f64 = alpha.iter().zip(y).map(|(a, &yi)| form.slack_quadratic(a, yi, c)).sum();
     let loss: f64 = f
-        .iter()
+        .chunks_exact(q)
         .zip(y)
         .map(|(fi, &yi)| {
             let h: Vec<f64> = fi.iter().zip(bias).map(|(f, b)| f + b).collect();
