@@ -297,6 +297,18 @@ fn check_and_list_work() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("did you mean \"iris\""));
 }
 
+/// A reader that closes the pipe early (`mcgp list | head -1`) ends the output quietly, with
+/// success, instead of a panic on the failed write.
+#[test]
+fn a_closed_output_pipe_ends_quietly() {
+    let mut child = mcgp().arg("list").stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    drop(child.stdout.take()); // the reader goes away before anything is written
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status.code());
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 /// Every reduced paper spec under experiments/ci/ runs end to end with no failed cell and
 /// renders every table and figure it asks for. (The full specs are run by hand; their
 /// reports are committed.)

@@ -3,7 +3,7 @@ use clap::{Parser, Subcommand};
 use mcgp::data::{default_data_dir, Registry};
 use mcgp::runner::{self, RunOptions, Shard};
 use mcgp::spec::{self, Spec};
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -130,6 +130,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
+        // A closed pipe (`mcgp status SPEC | head -1`) ends the output, not in an error: the
+        // reader has what it wanted (ripgrep does the same).
+        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
@@ -231,14 +234,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let spec = load_spec(Some(&spec), &registry)?;
             let opts = options(&paths, &registry, None, false, false, false);
             let cells = runner::check_with_data(&spec, &registry, &opts.project_root)?;
-            println!(
+            writeln!(
+                std::io::stdout(),
                 "{}: ok ({} datasets, {} method entries, {cells} cells, {} tables, {} figures)",
                 spec.file,
                 spec.raw.datasets.len(),
                 spec.raw.methods.len(),
                 spec.raw.tables.len(),
                 spec.raw.figures.len()
-            );
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Status { spec, paths } => {
@@ -246,21 +250,30 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let spec = load_spec(Some(&spec), &registry)?;
             let opts = options(&paths, &registry, None, false, false, false);
             let status = runner::status(&spec, &registry, &opts)?;
-            println!(
+            writeln!(
+                std::io::stdout(),
                 "{}: {} cells: {} stored, {} missing, {} stale",
                 spec.file,
                 status.total,
                 status.current,
                 status.missing,
                 status.stale.len()
-            );
+            )?;
             for s in &status.stale {
-                println!("  stale: {s}");
+                writeln!(std::io::stdout(), "  stale: {s}")?;
             }
             let width = status.by_entry.iter().map(|e| e.entry.len() + e.dataset.len() + 1).max().unwrap_or(0).max(13);
-            println!("  {:<width$} {:>8} {:>6} {:>7} {:>5}", "entry/dataset", "computed", "failed", "missing", "stale");
+            writeln!(std::io::stdout(), "  {:<width$} {:>8} {:>6} {:>7} {:>5}", "entry/dataset", "computed", "failed", "missing", "stale")?;
             for e in &status.by_entry {
-                println!("  {:<width$} {:>8} {:>6} {:>7} {:>5}", format!("{}/{}", e.entry, e.dataset), e.ok, e.failed, e.missing, e.stale);
+                writeln!(
+                    std::io::stdout(),
+                    "  {:<width$} {:>8} {:>6} {:>7} {:>5}",
+                    format!("{}/{}", e.entry, e.dataset),
+                    e.ok,
+                    e.failed,
+                    e.missing,
+                    e.stale
+                )?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -287,21 +300,22 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let files = mcgp::slurm::write_scripts(&spec, &registry, &slurm)?;
             let estimate: Vec<String> = files.plan_value.estimated_seconds.iter().map(|s| format!("{s:.0}")).collect();
-            println!(
+            writeln!(
+                std::io::stdout(),
                 "{}: {} cells in {shards} shards, estimated seconds per shard {} ({} cells timed by a previous run)",
                 spec.name(),
                 files.cells,
                 estimate.join(", "),
                 files.timed_cells
-            );
-            println!("array:      {}", files.array.display());
-            println!("collection: {}", files.collect.display());
-            println!("shard plan: {}", files.plan.display());
+            )?;
+            writeln!(std::io::stdout(), "array:      {}", files.array.display())?;
+            writeln!(std::io::stdout(), "collection: {}", files.collect.display())?;
+            writeln!(std::io::stdout(), "shard plan: {}", files.plan.display())?;
             if submit {
                 let (array, collect) = mcgp::slurm::submit(&files)?;
-                println!("submitted array job {array} ({shards} tasks) and collection job {collect} (after the array)");
+                writeln!(std::io::stdout(), "submitted array job {array} ({shards} tasks) and collection job {collect} (after the array)")?;
             } else {
-                println!("submit:     {} (or mcgp slurm ... --submit)", files.submit.display());
+                writeln!(std::io::stdout(), "submit:     {} (or mcgp slurm ... --submit)", files.submit.display())?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -315,13 +329,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::List { paths } => {
             let registry = registry(&paths)?;
-            println!("datasets ({}):", registry.data_dir().display());
+            writeln!(std::io::stdout(), "datasets ({}):", registry.data_dir().display())?;
             for name in registry.names() {
-                println!("  {}", registry.describe(&name).unwrap_or(name));
+                writeln!(std::io::stdout(), "  {}", registry.describe(&name).unwrap_or(name))?;
             }
-            println!("methods:");
+            writeln!(std::io::stdout(), "methods:")?;
             for (name, description) in mcgp::methods::METHODS {
-                println!("  {name:<10} {description}");
+                writeln!(std::io::stdout(), "  {name:<10} {description}")?;
             }
             Ok(ExitCode::SUCCESS)
         }
