@@ -24,23 +24,23 @@ pub(crate) struct BlockBounds {
 /// argmin of 1/2 x^T (a I + b J) x - g . x over the bounds. Requires a > 0 and a + b m > 0 for
 /// every m <= g.len() (the Hessian positive definite on every face), which each formulation's
 /// block satisfies.
-pub(crate) fn solve_block(a: f64, b: f64, g: &[f64], bounds: BlockBounds) -> BlockVec {
+pub(crate) fn solve_block(a: f64, b: f64, g: &[f64], bounds: BlockBounds, x: &mut [f64]) {
     debug_assert!(a > 0.0 && a + b.min(0.0) * g.len() as f64 > 0.0, "block Hessian not positive definite: a {a}, b {b}");
+    assert_eq!(x.len(), g.len());
     let BlockBounds { lo, hi, cap } = bounds;
     let clip = |v: f64| v.max(lo).min(hi);
     // Without the cap: t = sum_k clip((g_k - b t) / a), i.e. the root of t - sum(...) (slope
     // 1 + (b / a) #free > 0).
     let t = if b == 0.0 { g.iter().map(|&gk| clip(gk / a)).sum() } else { root(1.0, b, a, g, lo, hi, 0.0) };
-    let x: BlockVec = g.iter().map(|&gk| clip((gk - b * t) / a)).collect();
-    match cap {
-        Some(cap) if x.iter().sum::<f64>() > cap => {
+    x.iter_mut().zip(g).for_each(|(xk, &gk)| *xk = clip((gk - b * t) / a));
+    if let Some(cap) = cap {
+        if x.iter().sum::<f64>() > cap {
             // The cap is active: t = cap and lambda > 0 with sum_k clip((g_k - b cap - lambda) / a) = cap,
             // the root of -sum(...) + cap in lambda (slope #free / a >= 0).
             let shifted: BlockVec = g.iter().map(|&gk| gk - b * cap).collect();
             let lambda = root(0.0, 1.0, a, &shifted, lo, hi, -cap);
-            shifted.iter().map(|&gk| clip((gk - lambda) / a)).collect()
+            x.iter_mut().zip(&shifted).for_each(|(xk, &gk)| *xk = clip((gk - lambda) / a));
         }
-        _ => x,
     }
 }
 
@@ -57,34 +57,47 @@ fn root(w0: f64, c: f64, a: f64, g: &[f64], lo: f64, hi: f64, r: f64) -> f64 {
         });
         w0 + c / a * free.count() as f64
     };
-    let mut bps: BlockVec = g.iter().flat_map(|&gk| [(gk - a * lo) / c, (gk - a * hi) / c]).filter(|s| s.is_finite()).collect();
+    let mut bps = BlockVec::new();
+    for &gk in g {
+        for s in [(gk - a * lo) / c, (gk - a * hi) / c] {
+            if s.is_finite() {
+                bps.push(s);
+            }
+        }
+    }
     bps.sort_by(f64::total_cmp);
     bps.dedup();
     let Some(&first) = bps.first() else { return 0.0 };
-    let values: BlockVec = bps.iter().map(|&s| chi(s)).collect();
-    match values.iter().position(|&v| v >= 0.0) {
-        Some(j) if values[j] == 0.0 => bps[j],
-        Some(0) => {
-            // Left of every breakpoint: one linear piece.
-            let slope = slope_at(first - 1.0);
-            if slope > 0.0 {
-                first - values[0] / slope
-            } else {
-                first
-            }
+    // chi at the breakpoints in increasing order, up to the first where it is >= 0 (evaluated
+    // lazily: the same values as evaluating all, about half the work).
+    let mut previous: Option<f64> = None;
+    for (j, &s1) in bps.iter().enumerate() {
+        let v1 = chi(s1);
+        if v1 >= 0.0 {
+            return match previous {
+                _ if v1 == 0.0 => s1,
+                // Left of every breakpoint: one linear piece.
+                None => {
+                    let slope = slope_at(first - 1.0);
+                    if slope > 0.0 {
+                        first - v1 / slope
+                    } else {
+                        first
+                    }
+                }
+                Some(v0) => {
+                    let s0 = bps[j - 1];
+                    s0 - v0 * (s1 - s0) / (v1 - v0)
+                }
+            };
         }
-        Some(j) => {
-            let (s0, s1, v0, v1) = (bps[j - 1], bps[j], values[j - 1], values[j]);
-            s0 - v0 * (s1 - s0) / (v1 - v0)
-        }
-        None => {
-            let last = *bps.last().expect("non-empty");
-            let slope = slope_at(last + 1.0);
-            if slope > 0.0 {
-                last - values[values.len() - 1] / slope
-            } else {
-                last
-            }
-        }
+        previous = Some(v1);
+    }
+    let last = *bps.last().expect("non-empty");
+    let slope = slope_at(last + 1.0);
+    if slope > 0.0 {
+        last - previous.expect("non-empty") / slope
+    } else {
+        last
     }
 }

@@ -125,8 +125,9 @@ impl Formulation {
             alpha.iter_mut().for_each(|ak| *ak = 0.0);
             return;
         }
-        let x = solve_block(a, b, &g, bounds);
-        let mut it = x.into_iter();
+        let mut x = BlockVec::from_elem(0.0, q - 1);
+        solve_block(a, b, &g, bounds, &mut x);
+        let mut it = x.iter().copied();
         for (k, ak) in alpha.iter_mut().enumerate() {
             *ak = if k == y { 0.0 } else { it.next().expect("Q - 1 values") };
         }
@@ -151,7 +152,8 @@ impl Formulation {
                     v.iter().map(|x| x + cm * s).collect()
                 };
                 let g: Vec<f64> = mr(&r).iter().map(|v| -2.0 * v).collect();
-                let z = solve_block(2.0, 2.0 * cm, &g, BlockBounds { lo: 0.0, hi: f64::INFINITY, cap: None });
+                let mut z = vec![0.0; g.len()];
+                solve_block(2.0, 2.0 * cm, &g, BlockBounds { lo: 0.0, hi: f64::INFINITY, cap: None }, &mut z);
                 let xi: Vec<f64> = r.iter().zip(&z).map(|(r, z)| r + z).collect();
                 xi.iter().zip(mr(&xi)).map(|(x, m)| x * m).sum()
             }

@@ -19,6 +19,7 @@
 //! zero only at that problem's optimum, and with S = 0 that is the machine's optimum); or at
 //! `max_sweeps` sweeps (or an iteration budget's, a sweep being the iteration).
 use super::formulation::Formulation;
+use crate::linalg::axpy;
 use crate::methods::{FitContext, FitError, StopReason};
 use faer::Mat;
 use rand::seq::SliceRandom;
@@ -56,9 +57,9 @@ pub(crate) fn solve(
     assert_eq!((k.nrows(), k.ncols()), (n, n));
     let mut alpha = vec![vec![0.0; q]; n];
     let mut beta = vec![vec![0.0; q]; n];
-    // F row-major in one buffer ([n * q]): the inner update below runs down a column of K and
-    // across each row of F, contiguous in both (rows as separate vectors cost a pointer chase
-    // per datum, the bulk of a sweep).
+    // F class-major in one buffer (f[c * n + j] = F_jc): a block's update of F is then Q
+    // contiguous axpys down column i of K, the bulk of a sweep, vectorised (rows as separate
+    // vectors cost a pointer chase per datum).
     let mut f = vec![0.0; n * q];
     let mut bias = vec![0.0; q];
     let mut sum_beta = vec![0.0; q];
@@ -93,7 +94,7 @@ pub(crate) fn solve(
             let kii = k[(i, i)];
             let d = kii + rho;
             for c in 0..q {
-                u[c] = f[i * q + c] - kii * beta[i][c] + bias[c] + rho * (sum_beta[c] - beta[i][c]);
+                u[c] = f[c * n + i] - kii * beta[i][c] + bias[c] + rho * (sum_beta[c] - beta[i][c]);
             }
             form.solve_datum(&u, d, y[i], s.c, &mut new_alpha);
             form.beta(&new_alpha, y[i], &mut new_beta);
@@ -106,9 +107,9 @@ pub(crate) fn solve(
             if delta.iter().all(|v| *v == 0.0) {
                 continue;
             }
-            let k_col = k.col(i);
-            for (fj, &kji) in f.chunks_exact_mut(q).zip(k_col.iter()) {
-                fj.iter_mut().zip(&delta).for_each(|(fjc, dc)| *fjc += kji * dc);
+            let k_col = k.col(i).try_as_col_major().expect("a Gram matrix is column-major").as_slice();
+            for (f_c, &dc) in f.chunks_exact_mut(n).zip(&delta) {
+                axpy(f_c, dc, k_col);
             }
             sum_beta.iter_mut().zip(&delta).for_each(|(sc, dc)| *sc += dc);
             alpha[i].copy_from_slice(&new_alpha);
@@ -128,7 +129,7 @@ pub(crate) fn solve(
         if step <= s.tol && moved <= s.tol {
             // The certificate: at this bias, the primal at w(alpha) exceeds the dual with the
             // bias term by a gap that is zero only at the optimum of the fixed-bias problem.
-            let obj = objectives_of(form, &alpha, &beta, &f, &bias, y, s.c);
+            let obj = objectives_of(form, &alpha, &beta, &rows(&f, n, q), &bias, y, s.c);
             let dual_b = obj.dual - bias.iter().zip(&sum_beta).map(|(b, sc)| b * sc).sum::<f64>();
             if obj.primal - dual_b <= s.tol * obj.primal.abs().max(1.0) {
                 stop = StopReason::Converged;
@@ -136,8 +137,13 @@ pub(crate) fn solve(
             }
         }
     }
-    let f = f.chunks_exact(q).map(<[f64]>::to_vec).collect();
+    let f = rows(&f, n, q);
     Ok(DualSolution { alpha, beta, bias, f, sweeps, stop })
+}
+
+/// The rows F_i (length Q) of the class-major buffer f[c * n + i].
+fn rows(f: &[f64], n: usize, q: usize) -> Vec<Vec<f64>> {
+    (0..n).map(|i| (0..q).map(|c| f[c * n + i]).collect()).collect()
 }
 
 /// Objective values of a solution: the dual D(alpha), the primal P(w(alpha), b) with the
@@ -150,19 +156,26 @@ pub(crate) struct Objectives {
 }
 
 pub(crate) fn objectives(form: Formulation, sol: &DualSolution, y: &[usize], c: f64) -> Objectives {
-    let f: Vec<f64> = sol.f.concat();
-    objectives_of(form, &sol.alpha, &sol.beta, &f, &sol.bias, y, c)
+    objectives_of(form, &sol.alpha, &sol.beta, &sol.f, &sol.bias, y, c)
 }
 
-fn objectives_of(form: Formulation, alpha: &[Vec<f64>], beta: &[Vec<f64>], f: &[f64], bias: &[f64], y: &[usize], c: f64) -> Objectives {
+fn objectives_of(
+    form: Formulation,
+    alpha: &[Vec<f64>],
+    beta: &[Vec<f64>],
+    f: &[Vec<f64>],
+    bias: &[f64],
+    y: &[usize],
+    c: f64,
+) -> Objectives {
     let q = bias.len();
     let m = form.margin(q);
     // |w|^2 = sum_i beta_i . (K beta)_i.
-    let w2: f64 = beta.iter().zip(f.chunks_exact(q)).map(|(b, f)| b.iter().zip(f).map(|(x, y)| x * y).sum::<f64>()).sum();
+    let w2: f64 = beta.iter().zip(f).map(|(b, f)| b.iter().zip(f).map(|(x, y)| x * y).sum::<f64>()).sum();
     let linear: f64 = alpha.iter().flatten().sum::<f64>() * m;
     let slack_q: f64 = alpha.iter().zip(y).map(|(a, &yi)| form.slack_quadratic(a, yi, c)).sum();
     let loss: f64 = f
-        .chunks_exact(q)
+        .iter()
         .zip(y)
         .map(|(fi, &yi)| {
             let h: Vec<f64> = fi.iter().zip(bias).map(|(f, b)| f + b).collect();

@@ -264,7 +264,8 @@ fn the_block_solver_matches_the_generic_qp() {
             1 => BlockBounds { lo: 0.0, hi: f64::INFINITY, cap: Some(0.5) },
             _ => BlockBounds { lo: 0.0, hi: f64::INFINITY, cap: None },
         };
-        let x = solve_block(a, b, &g, bounds);
+        let mut x = vec![0.0; m];
+        solve_block(a, b, &g, bounds, &mut x);
         let p: Vec<Vec<f64>> = (0..m).map(|i| (0..m).map(|j| b + if i == j { a } else { 0.0 }).collect()).collect();
         let qv: Vec<f64> = g.iter().map(|v| -v).collect();
         let mut rows: Vec<Vec<f64>> = Vec::new();
