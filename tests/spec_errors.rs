@@ -275,6 +275,36 @@ fn dataset_settings_override_one_datasets_cells_only() {
 }
 
 #[test]
+fn dataset_settings_kernel_keys_set_one_datasets_kernel() {
+    use std::collections::BTreeMap;
+    let two = GOOD.replace("datasets: [iris]", "datasets: [iris, wine]");
+    let text = format!(
+        "{two}    kernel: {{ lengthscale: 2.0, variance: 1.0 }}\n    dataset_settings: {{ wine: {{ kernel.lengthscale: 7.5, kernel.variance: 3.0, max_hyper_iters: 9 }} }}\n"
+    );
+    let spec = parse(&text, "k.yaml", &registry()).unwrap();
+    let n: BTreeMap<String, usize> = [("iris".to_string(), 1), ("wine".to_string(), 1)].into();
+    let cells = mcgp::spec::expand(&spec, &n, &Default::default()).unwrap();
+    let cell = |d: &str| cells.iter().find(|c| c.dataset == d).unwrap().clone();
+    let (iris, wine) = (cell("iris"), cell("wine"));
+    let kernel = |c: &mcgp::spec::Cell| serde_json::to_value(&c.entry.kernel).unwrap();
+    assert_eq!((kernel(&iris)["lengthscale"].clone(), kernel(&iris)["variance"].clone()), (2.0.into(), 1.0.into()));
+    assert_eq!((kernel(&wine)["lengthscale"].clone(), kernel(&wine)["variance"].clone()), (7.5.into(), 3.0.into()));
+    assert_eq!(wine.entry.settings["max_hyper_iters"], 9);
+    assert!(iris.entry.settings.get("max_hyper_iters").is_none(), "a kernel key does not leak into the settings");
+    // The override enters wine's key only: iris keys as the spec without it.
+    let base = parse(&format!("{two}    kernel: {{ lengthscale: 2.0, variance: 1.0 }}\n"), "b.yaml", &registry()).unwrap();
+    let base_cells = mcgp::spec::expand(&base, &n, &Default::default()).unwrap();
+    let key = |cs: &[mcgp::spec::Cell], d: &str| cs.iter().find(|c| c.dataset == d).unwrap().key.clone();
+    assert_eq!(key(&cells, "iris"), key(&base_cells, "iris"));
+    assert_ne!(key(&cells, "wine"), key(&base_cells, "wine"));
+    // A kernel field that does not exist, or a value the kernel rejects, is named with its path.
+    let e = error_of(&text.replace("kernel.lengthscale: 7.5", "kernel.lengthscal: 7.5"));
+    assert!(e.contains("methods[0].dataset_settings.wine") && e.contains("lengthscal"), "{e}");
+    let e = error_of(&text.replace("kernel.lengthscale: 7.5", "kernel.lengthscale: -1.0"));
+    assert!(e.contains("methods[0].dataset_settings.wine") && e.contains("lengthscale"), "{e}");
+}
+
+#[test]
 fn dataset_settings_are_checked_on_every_grid_point() {
     // Valid alone (extra_classes with the default multinomial model; a probit grid point with no
     // extra classes), invalid together: the probit point with wine's extra class.

@@ -148,11 +148,18 @@ pub(super) fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
                 // Every grid point as this dataset's cells run it (the override on top); points
                 // invalid without the override are reported above.
                 for (label, point) in expand::grid_points(m).unwrap_or_default() {
+                    let where_ = if label.is_empty() { here.clone() } else { format!("{here} [{label}]") };
+                    let on_dataset = match point.try_on_dataset(d) {
+                        Ok(entry) => entry,
+                        Err(e) => {
+                            err(where_, Some(d), e);
+                            break;
+                        }
+                    };
                     if crate::methods::build(&m.method, &point.settings).is_err() {
                         continue;
                     }
-                    if let Err(e) = crate::methods::build(&m.method, &point.on_dataset(d).settings) {
-                        let where_ = if label.is_empty() { here.clone() } else { format!("{here} [{label}]") };
+                    if let Err(e) = crate::methods::build(&m.method, &on_dataset.settings) {
                         err(where_, Some(d), e);
                     }
                 }

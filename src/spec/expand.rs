@@ -72,7 +72,7 @@ fn compact(v: &serde_json::Value) -> String {
 }
 
 /// Set `a.b.c` in a JSON object, creating objects on the way.
-fn set_path(root: &mut serde_json::Value, path: &str, v: serde_json::Value) -> Result<(), String> {
+pub(crate) fn set_path(root: &mut serde_json::Value, path: &str, v: serde_json::Value) -> Result<(), String> {
     let mut cur = root;
     let parts: Vec<&str> = path.split('.').collect();
     for (i, part) in parts.iter().enumerate() {

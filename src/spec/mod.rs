@@ -144,7 +144,9 @@ pub struct MethodEntry {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub datasets: Vec<String>,
     /// Per-dataset settings: each map's keys replace those of `settings` on that dataset's cells
-    /// (a paper's table may run one row differently, e.g. a fixed number of steps on toy data).
+    /// (a paper's table may run one row differently, e.g. a fixed number of steps on toy data);
+    /// keys `kernel.<path>` replace that field of the kernel instead (a per-dataset kernel, e.g.
+    /// a paper's published hyper-parameters for each data set).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub dataset_settings: BTreeMap<String, serde_json::Value>,
     /// Where the fit's iterations stop as a normal end (`{seconds: S}` or `{iterations: N}`);
@@ -193,20 +195,39 @@ impl MethodEntry {
         self.datasets.is_empty() || self.datasets.iter().any(|d| d == dataset)
     }
 
-    /// The entry as it runs on `dataset`: its `dataset_settings` merged into `settings`, and
-    /// the per-dataset fields cleared (so they enter a cell's key only through their effect).
+    /// The entry as it runs on `dataset`: its `dataset_settings` merged into `settings` (and
+    /// its `kernel.` keys into the kernel), the per-dataset fields cleared (so they enter a
+    /// cell's key only through their effect). Panics on a kernel override that the checker
+    /// (`try_on_dataset`) rejects.
     pub fn on_dataset(&self, dataset: &str) -> MethodEntry {
+        self.try_on_dataset(dataset).unwrap_or_else(|e| panic!("unchecked spec: {e}"))
+    }
+
+    /// `on_dataset`, with a kernel override that does not make a kernel as an error.
+    pub fn try_on_dataset(&self, dataset: &str) -> Result<MethodEntry, String> {
         let mut entry = MethodEntry { datasets: Vec::new(), dataset_settings: BTreeMap::new(), ..self.clone() };
-        if let Some(serde_json::Value::Object(over)) = self.dataset_settings.get(dataset) {
-            if !entry.settings.is_object() {
-                entry.settings = serde_json::Value::Object(Default::default());
-            }
-            let settings = entry.settings.as_object_mut().expect("an object");
-            for (k, v) in over {
-                settings.insert(k.clone(), v.clone());
+        let Some(serde_json::Value::Object(over)) = self.dataset_settings.get(dataset) else { return Ok(entry) };
+        if over.keys().any(|k| !k.starts_with("kernel.")) && !entry.settings.is_object() {
+            entry.settings = serde_json::Value::Object(Default::default());
+        }
+        let mut kernel = None;
+        for (k, v) in over {
+            match k.strip_prefix("kernel.") {
+                Some(path) => {
+                    let json = kernel.get_or_insert_with(|| serde_json::to_value(&entry.kernel).expect("a kernel serialises"));
+                    expand::set_path(json, path, v.clone()).map_err(|e| format!("dataset_settings.{dataset}.{k}: {e}"))?;
+                }
+                None => {
+                    entry.settings.as_object_mut().expect("an object").insert(k.clone(), v.clone());
+                }
             }
         }
-        entry
+        if let Some(json) = kernel {
+            entry.kernel =
+                serde_json::from_value(json).map_err(|e| format!("dataset_settings.{dataset}: the kernel with its overrides: {e}"))?;
+            entry.kernel.validate().map_err(|e| format!("dataset_settings.{dataset}: {e}"))?;
+        }
+        Ok(entry)
     }
 }
 
