@@ -72,5 +72,8 @@ fn main() {
             b / a,
             cc / b
         );
+        // With d well above p the O(n d^2) updates of M dominate the O(n d p) kernel columns.
+        let (e, f) = (time(2 * half, 400), time(2 * half, 800));
+        println!("ivm selection at a fixed kernel, n = {}: d = 400: {e:.2} s; d = 800: {f:.2} s (x{:.2}; O(n d^2) gives x4 once d >> p = {p})", 2 * half, f / e);
     });
 }
