@@ -109,6 +109,37 @@ pub(crate) fn s_step(
     }
 }
 
+/// The S-step (61) for every datum at its (m_i, V_i) (the sparse method passes (m_fi, V_fi),
+/// §4.2): a few fixed-point rounds each, because A depends on S through g-bar (notes D§2.4.7).
+/// `what` names V's blocks in a factorisation error.
+pub(crate) fn s_sweep(
+    v_blocks: &[Mat<f64>],
+    m: &[f64],
+    b: &[f64],
+    s: &mut [Mat<f64>],
+    basis: Basis,
+    what: &str,
+    stats: &mut FitStats,
+) -> Result<(), FitError> {
+    let c = if v_blocks.is_empty() { 0 } else { v_blocks[0].nrows() };
+    for (i, (vi, si)) in v_blocks.iter().zip(s.iter_mut()).enumerate() {
+        let lv = chol(vi, what)?;
+        let (mi, bi) = (&m[i * c..(i + 1) * c], &b[i * c..(i + 1) * c]);
+        let mut t = datum_terms(mi, vi, lv.log_det(), bi, si, basis)?;
+        for _ in 0..5 {
+            let before = t.h_core;
+            let (s_new, t_new, ls) = s_step(mi, vi, &lv, bi, si, t, basis)?;
+            stats.s_line_searches += ls as usize;
+            *si = s_new;
+            t = t_new;
+            if (t.h_core - before).abs() < 1e-13 * before.abs().max(1.0) {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// One b-step for one datum (Sec. 3.1): fixed point b = g-bar, else Newton with a
 /// false-position step on the directional derivative.
 pub(super) fn b_step(

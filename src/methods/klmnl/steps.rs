@@ -285,25 +285,7 @@ pub(super) fn mix_slope_at_zero(pr: &Prior, st: &State, vnew: &VState) -> Result
     Ok(0.5 * slope)
 }
 
+/// The S-step (61) for every datum.
 pub(super) fn s_steps(pr: &Prior, st: &mut State, m: &[f64], stats: &mut FitStats) -> Result<(), FitError> {
-    let c = pr.c;
-    // S-step for every datum (61).
-    for i in 0..pr.n {
-        let vi = st.v.blocks[i].clone();
-        let lv = chol(&vi, "V_i")?;
-        let (mi, bi) = (&m[i * c..(i + 1) * c], &st.b[i * c..(i + 1) * c]);
-        let mut t = datum_terms(mi, &vi, lv.log_det(), bi, &st.s[i], pr.basis())?;
-        // A depends on S through g-bar: a few fixed-point rounds per sweep (notes D§2.4.7).
-        for _ in 0..5 {
-            let before = t.h_core;
-            let (s_new, t_new, ls) = s_step(mi, &vi, &lv, bi, &st.s[i], t, pr.basis())?;
-            stats.s_line_searches += ls as usize;
-            st.s[i] = s_new;
-            t = t_new;
-            if (t.h_core - before).abs() < 1e-13 * before.abs().max(1.0) {
-                break;
-            }
-        }
-    }
-    Ok(())
+    s_sweep(&st.v.blocks, m, &st.b, &mut st.s, pr.basis(), "V_i", stats)
 }

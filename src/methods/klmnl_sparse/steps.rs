@@ -2,19 +2,6 @@
 //! with m = K_f (y - b), and V (R) by its fixed point or a convex mix.
 use super::*;
 
-/// Running counters for diagnostics.
-#[derive(Clone, Debug, Default)]
-pub struct FitStats {
-    pub sweeps: usize,
-    pub s_line_searches: usize,
-    pub b_line_searches: usize,
-    pub v_line_searches: usize,
-    pub max_b_minus_gbar: f64,
-    pub converged: bool,
-    pub stopped_at_floor: bool,
-    pub bound_trace: Vec<f64>,
-}
-
 /// m_f = L~ L~^T (y - b).
 pub(super) fn mf_of(pr: &SparsePrior, b: &[f64]) -> Vec<f64> {
     let ymb: Vec<f64> = pr.y1().iter().zip(b).map(|(y, b)| y - b).collect();
@@ -22,26 +9,10 @@ pub(super) fn mf_of(pr: &SparsePrior, b: &[f64]) -> Vec<f64> {
 }
 
 /// The S-step (61) for every datum, as in the dense method with (m_fi, V_fi) for (m_i, V_i)
-/// (§4.2), a few fixed-point rounds each because A depends on S through g-bar.
+/// (§4.2).
 pub(super) fn s_steps(pr: &SparsePrior, st: &mut SState, mf: &[f64], stats: &mut FitStats) -> Result<(), FitError> {
-    let c = pr.c();
-    for i in 0..pr.n() {
-        let vi = &st.v.blocks[i];
-        let lv = chol(vi, "V_fi")?;
-        let (mi, bi) = (&mf[i * c..(i + 1) * c], &st.b[i * c..(i + 1) * c]);
-        let mut t = datum_terms(mi, vi, lv.log_det(), bi, &st.s[i], Basis::CLASS)?;
-        for _ in 0..5 {
-            let before = t.h_core;
-            let (s_new, t_new, ls) = s_step(mi, vi, &lv, bi, &st.s[i], t, Basis::CLASS)?;
-            stats.s_line_searches += ls as usize;
-            st.s[i] = s_new;
-            t = t_new;
-            if (t.h_core - before).abs() < 1e-13 * before.abs().max(1.0) {
-                break;
-            }
-        }
-    }
-    Ok(())
+    debug_assert_eq!(st.v.blocks.len(), pr.n());
+    s_sweep(&st.v.blocks, mf, &st.b, &mut st.s, Basis::CLASS, "V_fi", stats)
 }
 
 /// P v with P = L~ L~^T + blockdiag(S_i^{-1}) (= Q + S^{-1}, Q the Nystrom matrix).
