@@ -73,7 +73,6 @@ pub(super) fn fit_variational(
     let (mut cur, _) = bound(pr, &st, &m)?;
     let mut stats = FitStats { bound_trace: vec![cur], w_path_eta: warm.and_then(|w| w.w_path_eta), ..Default::default() };
     let mut lk: Option<Chol> = None;
-    let mut flat_sweeps = 0;
     for sweep in 0..params.max_sweeps {
         if let Some(ctx) = ctx {
             ctx.check_deadline()?;
@@ -87,20 +86,7 @@ pub(super) fn fit_variational(
         // b - g-bar at the current point (ḡ does not depend on V).
         let (_, terms) = bound(pr, &st, &m)?;
         stats.max_b_minus_gbar = (0..pr.n * c).map(|k| (st.b[k] - terms[k / c].gbar[k % c]).abs()).fold(0.0, f64::max);
-        stats.sweeps = sweep + 1;
-        stats.bound_trace.push(cur);
-        flat_sweeps = if (cur - start).abs() <= params.tol * cur.abs().max(1.0) { flat_sweeps + 1 } else { 0 };
-        if flat_sweeps > 0 && stats.max_b_minus_gbar < params.b_tol {
-            stats.converged = true;
-            break;
-        }
-        // With a large signal variance b - g-bar can stall above b_tol (1e-7 on glass at
-        // sigma^2 ~ 13) while the bound no longer moves beyond rounding: the optimum is reached
-        // as far as floating point resolves it (the envelope-theorem gradient is then accurate to
-        // the same order), so stop instead of sweeping to max_sweeps.
-        if flat_sweeps >= FLAT_SWEEPS_AT_FLOOR {
-            stats.converged = true;
-            stats.stopped_at_floor = true;
+        if stats.end_sweep(sweep, start, cur, params.tol, params.b_tol) {
             break;
         }
     }

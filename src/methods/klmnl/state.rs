@@ -42,6 +42,31 @@ pub struct FitStats {
     pub bound_trace: Vec<f64>,
     /// Largest diagonal jitter added to factor K for the V mix (0 when none was needed).
     pub max_jitter: f64,
+    /// Sweeps in a row, up to the last, that moved the bound by at most tol.
+    pub flat_sweeps: usize,
+}
+
+impl FitStats {
+    /// Record sweep `sweep`, which took the bound from `start` to `cur` (with `max_b_minus_gbar`
+    /// set at its end), and say whether the sweeps stop: the bound flat within `tol` and
+    /// b - g-bar below `b_tol`, or the bound flat for FLAT_SWEEPS_AT_FLOOR sweeps in a row. With
+    /// a large signal variance b - g-bar can stall above b_tol (1e-7 on glass at sigma^2 ~ 13)
+    /// while the bound no longer moves beyond rounding: the optimum is reached as far as
+    /// floating point resolves it (the envelope-theorem gradient is then accurate to the same
+    /// order), so the sweeps stop instead of running to max_sweeps. Shared by the dense and the
+    /// sparse fit (klmnl_sparse).
+    pub(crate) fn end_sweep(&mut self, sweep: usize, start: f64, cur: f64, tol: f64, b_tol: f64) -> bool {
+        self.sweeps = sweep + 1;
+        self.bound_trace.push(cur);
+        self.flat_sweeps = if (cur - start).abs() <= tol * cur.abs().max(1.0) { self.flat_sweeps + 1 } else { 0 };
+        if self.flat_sweeps > 0 && self.max_b_minus_gbar < b_tol {
+            self.converged = true;
+        } else if self.flat_sweeps >= FLAT_SWEEPS_AT_FLOOR {
+            self.converged = true;
+            self.stopped_at_floor = true;
+        }
+        self.converged
+    }
 }
 
 pub(super) fn m_of(pr: &Prior, b: &[f64]) -> Vec<f64> {

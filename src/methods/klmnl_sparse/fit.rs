@@ -1,9 +1,6 @@
 //! The sweeps to convergence of the variational fit for one inducing set, and warm starts.
 use super::*;
 
-/// Sweeps in a row with the bound within tol after which b - g-bar is taken to be at its floor.
-const FLAT_SWEEPS_AT_FLOOR: usize = 5;
-
 /// The fitted variational posterior for one inducing set and kernel.
 pub(super) struct VarFit {
     pub st: SState,
@@ -34,7 +31,6 @@ pub(super) fn fit_variational(
     };
     let mut cur = bound(pr, &st)?.value;
     let mut stats = FitStats { bound_trace: vec![cur], ..Default::default() };
-    let mut flat_sweeps = 0;
     for sweep in 0..params.max_sweeps {
         if let Some(ctx) = ctx {
             ctx.check_deadline()?;
@@ -48,16 +44,7 @@ pub(super) fn fit_variational(
         cur = v_step(pr, &mut st, &mf, cur, &mut stats)?;
         let bt = bound(pr, &st)?;
         stats.max_b_minus_gbar = (0..pr.n() * c).map(|k| (st.b[k] - bt.terms[k / c].gbar[k % c]).abs()).fold(0.0, f64::max);
-        stats.sweeps = sweep + 1;
-        stats.bound_trace.push(cur);
-        flat_sweeps = if (cur - start).abs() <= params.tol * cur.abs().max(1.0) { flat_sweeps + 1 } else { 0 };
-        if flat_sweeps > 0 && stats.max_b_minus_gbar < params.b_tol {
-            stats.converged = true;
-            break;
-        }
-        if flat_sweeps >= FLAT_SWEEPS_AT_FLOOR {
-            stats.converged = true;
-            stats.stopped_at_floor = true;
+        if stats.end_sweep(sweep, start, cur, params.tol, params.b_tol) {
             break;
         }
     }
