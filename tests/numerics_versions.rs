@@ -15,7 +15,7 @@ const RECORDED: &[(&str, &str, &str)] = &[
     ("klmnl_sparse", "klmnl_sparse=1,klmnl=1", "4923e4a73efaceb9"),
     ("mc_mnl", "importance=1,klmnl=1", "2682e10328134bc5"),
     ("mc_mnp", "importance=1,klmnl=1", "a0f4962c1878e685"),
-    ("laplace", "laplace=2", "f0aa7b2a0ce0febb"),
+    ("laplace", "laplace=3", "8659a7bd7b32093b"),
     ("vbmnp", "vbmnp=1", "0d16a0079d243cbe"),
     ("vbmnp_sparse", "vbmnp_sparse=1", "5b8c172000bc4340"),
     ("gibbs_mnp", "gibbs_mnp=1", "25b91bf9542d09ce"),
