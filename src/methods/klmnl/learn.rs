@@ -42,6 +42,8 @@ impl Klmnl {
         }
         let mut diagnostics = Diagnostics::default();
         let warm_retries = std::sync::atomic::AtomicUsize::new(0);
+        // Sweeps over all evaluations of the bound (the work of the search: the benchmark's flop count).
+        let search_sweeps = std::sync::atomic::AtomicUsize::new(0);
         let mut hyper_evals = 0usize;
         let mut final_warm: Option<WarmStart> = None;
         let learn_kernel = hyper == HyperPolicy::Learn;
@@ -75,6 +77,7 @@ impl Klmnl {
                     })?,
                     None => fit_variational(&pr, &params, None, Some(ctx_ref))?,
                 };
+                search_sweeps.fetch_add(fit.stats.sweeps, std::sync::atomic::Ordering::Relaxed);
                 let env = envelope(&pr, &fit, learn_kc);
                 let mut g = hyper_gradient(&env, &dkx);
                 if learn_kc {
@@ -144,6 +147,7 @@ impl Klmnl {
             .number("line_searches_b", fit.stats.b_line_searches as f64)
             .number("line_searches_v", fit.stats.v_line_searches as f64)
             .number("hyper_evaluations", hyper_evals as f64)
+            .number("hyper_sweeps", search_sweeps.into_inner() as f64)
             .number("warm_start_retries", warm_retries.into_inner() as f64);
         let s2 = kernel.log_variance.exp();
         let n = problem.y.len() as f64;

@@ -39,6 +39,11 @@ pub struct FitStats {
     /// The last step length accepted on the W path of [`v_step`] (here or in the fit this one
     /// was warm-started from).
     pub w_path_eta: Option<f64>,
+    /// Whether that step was the W path's first proposal: the next sweep's path then starts at
+    /// twice it, else at it.
+    pub w_path_first: bool,
+    /// Sweeps in a row whose full V^fx proposal (S re-optimised at it) was rejected.
+    pub full_v_rejections: usize,
     pub bound_trace: Vec<f64>,
     /// Largest diagonal jitter added to factor K for the V mix (0 when none was needed).
     pub max_jitter: f64,

@@ -141,18 +141,26 @@ pub(super) fn v_step(
     // V-steps contract by only 1/2 per sweep in one dimension, and far less with correlated
     // data (70-200 sweeps on glass), whereas W^fx = S*(V_i) - V_i^{-1} depends only weakly on
     // V (W^fx -> A_i as V_i -> 0), so this step converges in about ten sweeps.
-    if let Ok(ve) = v_from_w(pr, &w) {
-        let mut cand = State { b: st.b.clone(), s: st.s.clone(), v: ve, w_prev: w.clone(), w_exact: true };
-        let mut cand_stats = FitStats::default();
-        if s_steps(pr, &mut cand, m, &mut cand_stats).is_ok() {
-            if let Ok((v, _)) = bound(pr, &cand, m) {
-                if accept(v, cur) {
-                    stats.s_line_searches += cand_stats.s_line_searches;
-                    *st = cand;
-                    return Ok(v);
+    // Near the optimum of a warm-started fit that step is rejected in most sweeps (the W path
+    // below settles at eta 1/8 on glass) and each rejection costs an O(p^3) V: after two
+    // rejections in a row it is tried only every fourth sweep.
+    let try_full = stats.full_v_rejections < 2 || stats.sweeps.is_multiple_of(4);
+    if try_full {
+        if let Ok(ve) = v_from_w(pr, &w) {
+            let mut cand = State { b: st.b.clone(), s: st.s.clone(), v: ve, w_prev: w.clone(), w_exact: true };
+            let mut cand_stats = FitStats::default();
+            if s_steps(pr, &mut cand, m, &mut cand_stats).is_ok() {
+                if let Ok((v, _)) = bound(pr, &cand, m) {
+                    if accept(v, cur) {
+                        stats.s_line_searches += cand_stats.s_line_searches;
+                        stats.full_v_rejections = 0;
+                        *st = cand;
+                        return Ok(v);
+                    }
                 }
             }
         }
+        stats.full_v_rejections += 1;
     }
     // Otherwise, at fixed S: the fixed point W^fx = S - V_blk^{-1} (eq. 28) overshoots (in one
     // dimension the map W -> W^fx has derivative -1 at the optimum), so propose
@@ -161,18 +169,19 @@ pub(super) fn v_step(
     // not lower the bound; else the paper's V-space convex mix by false position. The W path
     // starts at the current V only if V = (K^{-1} + W_prev)^{-1}; after a V-space mix it starts
     // at the V before the mix, below the current bound, so it is skipped.
-    // A warm-started fit (hyper-parameter learning) starts the path at twice the eta its
-    // predecessor last accepted: on glass it settles at 1/8 or 1/16 in most evaluations, which
-    // from 1/2 would cost two or three rejected O(p^3) proposals.
+    // The path starts at the eta last accepted (in this fit or, warm-started, its predecessor),
+    // or at twice it when that was the first proposal of its path: on glass it settles at 1/8
+    // or 1/16 in most sweeps, which from 1/2 would cost two or three rejected O(p^3) proposals
+    // a sweep, and from twice the last eta one.
     let etas: Vec<f64> = match (st.w_exact, stats.w_path_eta) {
         (false, _) => Vec::new(),
         (true, None) => vec![0.5, 0.25, 0.125, 1.0 / 16.0, 1.0 / 64.0, 1.0 / 256.0],
         (true, Some(last)) => {
-            let start = (2.0 * last).min(0.5);
+            let start = if stats.w_path_first { (2.0 * last).min(0.5) } else { last };
             (0..6).map(|k| start / 2f64.powi(k)).filter(|&e| e >= 1.0 / 256.0).collect()
         }
     };
-    for eta in etas {
+    for (k, eta) in etas.into_iter().enumerate() {
         let we: Vec<Mat<f64>> = st.w_prev.iter().zip(&w).map(|(a, b)| a * faer::Scale(1.0 - eta) + b * faer::Scale(eta)).collect();
         let Ok(ve) = v_from_w(pr, &we) else { continue };
         if let Ok((v, _)) = bound_at(pr, &ve, &st.s, &st.b, m) {
@@ -180,6 +189,7 @@ pub(super) fn v_step(
                 st.v = ve;
                 st.w_prev = we;
                 stats.w_path_eta = Some(eta);
+                stats.w_path_first = k == 0;
                 return Ok(v);
             }
         }

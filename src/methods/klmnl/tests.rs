@@ -517,3 +517,20 @@ fn settings_are_checked_by_name() {
     assert!(e.contains("settings.hyper_tol"), "{e}");
     assert!(KlmnlParams::from_settings(&serde_json::json!({"max_sweep": 3})).is_err());
 }
+
+#[test]
+fn the_envelope_from_the_factor_of_t_matches_the_dense_contraction() {
+    // R from Z (T = Z^T Z kept factored) against the dense pass over T, for the identity and a
+    // rotated (non-diagonal) K^c.
+    let (x, y) = toy(9, 3, 4);
+    let kern = SqExp { log_variance: 0.5, log_lengthscales: vec![0.1; 2], learn_variance: true };
+    for kc in [eye(3), rotated_kc(&[2.0, 0.7, 0.3], 5)] {
+        let pr = Prior::new(kern.gram(&x), kc, &y).unwrap();
+        let fit = fit_variational(&pr, &KlmnlParams::default(), None, None).unwrap();
+        assert!(matches!(fit.st.v.t, TRep::Fx { .. }), "the test needs a factored T");
+        let fast = envelope(&pr, &fit, false).r;
+        let dense = envelope(&pr, &fit, true).r;
+        let scale = dense.norm_max();
+        assert!((&fast - &dense).norm_max() < 1e-12 * scale.max(1.0), "{:?} vs {:?}", fast, dense);
+    }
+}

@@ -1,39 +1,72 @@
 //! The hyper-parameter search both Laplace likelihoods share: L-BFGS on the approximate log
 //! evidence, with budgets and checkpoints.
+use super::LaplaceParams;
 use crate::kernels::Kernel;
 use crate::methods::optimize::minimize_lbfgs;
 use crate::methods::{Diagnostics, FitContext, FitError, Fitted, StopReason};
+use faer::Mat;
+
+/// What an evaluation leaves for the next one's Newton start: the mode's a, and where known its
+/// derivative w.r.t. the log-parameters ([dim, P]), from which the next mode is predicted to
+/// first order (the implicit-function derivative the gradient computes anyway): Newton then
+/// starts O(|d theta|^2) from the mode instead of O(|d theta|).
+pub(super) struct WarmStart {
+    pub(super) a: Vec<f64>,
+    pub(super) da_dtheta: Option<Mat<f64>>,
+}
+
+impl WarmStart {
+    /// The starts to try at log-parameters `p`, having been computed at `at`: the predicted a
+    /// (first), then a itself (a line search's far trial points can make the prediction worse).
+    fn candidates(&self, at: &[f64], p: &[f64]) -> Vec<Vec<f64>> {
+        let Some(da) = &self.da_dtheta else { return vec![self.a.clone()] };
+        let mut pred = self.a.clone();
+        for (j, (x, x0)) in p.iter().zip(at).enumerate() {
+            let step = x - x0;
+            if step != 0.0 {
+                for (k, v) in pred.iter_mut().enumerate() {
+                    *v += da[(k, j)] * step;
+                }
+            }
+        }
+        vec![pred, self.a.clone()]
+    }
+}
 
 /// Maximise an approximate log evidence over the kernel's free log-parameters by L-BFGS
 /// (shared by both likelihoods). `evidence(kernel, warm)` returns the value, its gradient and
-/// the mode, whose `warm_start` seeds the next evaluation's Newton iteration. Evaluations are
+/// the mode, whose `warm_start` seeds the next evaluation's Newton iteration (candidate starts,
+/// the best taken). Evaluations are
 /// the outer iterations: each traces the best value so far as `log_evidence`, a budget ends the
 /// search at the best point, and at scheduled checkpoints `model(kernel, mode)` of the best
 /// point so far is scored. Records the optimiser's diagnostics.
 pub(super) fn learn_kernel<Mo: Clone + Send + Sync>(
     kernel: &dyn Kernel,
-    max_iters: u64,
+    params: &LaplaceParams,
     ctx: &FitContext,
     diagnostics: &mut Diagnostics,
-    evidence: impl Fn(&dyn Kernel, Option<&[f64]>) -> Result<(f64, Vec<f64>, Mo), FitError> + Sync,
-    warm_start: impl Fn(&Mo) -> Vec<f64> + Sync,
+    evidence: impl Fn(&dyn Kernel, &[&[f64]]) -> Result<(f64, Vec<f64>, Mo), FitError> + Sync,
+    warm_start: impl Fn(&Mo) -> WarmStart + Sync,
     model: impl Fn(Box<dyn Kernel>, Mo) -> Box<dyn Fitted> + Sync,
 ) -> Result<Box<dyn Kernel>, FitError> {
+    let max_iters = params.max_hyper_iters;
     let evals = std::sync::atomic::AtomicU64::new(0);
     // (evidence, kernel, mode when checkpoints need it) of the best evaluation so far.
     type Best<Mo> = Option<(f64, Box<dyn Kernel>, Option<Mo>)>;
     let best: std::sync::Mutex<Best<Mo>> = std::sync::Mutex::new(None);
-    let last_a: std::sync::Mutex<Option<Vec<f64>>> = std::sync::Mutex::new(None);
+    // The last evaluation's log-parameters and warm start.
+    let last: std::sync::Mutex<Option<(Vec<f64>, WarmStart)>> = std::sync::Mutex::new(None);
     let cost = |p: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
         ctx.check_deadline()?;
         let done = evals.load(std::sync::atomic::Ordering::Relaxed);
         if let Some(stop) = ctx.budget_stop(done) {
             return Err(FitError::Stop(stop));
         }
-        let warm = last_a.lock().expect("warm-start lock").clone();
+        let starts = last.lock().expect("warm-start lock").as_ref().map(|(at, w)| w.candidates(at, p)).unwrap_or_default();
+        let starts: Vec<&[f64]> = starts.iter().map(Vec::as_slice).collect();
         let k = kernel.with_log_params(p);
-        let (v, g, mode) = evidence(k.as_ref(), warm.as_deref())?;
-        *last_a.lock().expect("warm-start lock") = Some(warm_start(&mode));
+        let (v, g, mode) = evidence(k.as_ref(), &starts)?;
+        *last.lock().expect("warm-start lock") = Some((p.to_vec(), warm_start(&mode)));
         let iter = evals.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         // Trace the best evidence so far (line-search trial points would make it jagged).
         let mut best = best.lock().expect("best-point lock");
@@ -45,7 +78,7 @@ pub(super) fn learn_kernel<Mo: Clone + Send + Sync>(
         ctx.checkpoint(iter, Some(*b), || Ok(model(bk.clone(), bm.clone().expect("kept with checkpoints"))))?;
         Ok((-v, g.iter().map(|x| -x).collect()))
     };
-    let min = minimize_lbfgs(&cost, &kernel.log_params(), &kernel.free_mask(), max_iters, 1e-10)?;
+    let min = minimize_lbfgs(&cost, &kernel.log_params(), &kernel.free_mask(), max_iters, params.hyper_tol)?;
     diagnostics.iterations = Some(evals.into_inner());
     diagnostics.stop_reason =
         Some(min.stopped_by.unwrap_or(if min.iterations >= max_iters { StopReason::MaxIterations } else { StopReason::Converged }));

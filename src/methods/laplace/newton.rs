@@ -3,6 +3,12 @@
 //! curvature at the mode that the evidence, its gradient and the predictive need.
 use super::LaplaceParams;
 use crate::linalg::{log_sum_exp, matvec, softmax_in_place, Chol};
+use faer::MatRef;
+
+/// Column j of a column-major matrix as a slice.
+pub(super) fn column(m: MatRef<'_, f64>, j: usize) -> &[f64] {
+    m.col(j).try_as_col_major().expect("column-major storage").as_slice()
+}
 use crate::methods::FitError;
 use faer::Mat;
 
@@ -26,6 +32,9 @@ pub(super) struct Mode {
     /// The Laplace approximation to log p(y | X): Psi - 1/2 log |I + K W|.
     pub(super) log_evidence: f64,
     pub(super) newton_iters: usize,
+    /// da-hat/d(log-parameter p) as column p, class-major [C n, P], where the gradient was
+    /// computed (`evidence_and_grad`): the next evaluation's Newton start is predicted by it.
+    pub(super) da_dtheta: Option<Mat<f64>>,
 }
 
 /// Psi(f) for f = K a.
@@ -61,19 +70,36 @@ pub(super) fn class_probs(f: &[f64], n: usize, n_classes: usize) -> Vec<f64> {
 /// E_c for every class, the Cholesky of their sum, and 1/2 log |I + K W| (GPML Alg. 3.3 lines 5-9).
 /// E_c = D_c^1/2 B_c^{-1} D_c^1/2 comes from B_c's Cholesky inverse (n^3 / 2 multiply-adds a
 /// class with the factor; solving L_c Q = D_c^1/2 and forming Q^T Q took 5 n^3 / 3).
+/// B_c's lower triangle is written straight into one reused factor's storage and E_c scaled in
+/// place, column by column on slices: at n ~ 100 element-wise passes through indexing closures
+/// cost as much as the factorisations.
 pub(super) fn curvature(K: &Mat<f64>, pi: &[f64], n_classes: usize) -> Result<(Vec<Mat<f64>>, Chol, f64), FitError> {
     let n = K.nrows();
     let mut E = Vec::with_capacity(n_classes);
     let mut half_log_det = 0.0;
     let mut sum_e = Mat::<f64>::zeros(n, n);
+    let mut L = Chol::workspace(n);
+    let mut sq = vec![0.0; n];
     for c in 0..n_classes {
-        let sq: Vec<f64> = pi[c * n..(c + 1) * n].iter().map(|p| p.sqrt()).collect();
-        let B = Mat::from_fn(n, n, |i, j| (if i == j { 1.0 } else { 0.0 }) + sq[i] * K[(i, j)] * sq[j]);
-        let L = Chol::factor(B.as_ref(), "I + D^1/2 K D^1/2")?;
+        for (s, p) in sq.iter_mut().zip(&pi[c * n..(c + 1) * n]) {
+            *s = p.sqrt();
+        }
+        L.refactor_lower("I + D^1/2 K D^1/2", |j, col| {
+            let k = &column(K.as_ref(), j)[j..];
+            for (r, (b, kij)) in col.iter_mut().zip(k).enumerate() {
+                *b = (if r == 0 { 1.0 } else { 0.0 }) + sq[j + r] * kij * sq[j];
+            }
+        })?;
         half_log_det += 0.5 * L.log_det();
-        let b_inv = L.inverse();
-        let Ec = Mat::from_fn(n, n, |i, j| sq[i] * b_inv[(i, j)] * sq[j]);
-        sum_e += &Ec;
+        let mut Ec = L.inverse();
+        for j in 0..n {
+            let e = Ec.col_mut(j).try_as_col_major_mut().expect("a fresh Mat is column-major").as_slice_mut();
+            let s = sum_e.col_mut(j).try_as_col_major_mut().expect("a fresh Mat is column-major").as_slice_mut();
+            for (i, (e, s)) in e.iter_mut().zip(s).enumerate() {
+                *e = sq[i] * *e * sq[j];
+                *s += *e;
+            }
+        }
         E.push(Ec);
     }
     let M = Chol::factor(sum_e.as_ref(), "sum_c E_c")?;
@@ -84,15 +110,9 @@ pub(super) fn curvature(K: &Mat<f64>, pi: &[f64], n_classes: usize) -> Result<(V
 /// Newton's method for the posterior mode (GPML Alg. 3.3): `newton_ascent` with the
 /// multinomial-logit step.
 ///
-/// `warm` is an `a` from a nearby kernel (hyper-parameter learning): f = K a is then a good
-/// start, used only when it beats f = 0.
-pub(super) fn find_mode(
-    K: &Mat<f64>,
-    y: &[usize],
-    n_classes: usize,
-    params: &LaplaceParams,
-    warm: Option<&[f64]>,
-) -> Result<Mode, FitError> {
+/// `warm` are candidate `a`s from a nearby kernel (hyper-parameter learning): f = K a is then a
+/// good start; the best of them and f = 0 is taken.
+pub(super) fn find_mode(K: &Mat<f64>, y: &[usize], n_classes: usize, params: &LaplaceParams, warm: &[&[f64]]) -> Result<Mode, FitError> {
     let n = K.nrows();
     let nc = n * n_classes;
     let step = |f: &[f64]| -> Result<Vec<f64>, FitError> {
@@ -133,7 +153,7 @@ pub(super) fn find_mode(
     let (f, a, psi) = (ascent.f, ascent.a, ascent.psi);
     let pi = class_probs(&f, n, n_classes);
     let (E, M, half_log_det) = curvature(K, &pi, n_classes)?;
-    Ok(Mode { n, n_classes, f, a, pi, E, M, psi, log_evidence: psi - half_log_det, newton_iters: ascent.iters })
+    Ok(Mode { n, n_classes, f, a, pi, E, M, psi, log_evidence: psi - half_log_det, newton_iters: ascent.iters, da_dtheta: None })
 }
 
 /// The end point of `newton_ascent`: a and f = K a at the mode, Psi there, Newton steps taken.
@@ -147,7 +167,8 @@ pub(super) struct Ascent {
 /// Damped Newton ascent on Psi(f) = -1/2 a^T f + log p(y | f), f = K a, shared by both
 /// likelihoods: `step(f)` returns the full Newton step's a (GPML Alg. 3.1 line 7 or 3.3
 /// line 10), which is halved towards the current a (f = K a is linear) whenever it would
-/// lower Psi. Starts from f = 0, or from f = K `warm` when that is better. Stops when Psi
+/// lower Psi. Starts from the best of f = 0 and f = K a for the candidates a in `warm` (the
+/// first of equals). Stops when Psi
 /// changes by less than `newton_tol` relative, or after `max_newton_iters` steps.
 pub(super) fn newton_ascent(
     dim: usize,
@@ -155,12 +176,12 @@ pub(super) fn newton_ascent(
     objective: impl Fn(&[f64], &[f64]) -> f64,
     mut step: impl FnMut(&[f64]) -> Result<Vec<f64>, FitError>,
     params: &LaplaceParams,
-    warm: Option<&[f64]>,
+    warm: &[&[f64]],
 ) -> Result<Ascent, FitError> {
     let mut f = vec![0.0; dim];
     let mut a = vec![0.0; dim];
     let mut psi = objective(&a, &f);
-    if let Some(a0) = warm {
+    for &a0 in warm {
         let f0 = kmul(a0);
         let psi0 = objective(a0, &f0);
         if psi0 > psi {

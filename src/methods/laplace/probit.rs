@@ -7,7 +7,7 @@
 //! W = -d^2 log Phi(t f)/df^2 lies in (0, 1) (`special::neg_d2_log_normal_cdf`, accurate in the
 //! far tails), so B = I + W^1/2 K W^1/2 has eigenvalues in [1, 1 + lambda_max(K)] and factorises
 //! without jitter; K itself is never inverted.
-use super::{learn_kernel, newton_ascent, Laplace, LaplaceParams};
+use super::{learn_kernel, newton_ascent, Laplace, LaplaceParams, WarmStart};
 use crate::kernels::{Kernel, KernelSet};
 use crate::linalg::{col, dot, matvec, to_vec, Chol};
 use crate::methods::{Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Prediction, Problem};
@@ -73,7 +73,7 @@ fn find_mode(K: &Mat<f64>, t: &[f64], params: &LaplaceParams, warm: Option<&[f64
         let v = to_vec(L.solve_lt(c.as_ref()).as_ref());
         Ok((0..n).map(|i| b[i] - sW[i] * v[i]).collect())
     };
-    let ascent = newton_ascent(n, |a| matvec(K.as_ref(), a), |a, f| objective(a, f, t), step, params, warm)?;
+    let ascent = newton_ascent(n, |a| matvec(K.as_ref(), a), |a, f| objective(a, f, t), step, params, warm.as_slice())?;
     let (grad, W) = grad_and_w(&ascent.f, t);
     let sW: Vec<f64> = W.iter().map(|w| w.sqrt()).collect();
     let L = factor_b(K, &sW)?;
@@ -160,11 +160,11 @@ impl Laplace {
             HyperPolicy::Fixed => kernel.clone_box(),
             HyperPolicy::Learn => learn_kernel(
                 kernel,
-                self.params.max_hyper_iters,
+                &self.params,
                 ctx,
                 &mut diagnostics,
-                |k, warm| evidence_and_grad(k, problem.x, &t, &self.params, warm),
-                |mode| mode.a.clone(),
+                |k, warm| evidence_and_grad(k, problem.x, &t, &self.params, warm.first().copied()),
+                |mode| WarmStart { a: mode.a.clone(), da_dtheta: None },
                 model,
             )?,
         };

@@ -1,0 +1,92 @@
+//! Shared by the dense-method benches (`laplace`, `klmnl`; issue 25): one core, the default
+//! settings a one-cell spec gets, ARD squared-exponential kernel with learned variance and
+//! length-scales, on split 0 of a 60/40 random split of glass, thyroid, wine and iris (glass:
+//! 128 training rows, C = 6, d = 9), plus glass with the kernel fixed. Prints the median fit
+//! time (process CPU seconds, so that other load on the machine does not inflate it), the work
+//! of the search, the flop rate reached on the method's counted dense work, the test log
+//! predictive (mean over the 40% held out), and the evidence and learned log-parameters, so
+//! that a change of the code can be checked for the same optimum.
+use mcgp::data::{default_data_dir, make_splits, Registry, SplitProtocol, Standardizer};
+use mcgp::kernels::{KernelParams, KernelSet};
+use mcgp::methods::{self, Diagnostics, FitContext, HyperPolicy, Problem};
+use rand::SeedableRng;
+
+/// Median CPU seconds of the process over `reps` calls: the fit runs on one thread, so on an
+/// idle machine this is its wall time, and other load on the machine does not inflate it.
+pub fn median_seconds(reps: usize, mut f: impl FnMut()) -> f64 {
+    let mut t: Vec<f64> = (0..reps)
+        .map(|_| {
+            let start = cpu_time::ProcessTime::now();
+            f();
+            start.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[reps / 2]
+}
+
+/// What a bench needs to know of a method: its name, repetitions per data set, and its counted
+/// flops from a fit's diagnostics (n rows, C classes, P kernel parameters), with a label saying
+/// what the count covers.
+pub struct DenseBench {
+    pub method: &'static str,
+    pub reps: usize,
+    pub flops: fn(n: f64, c: f64, params: f64, diag: &Diagnostics) -> f64,
+    pub work: fn(diag: &Diagnostics) -> String,
+}
+
+pub fn run(bench: &DenseBench) {
+    mcgp::tune_allocator();
+    faer::set_global_parallelism(faer::Par::Seq);
+    let registry = Registry::load(&default_data_dir()).expect("registry");
+    // The default settings; MCGP_BENCH_SETTINGS (JSON) overrides them for experiments.
+    let settings = std::env::var("MCGP_BENCH_SETTINGS").map(|s| serde_json::from_str(&s).expect("JSON settings")).unwrap_or_default();
+    let method = methods::build(bench.method, &settings).expect("method");
+    let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    for (name, ard, policy) in [
+        ("glass", false, HyperPolicy::Fixed),
+        ("glass", true, HyperPolicy::Learn),
+        ("thyroid", true, HyperPolicy::Learn),
+        ("wine", true, HyperPolicy::Learn),
+        ("iris", true, HyperPolicy::Learn),
+    ] {
+        if !only.is_empty() && !only.iter().any(|o| o == name) {
+            continue;
+        }
+        let data = registry.load_dataset(name).expect("dataset");
+        let protocol = SplitProtocol::Random { train_fraction: 0.6, repeats: 1, stratify: false, train_size: None, test_size: None };
+        let split = &make_splits(&protocol, &data, 1, &default_data_dir()).expect("split")[0];
+        let (train, test) = (data.subset(&split.train), data.subset(&split.test));
+        let standardizer = Standardizer::fit(&train.x);
+        let x = standardizer.transform(&train.x);
+        let xt = standardizer.transform(&test.x);
+        let problem = Problem { x: &x, y: &train.y, n_classes: data.n_classes() };
+        let kernel = KernelParams { ard, ..Default::default() }.build(data.d()).expect("kernel");
+        let kernels = KernelSet::shared_se(&kernel);
+        let fit = || {
+            let mut rng = rand_pcg::Pcg64::seed_from_u64(0);
+            let mut ctx = FitContext::new(&mut rng, None);
+            method.fit(&problem, &kernels, policy, &mut ctx).expect("fit")
+        };
+        let secs = median_seconds(bench.reps, || drop(fit()));
+        let fitted = fit();
+        let diag = fitted.diagnostics();
+        let (n, c) = (x.nrows() as f64, data.n_classes() as f64);
+        let label = if policy == HyperPolicy::Learn { "ARD learned" } else { "fixed kernel" };
+        let params = fitted.kernels().log_params().len() as f64;
+        let rate = (bench.flops)(n, c, params, &diag) / secs / 1e9;
+        let mut rng = rand_pcg::Pcg64::seed_from_u64(1);
+        let pred = fitted.predict(&xt, &mut rng).expect("predict");
+        let scores = pred.log_score.unwrap_or_else(|| pred.probs.mapv(f64::ln));
+        let tlp = test.y.iter().enumerate().map(|(i, &y)| scores[(i, y)]).sum::<f64>() / test.y.len() as f64;
+        println!(
+            "{} {name} (n = {n}, C = {c}), {label}: {secs:.3} CPU s (median of {}), {}, {rate:.1} GFlop/s counted, test log pred {tlp:.6}",
+            bench.method,
+            bench.reps,
+            (bench.work)(&diag)
+        );
+        let log_params: Vec<String> = fitted.kernels().log_params().iter().map(|v| format!("{v:.9}")).collect();
+        println!("    log evidence {:.10}, log-parameters [{}]", fitted.evidence().expect("evidence").value, log_params.join(", "));
+        println!("    stop: {:?}", diag.notes);
+    }
+}
