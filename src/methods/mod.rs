@@ -95,7 +95,9 @@ pub fn numerics_version(method: &str) -> Option<String> {
     let v = match method {
         "laplace" => format!("laplace={}", laplace::NUMERICS_VERSION),
         "klmnl" => format!("klmnl={}", klmnl::NUMERICS_VERSION),
-        "klmnl_sparse" => format!("klmnl_sparse={},klmnl={}", klmnl_sparse::NUMERICS_VERSION, klmnl::NUMERICS_VERSION),
+        // `klmnl=` names the version of the KL-MNL pieces the sparse method runs, not the whole
+        // dense method's (its V-step and hyper-parameter search are not used here).
+        "klmnl_sparse" => format!("klmnl_sparse={},klmnl={}", klmnl_sparse::NUMERICS_VERSION, klmnl::SHARED_NUMERICS_VERSION),
         "mc_mnl" | "mc_mnp" => format!("importance={},klmnl={}", importance::NUMERICS_VERSION, klmnl::NUMERICS_VERSION),
         "vbmnp" => format!("vbmnp={}", vbmnp::NUMERICS_VERSION),
         "vbmnp_sparse" => format!("vbmnp_sparse={}", vbmnp_sparse::NUMERICS_VERSION),

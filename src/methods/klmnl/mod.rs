@@ -70,6 +70,13 @@ use steps::*;
 /// are recomputed. `tests/numerics_versions.rs` fails when the output changes without a bump.
 pub const NUMERICS_VERSION: u32 = 2;
 
+/// Version of the pieces of this method that `klmnl_sparse` runs too (the per-datum terms and
+/// their jitter search, the S-sweep, the accept rule, `FitStats`' stopping rule). Bump it with
+/// `NUMERICS_VERSION` when a change moves their numbers; a change confined to the rest (the
+/// V-step, the envelope gradient, the hyper-parameter search: klmnl=2 was one) bumps only
+/// `NUMERICS_VERSION`, so sparse cells, whose numbers it cannot move, keep their keys.
+pub const SHARED_NUMERICS_VERSION: u32 = 1;
+
 impl Method for Klmnl {
     fn name(&self) -> &'static str {
         "klmnl"
