@@ -33,5 +33,12 @@ fn work(diag: &Diagnostics) -> String {
 }
 
 fn main() {
-    dense::run(&dense::DenseBench { method: "laplace", reps: 5, flops, work });
+    dense::run(&dense::DenseBench {
+        method: "laplace",
+        reps: 5,
+        flops,
+        work,
+        scaling_n: &[250, 500, 1000, 2000],
+        scaling_c: (&[2, 4, 8, 16, 26], 1000),
+    });
 }

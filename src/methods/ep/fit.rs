@@ -1,4 +1,4 @@
-//! The training loop (EP-inner-approx): per iteration one refinement of the sites (all of
+//! The training loop (EP-inner-approx or -exact): per iteration one refinement of the sites (all of
 //! them, or a minibatch's) and one step on the kernels and Z, until `max_iters`, the budget or
 //! the timeout; checkpoints scored off the clock.
 use super::state::State;
@@ -130,7 +130,7 @@ pub(crate) fn train(
         }
         if moves {
             let scale = n as f64 / rows.len() as f64;
-            let grad = state.gradient(&block, scale)?;
+            let grad = if p.scheme == Scheme::InnerExact { state.exact_gradient(&block)? } else { state.gradient(&block, scale)? };
             let before = theta.clone();
             if !use_adam {
                 rates.step(&mut theta, &grad, &free);
@@ -145,7 +145,7 @@ pub(crate) fn train(
                 rollbacks += 1;
             }
         }
-        if full && p.scheme == Scheme::InnerApprox {
+        if full && p.scheme != Scheme::Outer {
             damping *= p.damping_decay;
         }
         ctx.checkpoint_with(t, || state.log_z_q(x, y).ok(), || snapshot(&state))?;

@@ -55,3 +55,67 @@ pub(crate) fn class_gradient(
     }
     out
 }
+
+/// EP-inner-exact (Fig. 1): d log Z_q / d(class c's kernel log-parameters, Z^c) in full, the
+/// sites held fixed in inducing-value space but the cavities and q moving with K (eq. 10 holds
+/// them fixed). EP only (`view` from `ClassView::per_factor`), all rows.
+///
+/// log Z_q depends on class c through V = (K^{-1} + Sigma~)^{-1}, m = V mu~, the current
+/// directions u_i = K^{-1} k_i and the FITC variances s_i = kappa_i - k_i^T u_i, via the
+/// projections d_uu = u^T V u, d_uo = u^T V u_o, d_oo = u_o^T V u_o, t_u = u^T m, t_o = u_o^T m
+/// (adjoints from `GradScalars`: gb, exact_uo, exact_oo, ga, exact_to; s_i's is gb) and the
+/// prior part 1/2 log|V| + 1/2 mu~^T V mu~ - 1/2 log|K|. With dV = V K^{-1} dK K^{-1} V,
+/// K^{-1} V = A^{-1} K, a_i = A^{-1} k_i and b_i = A^{-1} k_o,i (the view's), the adjoints are
+///     Kbar  = sum_i [d_uu a a^T + d_uo sym(a b^T) + d_oo b b^T] + sym(mhat beta^T)
+///             - sym(e_i u_i^T) + sum_i s_i u_i u_i^T - M_c / 2,   mhat = sum_i (t_u a + t_o b),
+///     kbar_i = e_i - 2 s_i u_i,   e_i = 2 d_uu a_i + d_uo b_i + t_u beta   (= K^{-1} d/du_i),
+///     kappabar_i = s_i,
+/// with sym(X) = (X + X^T) / 2 and M_c as in `class_gradient` (the prior part: 1/2 A^{-1}
+/// + 1/2 beta beta^T - 1/2 K^{-1}).
+pub(crate) fn class_gradient_exact(
+    kernel: &dyn Kernel,
+    prior: &ClassPrior,
+    post: &ClassPosterior,
+    view: &ClassView,
+    x: &Array2<f64>,
+    g: &GradScalars,
+    class: usize,
+) -> InputGrads {
+    let (m, n) = (prior.m(), x.nrows());
+    let (u, a) = (&view.rows.dirs, &view.ainv_k);
+    let b = view.ainv_ko.as_ref().expect("EP-inner-exact needs EP's per-factor view");
+    let beta = &post.beta;
+    let col = |arr: &Array2<f64>, j: usize| arr[(j, class)];
+    let (d_uu, d_uo, d_oo, t_u, t_o) =
+        (|j| col(&g.gb, j), |j| col(&g.exact_uo, j), |j| col(&g.exact_oo, j), |j| col(&g.ga, j), |j| col(&g.exact_to, j));
+    let e = Mat::from_fn(m, n, |r, j| 2.0 * d_uu(j) * a[(r, j)] + d_uo(j) * b[(r, j)] + t_u(j) * beta[r]);
+    // One product [a | b | U diag(s) - E] [G1 | G2 | U]^T for the three rank-n sums, with
+    // G1 = a diag(d_uu) + b diag(d_uo / 2) and G2 = a diag(d_uo / 2) + b diag(d_oo).
+    let left = Mat::from_fn(m, 3 * n, |r, k| match k / n {
+        0 => a[(r, k)],
+        1 => b[(r, k - n)],
+        _ => d_uu(k - 2 * n) * u[(r, k - 2 * n)] - e[(r, k - 2 * n)],
+    });
+    let right = Mat::from_fn(m, 3 * n, |r, k| match k / n {
+        0 => d_uu(k) * a[(r, k)] + 0.5 * d_uo(k) * b[(r, k)],
+        1 => 0.5 * d_uo(k - n) * a[(r, k - n)] + d_oo(k - n) * b[(r, k - n)],
+        _ => u[(r, k - 2 * n)],
+    });
+    let sums = matmul_par(left.as_ref(), right.transpose());
+    let mhat: Vec<f64> = (0..m).map(|r| (0..n).map(|j| t_u(j) * a[(r, j)] + t_o(j) * b[(r, j)]).sum()).collect();
+    let eye = Mat::<f64>::identity(m, m);
+    let k_inv = prior.chol.solve(eye.as_ref());
+    let a_inv = post.a_chol.solve(eye.as_ref());
+    let kmm_bar = Mat::from_fn(m, m, |p, q| {
+        0.5 * (sums[(p, q)] + sums[(q, p)]) + 0.5 * (mhat[p] * beta[q] + beta[p] * mhat[q])
+            - 0.5 * (k_inv[(p, q)] - a_inv[(p, q)] - beta[p] * beta[q])
+    });
+    let kmn_bar = Mat::from_fn(m, n, |r, j| e[(r, j)] - 2.0 * d_uu(j) * u[(r, j)]);
+    let knn_bar: Vec<f64> = (0..n).map(d_uu).collect();
+    let mut out = kernel.gram_vjp(&prior.z, &prior.kmm, &kmm_bar);
+    out.add(&kernel.cross_vjp(&prior.z, x, &view.rows.kmn, &kmn_bar));
+    for (o, d) in out.params.iter_mut().zip(kernel.diag_vjp(x, &knn_bar)) {
+        *o += d;
+    }
+    out
+}

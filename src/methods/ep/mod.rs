@@ -90,6 +90,10 @@ pub enum Scheme {
     /// Refinements until the largest site change is below `outer_tol`, then one step
     /// (traditional EP; batch only).
     Outer,
+    /// As `inner_approx`, but the step follows the full derivative of log Z_q with the sites
+    /// held fixed (cavities and q moving with the kernels and Z), not eq. 10's (Fig. 1's
+    /// EP-inner-exact; `ep` with batch: full only).
+    InnerExact,
 }
 
 /// What moves the kernels and Z after a refinement.
@@ -181,6 +185,11 @@ impl EpParams {
         self.adam_lr.validate("settings.adam_lr")?;
         if self.scheme == Scheme::Outer && !self.batch.is_full() {
             return Err("settings.scheme: outer refines all sites to convergence, so it needs batch: full".into());
+        }
+        if self.scheme == Scheme::InnerExact && (tied || !self.batch.is_full()) {
+            return Err(
+                "settings.scheme: inner_exact differentiates every factor's own site, so it needs method: ep and batch: full".into()
+            );
         }
         if !(self.outer_tol > 0.0) || self.outer_max_sweeps == 0 {
             return Err("settings.outer_tol: positive; settings.outer_max_sweeps: at least 1".into());

@@ -4,9 +4,10 @@
 //! were stored along (N x C x M numbers: 0.96 GB on MNIST with M = 200). SEP keeps only the
 //! tied site of each class (C M^2 numbers, independent of N) and the count n_c of factors
 //! touching class c, (N - N_c) + N_c (C - 1): its cavity takes 1 - 1/n_c of the tied site.
-use super::gradient::class_gradient;
+use super::gradient::{class_gradient, class_gradient_exact};
 use super::sparse::{ClassPosterior, ClassPrior, PriorRows, SiteSums};
 use super::sweep::{sweep, ClassView, Sweep};
+use crate::kernels::InputGrads;
 use crate::kernels::KernelSet;
 use crate::likelihoods::pairwise_step::PairSites;
 use crate::methods::FitError;
@@ -232,21 +233,39 @@ impl State {
     }
 
     /// d log Z_q / d theta at the rows `rows` (likelihood part scaled by `scale`), theta = the
-    /// kernels' log-parameters then each class's Z (row-major).
+    /// kernels' log-parameters then each class's Z (row-major): eq. 10, the cavities held fixed.
     pub fn gradient(&self, block: &Block, scale: f64) -> Result<Vec<f64>, FitError> {
         let (views, stored) = self.views(block)?;
         let sw = sweep(&views, &block.y, &stored)?;
-        let xb = &block.x;
-        let c = self.n_classes();
-        let per: Vec<_> = (0..c)
+        let per: Vec<_> = (0..self.n_classes())
             .into_par_iter()
-            .map(|k| class_gradient(self.kernels.class(k), &self.priors[k], &self.posts[k], &views[k], xb, &sw.grad, k, scale))
+            .map(|k| class_gradient(self.kernels.class(k), &self.priors[k], &self.posts[k], &views[k], &block.x, &sw.grad, k, scale))
             .collect();
+        self.assemble(&per)
+    }
+
+    /// EP-inner-exact: the full d log Z_q / d theta with the sites held fixed in inducing-value
+    /// space (`class_gradient_exact`); `block` must hold every training row. EP only.
+    pub fn exact_gradient(&self, block: &Block) -> Result<Vec<f64>, FitError> {
+        if self.is_tied() || block.rows.len() != self.n_rows() {
+            return Err(FitError::Unsupported("ep: the exact gradient needs per-factor sites and every row".into()));
+        }
+        let (views, stored) = self.views(block)?;
+        let sw = sweep(&views, &block.y, &stored)?;
+        let per: Vec<_> = (0..self.n_classes())
+            .into_par_iter()
+            .map(|k| class_gradient_exact(self.kernels.class(k), &self.priors[k], &self.posts[k], &views[k], &block.x, &sw.grad, k))
+            .collect();
+        self.assemble(&per)
+    }
+
+    /// Per-class gradients into theta's layout (see `gradient`), checked finite.
+    fn assemble(&self, per: &[InputGrads]) -> Result<Vec<f64>, FitError> {
         let mut out = vec![0.0; self.kernels.n_params()];
         for (k, g) in per.iter().enumerate() {
             self.kernels.add_class_gradient(&mut out, k, &g.params);
         }
-        for g in &per {
+        for g in per {
             out.extend(g.z.iter().copied());
         }
         if let Some(v) = out.iter().find(|v| !v.is_finite()) {

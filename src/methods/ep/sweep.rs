@@ -57,6 +57,25 @@ impl Proj {
         let keep = 1.0 - c1 * self.d_oo;
         -0.5 * keep.ln() + (c1 * self.t_o * self.t_o - 2.0 * c2 * self.t_o + c2 * c2 * self.d_oo) / (2.0 * keep)
     }
+
+    /// EP-inner-exact: the derivatives of log Z + `removal_gain` of one side with respect to the
+    /// projections d_uo, d_oo and t_o, given g_mean = d log Z / d(cavity mean) and g_var =
+    /// d log Z / d(cavity variance), the site (c1, c2) held fixed. With keep = 1 - C1 d_oo,
+    /// r = C1 / keep, e = (C1 t_o - C2) / keep and Q = C1 t_o^2 - 2 C2 t_o + C2^2 d_oo:
+    ///     var = d_uu + r d_uo^2,  mean = t_u + e d_uo,  gain = -1/2 log keep + Q / (2 keep),
+    ///     dr/dd_oo = r^2,  de/dd_oo = e r,  de/dt_o = r.
+    /// (The derivatives in d_uu and t_u are g_var and g_mean themselves.)
+    pub fn exact_adjoints(&self, c1: f64, c2: f64, g_mean: f64, g_var: f64) -> (f64, f64, f64) {
+        let keep = 1.0 - c1 * self.d_oo;
+        let r = c1 / keep;
+        let e = (c1 * self.t_o - c2) / keep;
+        let q = c1 * self.t_o * self.t_o - 2.0 * c2 * self.t_o + c2 * c2 * self.d_oo;
+        let d_uo = g_var * 2.0 * r * self.d_uo + g_mean * e;
+        let gain_oo = 0.5 * r + c2 * c2 / (2.0 * keep) + q * c1 / (2.0 * keep * keep);
+        let d_oo = g_var * r * r * self.d_uo * self.d_uo + g_mean * e * r * self.d_uo + gain_oo;
+        let t_o = g_mean * r * self.d_uo + e;
+        (d_uo, d_oo, t_o)
+    }
 }
 
 /// Class c's view of a block of rows.
@@ -112,13 +131,18 @@ impl ClassView {
 }
 
 /// Per row and class, sums over the factors touching (row, class) of d log Z / d a (`ga`),
-/// times c_m (`ga_cm`), d log Z / d b (`gb`), times c_w (`gb_cw`).
+/// times c_m (`ga_cm`), d log Z / d b (`gb`), times c_w (`gb_cw`); and, for EP-inner-exact,
+/// of the derivatives of log s~ in the projections d_uo, d_oo and t_o (`Proj::exact_adjoints`;
+/// in d_uu and t_u they are `gb` and `ga`).
 #[derive(Clone, Debug)]
 pub(crate) struct GradScalars {
     pub ga: Array2<f64>,
     pub ga_cm: Array2<f64>,
     pub gb: Array2<f64>,
     pub gb_cw: Array2<f64>,
+    pub exact_uo: Array2<f64>,
+    pub exact_oo: Array2<f64>,
+    pub exact_to: Array2<f64>,
 }
 
 /// What a sweep gives back.
@@ -137,7 +161,8 @@ pub(crate) fn sweep(views: &[ClassView], y: &[usize], stored: &PairSites) -> Res
     let (n, c) = (y.len(), views.len());
     let mut sites = PairSites::zeros(n, c);
     let zeros = || Array2::<f64>::zeros((n, c));
-    let mut grad = GradScalars { ga: zeros(), ga_cm: zeros(), gb: zeros(), gb_cw: zeros() };
+    let mut grad =
+        GradScalars { ga: zeros(), ga_cm: zeros(), gb: zeros(), gb_cw: zeros(), exact_uo: zeros(), exact_oo: zeros(), exact_to: zeros() };
     let (mut log_z, mut removal_gain) = (0.0, 0.0);
     let fail =
         |j: usize, k: usize, what: &str| FitError::Numerical(format!("ep: {what} for the factor of row {} against class {}", j + 1, k + 1));
@@ -159,11 +184,15 @@ pub(crate) fn sweep(views: &[ClassView], y: &[usize], stored: &PairSites) -> Res
             log_z += t.log_z;
             removal_gain += py.removal_gain(c1y, c2y) + pk.removal_gain(c1k, c2k);
             let (ga, gb) = (t.d_mean(), t.d_var());
-            for (class, sign, cav) in [(yj, 1.0, cav_y), (k, -1.0, cav_k)] {
+            for (class, sign, cav, proj, c1, c2) in [(yj, 1.0, cav_y, py, c1y, c2y), (k, -1.0, cav_k, pk, c1k, c2k)] {
                 grad.ga[(j, class)] += sign * ga;
                 grad.ga_cm[(j, class)] += sign * ga * cav.c_m;
                 grad.gb[(j, class)] += gb;
                 grad.gb_cw[(j, class)] += gb * cav.c_w;
+                let (uo, oo, to) = proj.exact_adjoints(c1, c2, sign * ga, gb);
+                grad.exact_uo[(j, class)] += uo;
+                grad.exact_oo[(j, class)] += oo;
+                grad.exact_to[(j, class)] += to;
             }
         }
     }

@@ -281,6 +281,50 @@ fn gradient_matches_finite_differences_with_sites_and_cavities_frozen() {
     }
 }
 
+/// EP-inner-exact: log Z_q as a function of the kernels and Z alone, the sites (and the
+/// directions they were stored along) fixed, differentiated by central differences. The state
+/// is taken off its refinement point first, so the current directions differ from the stored
+/// ones and every term of the exact gradient (cavity, removal gain, prior part) is exercised.
+#[test]
+fn the_exact_gradient_is_that_of_log_z_q_with_the_sites_fixed() {
+    let (x, y) = toy(10, 2, 3, 5);
+    let kernels = se_ard_plus_white(2, 3, 0.4);
+    let zs = (0..3).map(|k| x.slice(ndarray::s![k..k + 3, ..]).to_owned()).collect();
+    let mut state = State::new(kernels, zs, false, &y).unwrap();
+    let all: Vec<usize> = (0..10).collect();
+    for _ in 0..3 {
+        state.refine(&state.block(&x, &y, &all), 0.7).unwrap();
+    }
+    let mut rng = Pcg64::seed_from_u64(9);
+    let theta: Vec<f64> = state.theta().iter().map(|t| t + rng.random_range(-0.1..0.1)).collect();
+    state.set_theta(&theta).unwrap();
+    let grad = state.exact_gradient(&state.block(&x, &y, &all)).unwrap();
+    let cell = std::cell::RefCell::new(state);
+    let fd = central_differences(&theta, |t| {
+        let mut s = cell.borrow_mut();
+        s.set_theta(t).unwrap();
+        s.log_z_q(&x, &y).unwrap()
+    });
+    assert_gradient_close("exact gradient against d log Z_q, sites fixed", &grad, &fd, 1e-6);
+    // Eq. 10 leaves the cavities' dependence out, so away from convergence it differs.
+    let state = cell.into_inner();
+    let approx = state.gradient(&state.block(&x, &y, &all), 1.0).unwrap();
+    let gap = approx.iter().zip(&fd).map(|(a, f)| (a - f).abs()).fold(0.0, f64::max);
+    assert!(gap > 1e-3, "eq. 10 should differ from the exact gradient off convergence (gap {gap})");
+}
+
+#[test]
+fn at_convergence_the_exact_and_eq_10_gradients_agree() {
+    let (x, y) = toy(9, 1, 3, 6);
+    let kernels = se_ard_plus_white(1, 3, 0.3);
+    let zs: Vec<Array2<f64>> = (0..3).map(|k| x.slice(ndarray::s![2 * k..2 * k + 2, ..]).to_owned()).collect();
+    let mut state = State::new(kernels, zs, false, &y).unwrap();
+    converge(&mut state, &x, &y, 300);
+    let block = state.block(&x, &y, &(0..9).collect::<Vec<_>>());
+    let (exact, approx) = (state.exact_gradient(&block).unwrap(), state.gradient(&block, 1.0).unwrap());
+    assert_gradient_close("exact against eq. 10 at EP's fixed point", &exact, &approx, 1e-7);
+}
+
 /// Batch EP with fixed kernels and Z to convergence (plain damping 0.5).
 fn converge(state: &mut State, x: &Array2<f64>, y: &[usize], iters: usize) {
     let all: Vec<usize> = (0..y.len()).collect();
