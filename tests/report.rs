@@ -448,6 +448,21 @@ fn grid_settings_become_columns_and_an_x_axis() {
         paired_with: None,
         note: None,
     };
+    // A table of only a data set the harness cannot run (the IVM paper's pumadyn rows): the
+    // paper's numbers under the columns of their own settings, and no run rows.
+    let paper_only = TableSpec {
+        id: "tab-paper-only".into(),
+        title: "Paper only".into(),
+        metrics: vec!["mse".into()],
+        datasets: vec!["omega".into()],
+        paper_only_datasets: [("omega".to_string(), "data not available offline".to_string())].into(),
+        paper: vec![
+            PaperValue { setting: Some("kernel.variance=10".into()), ..paper("omega", "vb", "mse", 0.0544, None, None) },
+            PaperValue { setting: Some("kernel.variance=0.5".into()), ..paper("omega", "vb", "mse", 0.0464, None, None) },
+        ],
+        ..table.clone()
+    };
+    let tables = vec![table, paper_only];
     let mut fig = figure("fig-grid", FigureKind::Errorbar, Some("error_pct"));
     fig.x = Some("kernel.variance".into());
     fig.log_x = true;
@@ -455,7 +470,7 @@ fn grid_settings_become_columns_and_an_x_axis() {
     let (datasets, methods) = (strings(&["alpha"]), strings(&["vb"]));
     let input = ReportInput {
         manifest: &manifest,
-        tables: std::slice::from_ref(&table),
+        tables: &tables,
         figures: std::slice::from_ref(&fig),
         datasets: &datasets,
         methods: &methods,
@@ -471,6 +486,12 @@ fn grid_settings_become_columns_and_an_x_axis() {
     let html = std::fs::read_to_string(dir.path().join("index.html")).unwrap();
     let col = |s: &str| html.find(&format!("<th>vb [kernel.variance={s}]</th>")).unwrap_or_else(|| panic!("column {s}"));
     assert!(col("0.5") < col("2") && col("2") < col("10"), "numeric setting order");
+    let only = &html[html.find("<section id=\"table-tab-paper-only\"").unwrap()..];
+    let only = &only[..only.find("</section>").unwrap()];
+    assert!(!only.contains(">alpha<"), "no run rows: {only}");
+    let (at_half, at_ten) = (only.find("0.0464").expect("the paper's number at 0.5"), only.find("0.0544").expect("at 10"));
+    assert!(at_half < at_ten, "each number under its own setting's column");
+    assert_eq!(only.matches("data not available offline").count(), 3, "one cell per column: {only}");
     let svg = read_svg(&dir.path().join("figures/fig-grid.svg"));
     assert!(svg.contains("<polyline"), "series line over the grid");
     assert!(svg.contains("(log scale)"));

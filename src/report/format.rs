@@ -71,6 +71,7 @@ pub fn metric_label(metric: &str) -> String {
         "log_pred_sum" => "Predictive likelihood (sum of log p)",
         "log_pred_mean" => "Predictive likelihood (mean log p)",
         "log_evidence" => "Log marginal likelihood",
+        "mse" => "Test mean squared error",
         "time_train" => "Training time (s)",
         "n_train" => "Training points",
         "n_test" => "Test points",

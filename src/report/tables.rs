@@ -265,7 +265,12 @@ fn paper_only_view(paper: Option<&PaperValue>, why: &str) -> CellView {
 }
 
 pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupKey, Aggregate>) -> TableView {
-    let datasets = if spec.datasets.is_empty() { input.datasets } else { &spec.datasets[..] };
+    // Rows of run data sets; the paper-only ones come after them, with the paper's numbers.
+    let datasets: Vec<String> = if spec.datasets.is_empty() {
+        input.datasets.to_vec()
+    } else {
+        spec.datasets.iter().filter(|d| !spec.paper_only_datasets.contains_key(*d)).cloned().collect()
+    };
     let methods = if spec.methods.is_empty() { input.methods } else { &spec.methods[..] };
     let columns = columns(spec, methods, input.cells);
     // A paired table shows (and compares with the paper) per-split differences from its base.
@@ -287,7 +292,7 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
         spec.paper.iter().find(|p| &p.dataset == dataset && &p.method == method && &p.metric == metric)
     };
     let mut rows = Vec::new();
-    for dataset in datasets {
+    for dataset in &datasets {
         for (i, metric) in spec.metrics.iter().enumerate() {
             let cells = columns
                 .iter()
@@ -311,8 +316,20 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
     }
     for (dataset, why) in &spec.paper_only_datasets {
         for (i, metric) in spec.metrics.iter().enumerate() {
-            let methods = columns.iter().map(|(method, _)| method).chain(&spec.paper_only);
-            let cells = methods.map(|method| paper_only_view(paper_value(dataset, method, metric), why)).collect();
+            // A gridded entry's columns show the paper's number at their own setting.
+            let at_setting = |method: &String, setting: &String| {
+                spec.paper.iter().find(|p| {
+                    &p.dataset == dataset
+                        && &p.method == method
+                        && &p.metric == metric
+                        && p.setting.as_deref().is_none_or(|s| setting.is_empty() || settings_equal(s, setting))
+                })
+            };
+            let cells = columns
+                .iter()
+                .map(|(method, setting)| paper_only_view(at_setting(method, setting), why))
+                .chain(spec.paper_only.iter().map(|method| paper_only_view(paper_value(dataset, method, metric), why)))
+                .collect();
             rows.push(row(dataset, i, metric, cells));
         }
     }

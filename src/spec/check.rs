@@ -199,8 +199,13 @@ pub(super) fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
             err(format!("{at}.metrics"), Some(&t.id), "must list at least one metric".into());
         }
         check_refs(&mut err, &at, &t.methods, &names, "methods", "method entry");
-        check_refs(&mut err, &at, &t.datasets, &raw.datasets, "datasets", "dataset of this spec");
-        check_coverage(&mut err, &at, &t.methods, t.paired_with.as_deref(), &t.datasets, raw);
+        // A table may list only the paper's data sets it cannot run (rows of published numbers).
+        let known: Vec<String> = raw.datasets.iter().chain(t.paper_only_datasets.keys()).cloned().collect();
+        check_refs(&mut err, &at, &t.datasets, &known, "datasets", "dataset of this spec or of the table's paper_only_datasets");
+        let run: Vec<String> = t.datasets.iter().filter(|d| raw.datasets.contains(d)).cloned().collect();
+        if t.datasets.is_empty() || !run.is_empty() {
+            check_coverage(&mut err, &at, &t.methods, t.paired_with.as_deref(), &run, raw);
+        }
         if let Some(base) = &t.paired_with {
             if !names.contains(base) {
                 err(format!("{at}.paired_with"), Some(base), format!("\"{base}\" is not a method entry{}", suggest(base, &names)));
