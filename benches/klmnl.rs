@@ -34,5 +34,13 @@ fn work(diag: &Diagnostics) -> String {
 }
 
 fn main() {
-    dense::run(&dense::DenseBench { method: "klmnl", reps: 1, flops, work, scaling_n: &[125, 250, 500], scaling_c: (&[2, 4, 8], 250) });
+    dense::run(&dense::DenseBench {
+        method: "klmnl",
+        reps: 1,
+        flops,
+        work,
+        scaling_n: &[125, 250, 500],
+        scaling_c: (&[2, 4, 8], 250),
+        scaling_learned_n: &[125, 250],
+    });
 }

@@ -40,5 +40,6 @@ fn main() {
         work,
         scaling_n: &[250, 500, 1000, 2000],
         scaling_c: (&[2, 4, 8, 16, 26], 1000),
+        scaling_learned_n: &[250, 500, 1000],
     });
 }

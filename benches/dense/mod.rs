@@ -10,7 +10,8 @@
 //! `cargo bench --bench <method> -- scaling` instead times fits with the kernel fixed at its
 //! defaults (isotropic squared exponential) as n and C grow: random training subsets of
 //! satimage (C = 6, d = 36) of the sizes in `DenseBench::scaling_n`, and the first C classes of
-//! letter (d = 16) at `DenseBench::scaling_c`'s size. Each line gives the CPU seconds and the
+//! letter (d = 16) at `DenseBench::scaling_c`'s size, then satimage with the ARD kernel learned
+//! at `DenseBench::scaling_learned_n`'s sizes. Each line gives the CPU seconds and the
 //! counted flop rate: a rate that falls as n or C grows marks work growing faster than the
 //! arithmetic of the flop model.
 use mcgp::data::{default_data_dir, make_splits, Dataset, Registry, SplitProtocol, Standardizer};
@@ -44,6 +45,8 @@ pub struct DenseBench {
     pub scaling_n: &'static [usize],
     /// Class counts of the C-scaling runs on letter, and their training size.
     pub scaling_c: (&'static [usize], usize),
+    /// Training sizes of the satimage runs with the ARD kernel learned.
+    pub scaling_learned_n: &'static [usize],
 }
 
 /// One timed case: a data set, the rows to train and test on, whether the kernel is ARD and
@@ -126,6 +129,19 @@ fn scaling(bench: &DenseBench, method: &dyn Method, registry: &Registry) {
             test: split.test,
             ard: false,
             policy: HyperPolicy::Fixed,
+            reps: 1,
+        };
+        time_case(bench, method, &case, false);
+    }
+    for &n in bench.scaling_learned_n {
+        let split = make_splits(&random(n, 1000), &satimage, 1, &default_data_dir()).expect("split").swap_remove(0);
+        let case = Case {
+            label: "ARD learned".into(),
+            data: &satimage,
+            train: split.train,
+            test: split.test,
+            ard: true,
+            policy: HyperPolicy::Learn,
             reps: 1,
         };
         time_case(bench, method, &case, false);
