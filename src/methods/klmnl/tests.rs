@@ -476,6 +476,9 @@ fn learning_reaches_the_best_bound_of_a_fine_grid() {
     let default = KlmnlParams::default().check().unwrap();
     let stopped = default.fit_model(&problem, &kern, HyperPolicy::Learn, &mut FitContext::new(&mut r, None)).unwrap();
     assert!(stopped.log_zh() >= best_grid - 1e-3, "stopped at {} vs grid {best_grid}", stopped.log_zh());
+    // Issue 25's bar: the default search's bound within 1e-6 relative of the tight search's.
+    let gap = learned.log_zh() - stopped.log_zh();
+    assert!(gap <= 1e-6 * learned.log_zh().abs(), "default {} vs tight {}", stopped.log_zh(), learned.log_zh());
     let evals = |m: &KlmnlModel| m.extra["hyper_evaluations"];
     assert!(evals(&stopped) < evals(&learned), "{} vs {} evaluations", evals(&stopped), evals(&learned));
     // and the schedule itself: tight without history or once the steps are small
@@ -485,6 +488,25 @@ fn learning_reaches_the_best_bound_of_a_fine_grid() {
     let loose = inner_params(&p, &[-150.0, -140.0]);
     assert_eq!(loose.tol, 1e-6);
     assert!((loose.b_tol - p.b_tol * 100.0).abs() < 1e-18);
+}
+
+#[test]
+fn with_an_ard_kernel_the_default_search_ends_within_1e_6_of_the_tight_searchs_bound() {
+    // Issue 25's bar for the default stop (hyper_tol 1e-4 nats): the learned bound within 1e-6
+    // relative of a search run to L-BFGS's own convergence, with two length-scales and the
+    // variance learned (flat directions included), and in fewer evaluations.
+    let (x, y) = toy(18, 3, 21);
+    let kern = SqExp { log_variance: 0.0, log_lengthscales: vec![0.0; 2], learn_variance: true };
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let fit = |params: KlmnlParams| {
+        let mut r = rng(5);
+        params.check().unwrap().fit_model(&problem, &kern, HyperPolicy::Learn, &mut FitContext::new(&mut r, None)).unwrap()
+    };
+    let tight = fit(KlmnlParams { hyper_tol: 0.0, ..KlmnlParams::default() });
+    let default = fit(KlmnlParams::default());
+    let gap = tight.log_zh() - default.log_zh();
+    assert!(gap.abs() <= 1e-6 * tight.log_zh().abs(), "default {} vs tight {}", default.log_zh(), tight.log_zh());
+    assert!(default.extra["hyper_evaluations"] <= tight.extra["hyper_evaluations"]);
 }
 
 #[test]
