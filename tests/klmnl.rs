@@ -263,3 +263,33 @@ fn skipping_changes_nothing_visible(lik: Lik) {
     bad.negligible_log_weight = 10.0;
     assert!(bad.check(Lik::Logit).is_err());
 }
+
+/// With an extra, empty class (Chai's glass at C = 7), every method's `log_pred_all` is the log
+/// predictive over all the model's classes, the empty one's mass kept: its exponentials sum to
+/// the present classes' mass (below one), and renormalising them gives the probabilities.
+#[test]
+fn with_an_empty_class_log_pred_all_keeps_its_mass_and_renormalises_to_the_probabilities() {
+    let (x, y) = tiny(8);
+    let xt = Array2::from_shape_fn((5, 1), |(j, _)| -1.5 + 0.7 * j as f64);
+    let kernels =
+        serde_norway::from_str::<mcgp::kernels::KernelParams>("{ lengthscale: 1.0, variance: 2.0 }").unwrap().kernel_set(1, 2).unwrap();
+    let problem = Problem { x: &x, y: &y, n_classes: 2 };
+    for (method, settings) in [
+        ("klmnl", serde_json::json!({ "extra_classes": 1 })),
+        ("mc_mnl", serde_json::json!({ "n_samples": 2000, "n_test_samples": 500, "klmnl": { "extra_classes": 1 } })),
+        ("vbmnp", serde_json::json!({ "extra_classes": 1, "max_iters": 20 })),
+    ] {
+        let m = mcgp::methods::build(method, &settings).unwrap();
+        let mut rng = rand_pcg::Pcg64::seed_from_u64(3);
+        let fitted = m.fit(&problem, &kernels, HyperPolicy::Fixed, &mut FitContext::new(&mut rng, None)).unwrap();
+        let p = fitted.predict(&xt, &mut rng).unwrap();
+        let all = &p.log_class_values["log_pred_all"];
+        for j in 0..xt.nrows() {
+            let mass: f64 = (0..2).map(|k| all[(j, k)].exp()).sum();
+            assert!(mass < 1.0 - 1e-6, "{method}: the empty class keeps some mass ({mass})");
+            for k in 0..2 {
+                assert!((all[(j, k)].exp() / mass - p.probs[(j, k)]).abs() < 1e-9, "{method}: row {j} class {k}");
+            }
+        }
+    }
+}

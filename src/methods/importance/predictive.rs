@@ -88,7 +88,8 @@ impl ImportanceModel {
 
 impl Fitted for ImportanceModel {
     /// IS probabilities renormalised over the present classes; the log-values of IS (over the
-    /// model's classes), (24) and (25) go along as `log_pred_is`, `log_pred24`, `log_pred25`.
+    /// model's classes), (24) and (25) go along as `log_pred_is`, `log_pred24`, `log_pred25`,
+    /// and with extra classes IS's again as `log_pred_all` (the name every method shares).
     fn predict(&self, x: &Array2<f64>, rng: &mut Pcg64) -> Result<Prediction, FitError> {
         let probs = self.is_predictive(x, rng)?;
         let kl = self.km.predictive_logs(x)?;
@@ -101,7 +102,12 @@ impl Fitted for ImportanceModel {
             }
         }
         let log_p_is = Array2::from_shape_fn((x.nrows(), cp), |(j, q)| probs[j][q].max(f64::MIN_POSITIVE).ln());
-        Ok(Prediction::new(out)
+        let mut prediction = Prediction::new(out);
+        // With extra (empty) classes, the score over all the model's classes (see klmnl's).
+        if cp < probs.first().map_or(cp, Vec::len) {
+            prediction = prediction.with_values("log_pred_all", log_p_is.clone());
+        }
+        Ok(prediction
             .with_values("log_pred_is", log_p_is)
             .with_values("log_pred24", leading_columns(&kl.log_p24, cp))
             .with_values("log_pred25", leading_columns(&kl.log_p25, cp)))

@@ -128,7 +128,8 @@ impl KlmnlModel {
 
 impl Fitted for KlmnlModel {
     /// Probabilities by (25) over the present classes (the extra, empty classes are dropped);
-    /// the log-values of (24) and (25) go along as `log_pred24` and `log_pred25`. With
+    /// the log-values of (24) and (25) go along as `log_pred24` and `log_pred25`, and with extra
+    /// classes the log score over all classes as `log_pred_all`. With
     /// `predictive: eq24` the log predictive score is (24), a lower bound on p(y* | y) that does
     /// not sum to one over the classes (normalised, it equals (25)).
     fn predict(&self, x: &Array2<f64>, _rng: &mut Pcg64) -> Result<Prediction, FitError> {
@@ -145,6 +146,12 @@ impl Fitted for KlmnlModel {
         let log_p24 = leading_columns(&logs.log_p24, cp);
         let mut prediction =
             Prediction::new(out).with_values("log_pred24", log_p24.clone()).with_values("log_pred25", leading_columns(&logs.log_p25, cp));
+        // With extra (empty) classes, the log score under all C classes, their mass kept (not
+        // renormalised over the present ones): Chai's glass scores read so (chai2012-table3-glass-c7).
+        if cp < self.pr.c {
+            let all = if self.predictive == "eq24" { log_p24.clone() } else { leading_columns(&logs.log_p25, cp) };
+            prediction = prediction.with_values("log_pred_all", all);
+        }
         if self.predictive == "eq24" {
             prediction.log_score = Some(log_p24);
         }

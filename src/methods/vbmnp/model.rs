@@ -51,6 +51,7 @@ impl Fitted for VbmnpModel {
         let (mu, var) = self.predictive_latents(xs);
         let (K, cp) = (mu.ncols(), self.n_present);
         let mut out = Array2::zeros((xs.nrows(), cp));
+        let mut all = Array2::zeros((xs.nrows(), cp));
         for j in 0..xs.nrows() {
             let m: Vec<f64> = (0..K).map(|k| mu[(j, k)]).collect();
             let p = predictive_class_probs(&m, &vec![var[j]; K]);
@@ -58,9 +59,11 @@ impl Fitted for VbmnpModel {
             let total: f64 = if cp < K { p[..cp].iter().sum() } else { 1.0 };
             for k in 0..cp {
                 out[[j, k]] = p[k] / total;
+                all[[j, k]] = p[k].max(f64::MIN_POSITIVE).ln();
             }
         }
-        Ok(Prediction::new(out))
+        // With extra (empty) classes, the log score over all K, their mass kept (see klmnl's).
+        Ok(if cp < K { Prediction::new(out).with_values("log_pred_all", all) } else { Prediction::new(out) })
     }
 
     fn evidence(&self) -> Option<Evidence> {
