@@ -720,6 +720,13 @@ fn a_numerics_bump_recomputes_exactly_that_method_and_its_dependants() {
     assert!(stdout.contains("8 cells: 4 stored, 0 missing, 4 stale"), "{stdout}");
     assert!(stdout.contains("stale: iris kl split 0: numerics klmnl=2 -> klmnl=2+test-bump"), "{stdout}");
     assert!(stdout.contains("stale: iris lap-from-kl split 1: the spec entry, the split or the source cell changed"), "{stdout}");
+    // A fresh clone holds only the committed archive: the same cells are stale there.
+    let fresh = dir.join("fresh");
+    std::fs::create_dir_all(fresh.join("results/mixed")).unwrap();
+    std::fs::copy(dir.join("results/mixed/cells.jsonl.zst"), fresh.join("results/mixed/cells.jsonl.zst")).unwrap();
+    let (ok, stdout_err, stdout) = mcgp_in(&fresh, &["status", spec], &bump);
+    assert!(ok, "{stdout_err}");
+    assert!(stdout.contains("8 cells: 4 stored, 0 missing, 4 stale"), "archive only: {stdout}");
     let (ok, stderr, _) = mcgp_in(&dir, &["run", spec], &bump);
     assert!(ok, "{stderr}");
     assert_eq!(computed_count(&stderr), 4, "{stderr}");

@@ -193,6 +193,11 @@ impl Store {
         Ok(out)
     }
 
+    /// The records of the committed archive (cells.jsonl.zst), cell files or not.
+    pub fn archived_cells(&self) -> Vec<CellRecord> {
+        self.archive().values().cloned().collect()
+    }
+
     /// The stores of the other experiments under the same results root.
     pub fn others(&self) -> Result<Vec<Store>, StoreError> {
         let Some(root) = self.dir.parent() else { return Ok(Vec::new()) };

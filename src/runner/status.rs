@@ -52,6 +52,13 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
             older.insert((rec.dataset.clone(), rec.method.clone(), rec.setting.clone(), rec.split), rec);
         }
     }
+    // A fresh clone has only the committed archive: its records under other keys are stale too
+    // (a cell file's record, the newer, takes precedence).
+    for rec in store.archived_cells() {
+        if !keys.contains(rec.key.as_str()) {
+            older.entry((rec.dataset.clone(), rec.method.clone(), rec.setting.clone(), rec.split)).or_insert(rec);
+        }
+    }
     let mut report = StatusReport { total: prepared.cells.len(), current: 0, missing: 0, stale: Vec::new(), by_entry: Vec::new() };
     let mut by_entry: BTreeMap<(&str, &str), EntryStatus> = BTreeMap::new();
     for cell in &prepared.cells {
