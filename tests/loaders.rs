@@ -342,7 +342,9 @@ fn unusable_data_is_refused_naming_the_file_and_the_reason() {
     assert!(err("onerow").contains("row.csv") && err("onerow").contains("1 row"), "{}", err("onerow"));
     // The new label loads (it is a class of the dataset), but a fixed split refuses it.
     let data = reg.load_dataset("newlabel").unwrap();
-    let e = mcgp::data::make_splits(&mcgp::data::SplitProtocol::Fixed, &data, 0, std::path::Path::new(".")).unwrap_err().to_string();
+    let e = mcgp::data::make_splits(&mcgp::data::SplitProtocol::Fixed { repeats: 1 }, &data, 0, std::path::Path::new("."))
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("'newlabel' (tr.csv, te.csv)") && e.contains("class 'c' occurs in the fixed test rows but in no training row"),
         "{e}"

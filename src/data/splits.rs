@@ -24,6 +24,10 @@ fn one() -> usize {
     1
 }
 
+fn is_one(v: &usize) -> bool {
+    *v == 1
+}
+
 /// How a dataset is divided into training and test rows.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "protocol", rename_all = "snake_case", deny_unknown_fields)]
@@ -58,8 +62,13 @@ pub enum SplitProtocol {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         folds: Option<usize>,
     },
-    /// The dataset's own train/test files (one split).
-    Fixed,
+    /// The dataset's own train/test files. `repeats` > 1 gives that same partition again under
+    /// split indices 0..repeats, so each repeat's cells draw their own seeds: independent runs
+    /// of a randomized method on one fixed split (the IVM paper's ten randomized runs).
+    Fixed {
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        repeats: usize,
+    },
     /// Splits read from a split CSV; a relative path is resolved against the project root.
     File { path: String },
 }
@@ -104,7 +113,11 @@ impl SplitProtocol {
                     return Err("repeats must be at least 1, found 0".into());
                 }
             }
-            SplitProtocol::Fixed => {}
+            SplitProtocol::Fixed { repeats } => {
+                if *repeats < 1 {
+                    return Err("repeats must be at least 1, found 0".into());
+                }
+            }
             SplitProtocol::File { path } => {
                 if path.trim().is_empty() {
                     return Err("path must not be empty".into());
@@ -139,7 +152,9 @@ impl SplitProtocol {
                 s.push(']');
                 s
             }
-            SplitProtocol::Fixed => "fixed".into(),
+            // One repeat keeps the label (and so the cell keys) of the plain fixed split.
+            SplitProtocol::Fixed { repeats: 1 } => "fixed".into(),
+            SplitProtocol::Fixed { repeats } => format!("fixed[repeats={repeats}]"),
             SplitProtocol::File { path } => format!("file[path={path}]"),
         }
     }
@@ -149,7 +164,7 @@ impl SplitProtocol {
         match self {
             SplitProtocol::Random { repeats, .. } => Some(*repeats),
             SplitProtocol::Kfold { k, repeats, folds, .. } => Some(folds.unwrap_or(*k) * repeats),
-            SplitProtocol::Fixed => Some(1),
+            SplitProtocol::Fixed { repeats } => Some(*repeats),
             SplitProtocol::File { .. } => None,
         }
     }
@@ -160,9 +175,9 @@ impl SplitProtocol {
         match self {
             SplitProtocol::Random { repeats, .. } => Ok(*repeats),
             SplitProtocol::Kfold { k, repeats, folds, .. } => Ok(folds.unwrap_or(*k) * repeats),
-            SplitProtocol::Fixed => {
+            SplitProtocol::Fixed { repeats } => {
                 fixed_boundary(data).map_err(|m| self.error(data, m))?;
-                Ok(1)
+                Ok(*repeats)
             }
             SplitProtocol::File { path } => Ok(read_splits(&resolve(path, project_root), data.n())?.len()),
         }
@@ -252,9 +267,9 @@ pub fn make_splits(protocol: &SplitProtocol, data: &Dataset, seed: u64, project_
             }
             Ok(splits)
         }
-        SplitProtocol::Fixed => {
+        SplitProtocol::Fixed { repeats } => {
             let t = fixed_boundary(data).map_err(|m| protocol.error(data, m))?;
-            Ok(vec![Split { index: 0, train: (0..t).collect(), test: (t..n).collect() }])
+            Ok((0..*repeats).map(|index| Split { index, train: (0..t).collect(), test: (t..n).collect() }).collect())
         }
         SplitProtocol::File { path } => read_splits(&resolve(path, project_root), n),
     }
@@ -622,12 +637,21 @@ mod tests {
     #[test]
     fn fixed_split() {
         let mut d = data(&[5, 5]);
-        let msg = make_splits(&SplitProtocol::Fixed, &d, 0, root()).expect_err("no fixed").to_string();
+        let fixed = SplitProtocol::Fixed { repeats: 1 };
+        let msg = make_splits(&fixed, &d, 0, root()).expect_err("no fixed").to_string();
         assert!(msg.contains("no fixed test files"), "{msg}");
         d.n_fixed_train = Some(6);
-        let s = make_splits(&SplitProtocol::Fixed, &d, 0, root()).expect("fixed");
+        let s = make_splits(&fixed, &d, 0, root()).expect("fixed");
         assert_eq!(s, [Split { index: 0, train: (0..6).collect(), test: (6..10).collect() }]);
-        assert_eq!(SplitProtocol::Fixed.n_splits(&d, root()).expect("n"), 1);
+        assert_eq!(fixed.n_splits(&d, root()).expect("n"), 1);
+        // Repeats: the same partition under indices 0, 1, 2 (each repeat's cells get their own seeds).
+        let three = SplitProtocol::Fixed { repeats: 3 };
+        let s = make_splits(&three, &d, 0, root()).expect("fixed x 3");
+        assert_eq!(s.iter().map(|s| s.index).collect::<Vec<_>>(), [0, 1, 2]);
+        assert!(s.iter().all(|s| s.train == (0..6).collect::<Vec<_>>() && s.test == (6..10).collect::<Vec<_>>()));
+        assert_eq!(three.n_splits(&d, root()).expect("n"), 3);
+        assert_eq!(three.label(), "fixed[repeats=3]");
+        assert!(SplitProtocol::Fixed { repeats: 0 }.validate().expect_err("repeats").contains("repeats"));
     }
 
     #[test]
@@ -642,7 +666,7 @@ mod tests {
             SplitProtocol::Kfold { k: 10, repeats: 1, stratify: true, test_size: None, folds: None }.label(),
             "kfold[k=10,repeats=1,stratify=true]"
         );
-        assert_eq!(SplitProtocol::Fixed.label(), "fixed");
+        assert_eq!(SplitProtocol::Fixed { repeats: 1 }.label(), "fixed", "one repeat keeps the plain label (and cell keys)");
     }
 
     #[test]
@@ -653,7 +677,10 @@ mod tests {
             serde_norway::from_str("protocol: random\ntrain_fraction: 0.6\nrepeats: 50\ntrain_size: 300\n").expect("random");
         assert_eq!(p, SplitProtocol::Random { train_fraction: 0.6, repeats: 50, stratify: false, train_size: Some(300), test_size: None });
         let p: SplitProtocol = serde_norway::from_str("protocol: fixed\n").expect("fixed");
-        assert_eq!(p, SplitProtocol::Fixed);
+        assert_eq!(p, SplitProtocol::Fixed { repeats: 1 });
+        assert_eq!(serde_json::to_string(&p).unwrap(), r#"{"protocol":"fixed"}"#, "one repeat writes as before");
+        let p: SplitProtocol = serde_norway::from_str("protocol: fixed\nrepeats: 10\n").expect("fixed x 10");
+        assert_eq!(p, SplitProtocol::Fixed { repeats: 10 });
         let p: SplitProtocol = serde_norway::from_str("protocol: file\npath: splits/x.csv\n").expect("file");
         assert_eq!(p, SplitProtocol::File { path: "splits/x.csv".into() });
         assert!(serde_norway::from_str::<SplitProtocol>("protocol: kfold\nk: 5\nfold: 3\n").is_err(), "unknown fields are rejected");
