@@ -41,16 +41,36 @@ pub(crate) fn class_gradient(
     let kmn_bar = Mat::from_fn(m, n, |r, j| scale * (p[(r, j)] + 2.0 * (w[(r, j)] - col(&g.gb, j) * u[(r, j)])));
     let rr = Mat::from_fn(m, n, |r, j| scale * (0.5 * p[(r, j)] + w[(r, j)] - 0.5 * col(&g.gb, j) * u[(r, j)]));
     let ur = matmul_par(u.as_ref(), rr.transpose());
-    // The prior's M_c = K^{-1} - A^{-1} - beta beta^T: an adjoint, never used to solve.
+    let prior_bar = prior_adjoint(prior, post);
+    let kmm_bar = Mat::from_fn(m, m, |a, b| -(ur[(a, b)] + ur[(b, a)]) + prior_bar[(a, b)]);
+    let knn_bar: Vec<f64> = (0..n).map(|j| scale * col(&g.gb, j)).collect();
+    kernel_vjps(kernel, prior, view, x, &kmm_bar, &kmn_bar, &knn_bar)
+}
+
+/// The prior part's adjoint in K, -M_c / 2 with M_c = K^{-1} - A^{-1} - beta beta^T (eqs.
+/// 63-64): the inverses are adjoints here, never used to solve.
+fn prior_adjoint(prior: &ClassPrior, post: &ClassPosterior) -> Mat<f64> {
+    let m = prior.m();
     let eye = Mat::<f64>::identity(m, m);
     let k_inv = prior.chol.solve(eye.as_ref());
     let a_inv = post.a_chol.solve(eye.as_ref());
-    let kmm_bar =
-        Mat::from_fn(m, m, |a, b| -(ur[(a, b)] + ur[(b, a)]) - 0.5 * (k_inv[(a, b)] - a_inv[(a, b)] - post.beta[a] * post.beta[b]));
-    let knn_bar: Vec<f64> = (0..n).map(|j| scale * col(&g.gb, j)).collect();
-    let mut out = kernel.gram_vjp(&prior.z, &prior.kmm, &kmm_bar);
-    out.add(&kernel.cross_vjp(&prior.z, x, &view.rows.kmn, &kmn_bar));
-    for (o, d) in out.params.iter_mut().zip(kernel.diag_vjp(x, &knn_bar)) {
+    Mat::from_fn(m, m, |a, b| -0.5 * (k_inv[(a, b)] - a_inv[(a, b)] - post.beta[a] * post.beta[b]))
+}
+
+/// The kernel's log-parameter and Z gradients from the adjoints of K(Z, Z), K(Z, X) and the
+/// diagonal kappa(X).
+fn kernel_vjps(
+    kernel: &dyn Kernel,
+    prior: &ClassPrior,
+    view: &ClassView,
+    x: &Array2<f64>,
+    kmm_bar: &Mat<f64>,
+    kmn_bar: &Mat<f64>,
+    knn_bar: &[f64],
+) -> InputGrads {
+    let mut out = kernel.gram_vjp(&prior.z, &prior.kmm, kmm_bar);
+    out.add(&kernel.cross_vjp(&prior.z, x, &view.rows.kmn, kmn_bar));
+    for (o, d) in out.params.iter_mut().zip(kernel.diag_vjp(x, knn_bar)) {
         *o += d;
     }
     out
@@ -88,13 +108,15 @@ pub(crate) fn class_gradient_exact(
     let col = |arr: &Array2<f64>, j: usize| arr[(j, class)];
     let (d_uu, d_uo, d_oo, t_u, t_o) =
         (|j| col(&g.gb, j), |j| col(&g.exact_uo, j), |j| col(&g.exact_oo, j), |j| col(&g.ga, j), |j| col(&g.exact_to, j));
+    // s_i enters log Z exactly as d_uu does (both add to the variance B), so its adjoint is g_b.
+    let s_bar = d_uu;
     let e = Mat::from_fn(m, n, |r, j| 2.0 * d_uu(j) * a[(r, j)] + d_uo(j) * b[(r, j)] + t_u(j) * beta[r]);
     // One product [a | b | U diag(s) - E] [G1 | G2 | U]^T for the three rank-n sums, with
     // G1 = a diag(d_uu) + b diag(d_uo / 2) and G2 = a diag(d_uo / 2) + b diag(d_oo).
     let left = Mat::from_fn(m, 3 * n, |r, k| match k / n {
         0 => a[(r, k)],
         1 => b[(r, k - n)],
-        _ => d_uu(k - 2 * n) * u[(r, k - 2 * n)] - e[(r, k - 2 * n)],
+        _ => s_bar(k - 2 * n) * u[(r, k - 2 * n)] - e[(r, k - 2 * n)],
     });
     let right = Mat::from_fn(m, 3 * n, |r, k| match k / n {
         0 => d_uu(k) * a[(r, k)] + 0.5 * d_uo(k) * b[(r, k)],
@@ -103,19 +125,10 @@ pub(crate) fn class_gradient_exact(
     });
     let sums = matmul_par(left.as_ref(), right.transpose());
     let mhat: Vec<f64> = (0..m).map(|r| (0..n).map(|j| t_u(j) * a[(r, j)] + t_o(j) * b[(r, j)]).sum()).collect();
-    let eye = Mat::<f64>::identity(m, m);
-    let k_inv = prior.chol.solve(eye.as_ref());
-    let a_inv = post.a_chol.solve(eye.as_ref());
-    let kmm_bar = Mat::from_fn(m, m, |p, q| {
-        0.5 * (sums[(p, q)] + sums[(q, p)]) + 0.5 * (mhat[p] * beta[q] + beta[p] * mhat[q])
-            - 0.5 * (k_inv[(p, q)] - a_inv[(p, q)] - beta[p] * beta[q])
-    });
-    let kmn_bar = Mat::from_fn(m, n, |r, j| e[(r, j)] - 2.0 * d_uu(j) * u[(r, j)]);
-    let knn_bar: Vec<f64> = (0..n).map(d_uu).collect();
-    let mut out = kernel.gram_vjp(&prior.z, &prior.kmm, &kmm_bar);
-    out.add(&kernel.cross_vjp(&prior.z, x, &view.rows.kmn, &kmn_bar));
-    for (o, d) in out.params.iter_mut().zip(kernel.diag_vjp(x, &knn_bar)) {
-        *o += d;
-    }
-    out
+    let prior_bar = prior_adjoint(prior, post);
+    let kmm_bar =
+        Mat::from_fn(m, m, |p, q| 0.5 * (sums[(p, q)] + sums[(q, p)]) + 0.5 * (mhat[p] * beta[q] + beta[p] * mhat[q]) + prior_bar[(p, q)]);
+    let kmn_bar = Mat::from_fn(m, n, |r, j| e[(r, j)] - 2.0 * s_bar(j) * u[(r, j)]);
+    let knn_bar: Vec<f64> = (0..n).map(s_bar).collect();
+    kernel_vjps(kernel, prior, view, x, &kmm_bar, &kmn_bar, &knn_bar)
 }
