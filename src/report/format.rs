@@ -70,6 +70,7 @@ pub fn metric_label(metric: &str) -> String {
         "error_count" => "Predictive errors (count)",
         "log_pred_sum" => "Predictive likelihood (sum of log p)",
         "log_pred_mean" => "Predictive likelihood (mean log p)",
+        "log_pred_all_sum" => "Predictive likelihood over all classes (sum of log p, an empty class's mass kept)",
         "log_evidence" => "Log marginal likelihood",
         "mse" => "Test mean squared error",
         "time_train" => "Training time (s)",
