@@ -19,19 +19,22 @@ use crate::linalg::matmul_par;
 use faer::Mat;
 use ndarray::Array2;
 
-/// d log Z_q / d(class c's kernel log-parameters, Z^c) from the block `x` of rows seen in `view`;
-/// `scale` multiplies the likelihood part (N / |B| for a minibatch), not the prior part.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn class_gradient(
-    kernel: &dyn Kernel,
-    prior: &ClassPrior,
-    post: &ClassPosterior,
-    view: &ClassView,
-    x: &Array2<f64>,
-    g: &GradScalars,
-    class: usize,
-    scale: f64,
-) -> InputGrads {
+/// What class c's gradient is computed from: its kernel, prior and q, its view of the block `x`
+/// of rows, and the sweep's per-row scalars.
+pub(crate) struct ClassTerms<'a> {
+    pub kernel: &'a dyn Kernel,
+    pub prior: &'a ClassPrior,
+    pub post: &'a ClassPosterior,
+    pub view: &'a ClassView,
+    pub x: &'a Array2<f64>,
+    pub g: &'a GradScalars,
+    pub class: usize,
+}
+
+/// d log Z_q / d(class c's kernel log-parameters, Z^c) by eq. 10; `scale` multiplies the
+/// likelihood part (N / |B| for a minibatch), not the prior part.
+pub(crate) fn class_gradient(t: &ClassTerms, scale: f64) -> InputGrads {
+    let ClassTerms { kernel, prior, post, view, x, g, class } = *t;
     let (m, n) = (prior.m(), x.nrows());
     let u = &view.rows.dirs;
     let col = |a: &Array2<f64>, j: usize| a[(j, class)];
@@ -92,15 +95,8 @@ fn kernel_vjps(
 ///     kappabar_i = s_i,
 /// with sym(X) = (X + X^T) / 2 and M_c as in `class_gradient` (the prior part: 1/2 A^{-1}
 /// + 1/2 beta beta^T - 1/2 K^{-1}).
-pub(crate) fn class_gradient_exact(
-    kernel: &dyn Kernel,
-    prior: &ClassPrior,
-    post: &ClassPosterior,
-    view: &ClassView,
-    x: &Array2<f64>,
-    g: &GradScalars,
-    class: usize,
-) -> InputGrads {
+pub(crate) fn class_gradient_exact(t: &ClassTerms) -> InputGrads {
+    let ClassTerms { kernel, prior, post, view, x, g, class } = *t;
     let (m, n) = (prior.m(), x.nrows());
     let (u, a) = (&view.rows.dirs, &view.ainv_k);
     let b = view.ainv_ko.as_ref().expect("EP-inner-exact needs EP's per-factor view");

@@ -4,7 +4,7 @@
 //! were stored along (N x C x M numbers: 0.96 GB on MNIST with M = 200). SEP keeps only the
 //! tied site of each class (C M^2 numbers, independent of N) and the count n_c of factors
 //! touching class c, (N - N_c) + N_c (C - 1): its cavity takes 1 - 1/n_c of the tied site.
-use super::gradient::{class_gradient, class_gradient_exact};
+use super::gradient::{class_gradient, class_gradient_exact, ClassTerms};
 use super::sparse::{ClassPosterior, ClassPrior, PriorRows, SiteSums};
 use super::sweep::{sweep, ClassView, Sweep};
 use crate::kernels::InputGrads;
@@ -235,13 +235,7 @@ impl State {
     /// d log Z_q / d theta at the rows `rows` (likelihood part scaled by `scale`), theta = the
     /// kernels' log-parameters then each class's Z (row-major): eq. 10, the cavities held fixed.
     pub fn gradient(&self, block: &Block, scale: f64) -> Result<Vec<f64>, FitError> {
-        let (views, stored) = self.views(block)?;
-        let sw = sweep(&views, &block.y, &stored)?;
-        let per: Vec<_> = (0..self.n_classes())
-            .into_par_iter()
-            .map(|k| class_gradient(self.kernels.class(k), &self.priors[k], &self.posts[k], &views[k], &block.x, &sw.grad, k, scale))
-            .collect();
-        self.assemble(&per)
+        self.class_gradients(block, |t| class_gradient(t, scale))
     }
 
     /// EP-inner-exact: the full d log Z_q / d theta with the sites held fixed in inducing-value
@@ -250,11 +244,19 @@ impl State {
         if self.is_tied() || block.rows.len() != self.n_rows() {
             return Err(FitError::Unsupported("ep: the exact gradient needs per-factor sites and every row".into()));
         }
+        self.class_gradients(block, class_gradient_exact)
+    }
+
+    /// One sweep over `block` at the current q, then `per_class` for every class, assembled.
+    fn class_gradients(&self, block: &Block, per_class: impl Fn(&ClassTerms) -> InputGrads + Sync) -> Result<Vec<f64>, FitError> {
         let (views, stored) = self.views(block)?;
         let sw = sweep(&views, &block.y, &stored)?;
         let per: Vec<_> = (0..self.n_classes())
             .into_par_iter()
-            .map(|k| class_gradient_exact(self.kernels.class(k), &self.priors[k], &self.posts[k], &views[k], &block.x, &sw.grad, k))
+            .map(|k| {
+                let (prior, post, view) = (&self.priors[k], &self.posts[k], &views[k]);
+                per_class(&ClassTerms { kernel: self.kernels.class(k), prior, post, view, x: &block.x, g: &sw.grad, class: k })
+            })
             .collect();
         self.assemble(&per)
     }
