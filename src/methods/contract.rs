@@ -153,6 +153,10 @@ pub struct Prediction {
     /// Named [m, C] per-row, per-class log-values (bounds, other estimators) that
     /// `Fitted::test_metrics` reads at the true class.
     pub log_class_values: BTreeMap<String, Array2<f64>>,
+    /// Named [m, C] class probabilities of the same fit by another predictive rule (an
+    /// ablation of the rule without refitting): the runner scores each as the main one, its
+    /// metrics suffixed `_<name>` (`error_pct_monte_carlo`).
+    pub alternatives: BTreeMap<String, Array2<f64>>,
     /// Largest diagonal jitter added to a matrix while predicting (0 when none); the runner
     /// stores it as `diag_predict_jitter`.
     pub jitter: f64,
@@ -163,7 +167,14 @@ pub struct Prediction {
 
 impl Prediction {
     pub fn new(probs: Array2<f64>) -> Self {
-        Prediction { probs, log_score: None, log_class_values: BTreeMap::new(), jitter: 0.0, labels_only: false }
+        Prediction {
+            probs,
+            log_score: None,
+            log_class_values: BTreeMap::new(),
+            alternatives: BTreeMap::new(),
+            jitter: 0.0,
+            labels_only: false,
+        }
     }
 
     /// Predicted labels of a method without probabilities, as one-hot rows over `n_classes`
@@ -185,21 +196,26 @@ impl Prediction {
         self
     }
 
-    /// Check every probability is finite and in [0, 1] and each row sums to one (to 1e-9), and
-    /// every log-value is a number (not NaN; -inf is a valid log of zero).
+    pub fn with_alternative(mut self, name: &str, probs: Array2<f64>) -> Self {
+        assert_eq!(probs.dim(), self.probs.dim(), "{name}: alternative probabilities of another shape");
+        self.alternatives.insert(name.to_string(), probs);
+        self
+    }
+
+    /// Check every probability (the main ones and each alternative's) is finite and in [0, 1]
+    /// and each row sums to one (to 1e-9), and every log-value is a number (not NaN; -inf is a
+    /// valid log of zero).
     pub fn validate(&self, n_rows: usize) -> Result<(), String> {
         let (m, c) = self.probs.dim();
         if m != n_rows {
             return Err(format!("prediction has {m} rows for {n_rows} test points"));
         }
-        for (j, row) in self.probs.rows().into_iter().enumerate() {
-            if let Some(p) = row.iter().find(|p| !(p.is_finite() && (0.0..=1.0).contains(*p))) {
-                return Err(format!("predicted probability {p} of test row {j} is not in [0, 1]"));
+        check_simplex_rows(&self.probs, "")?;
+        for (name, probs) in &self.alternatives {
+            if probs.dim() != (m, c) {
+                return Err(format!("alternative {name}: shape {:?}, expected {:?}", probs.dim(), (m, c)));
             }
-            let s: f64 = row.sum();
-            if (s - 1.0).abs() > 1e-9 * c as f64 {
-                return Err(format!("predicted probabilities of test row {j} sum to {s}, not 1"));
-            }
+            check_simplex_rows(probs, &format!(" ({name})"))?;
         }
         let named = self.log_score.iter().map(|v| ("log_score", v)).chain(self.log_class_values.iter().map(|(k, v)| (k.as_str(), v)));
         for (name, values) in named {
@@ -217,6 +233,21 @@ impl Prediction {
     pub fn class_value_sums(&self, y: &[usize]) -> BTreeMap<String, f64> {
         self.log_class_values.iter().map(|(name, v)| (format!("{name}_sum"), y.iter().enumerate().map(|(j, &c)| v[(j, c)]).sum())).collect()
     }
+}
+
+/// Every row of `probs` on the simplex: entries finite in [0, 1], sums 1 to 1e-9 C.
+fn check_simplex_rows(probs: &Array2<f64>, which: &str) -> Result<(), String> {
+    let c = probs.ncols();
+    for (j, row) in probs.rows().into_iter().enumerate() {
+        if let Some(p) = row.iter().find(|p| !(p.is_finite() && (0.0..=1.0).contains(*p))) {
+            return Err(format!("predicted probability{which} {p} of test row {j} is not in [0, 1]"));
+        }
+        let s: f64 = row.sum();
+        if (s - 1.0).abs() > 1e-9 * c as f64 {
+            return Err(format!("predicted probabilities{which} of test row {j} sum to {s}, not 1"));
+        }
+    }
+    Ok(())
 }
 
 /// A log marginal-likelihood value and what kind of number it is. An ELBO and an EP log Z

@@ -80,6 +80,11 @@ pub fn metric_label(metric: &str) -> String {
     };
     if !known.is_empty() {
         known.into()
+    } else if let Some((base, rule)) =
+        ["error_pct", "log_pred_mean", "log_pred_sum"].iter().find_map(|b| Some((*b, metric.strip_prefix(b)?.strip_prefix('_')?)))
+    {
+        // An alternative predictive rule of the same fit (`Prediction::alternatives`).
+        format!("{}, {rule} rule", metric_label(base))
     } else if let Some(hp) = metric.strip_prefix("hp_") {
         format!("Hyper-parameter {hp}")
     } else {
@@ -177,6 +182,14 @@ mod tests {
         assert_eq!(num(0.0), "0");
         assert_eq!(tick(0.30000000000000004), "0.3");
         assert_eq!(tick(100000.0), "1e5");
+    }
+
+    #[test]
+    fn an_alternative_rules_metric_names_its_rule() {
+        assert_eq!(metric_label("error_pct_monte_carlo"), "Predictive error (%), monte_carlo rule");
+        assert_eq!(metric_label("log_pred_mean_taylor"), "Predictive likelihood (mean log p), taylor rule");
+        assert_eq!(metric_label("log_pred_all_sum"), "Predictive likelihood over all classes (sum of log p, an empty class's mass kept)");
+        assert_eq!(metric_label("error_pctx"), "error_pctx");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use crate::linalg::argmax;
 use crate::methods::{self, FitContext, Fitted, Prediction, Problem};
 use crate::results::{CellRecord, DecisionGrid, EvidenceKind, Handoff, Status, TracePoint};
 use crate::spec::{Cell, DecisionGridSpec, HyperSpec, Spec};
+use ndarray::Array2;
 use rand::SeedableRng;
 use rand_pcg::Pcg64;
 use std::collections::BTreeMap;
@@ -316,28 +317,48 @@ pub fn is_labels_only(record: &CellRecord) -> bool {
 
 /// Test-set metrics from a prediction (class probabilities [m, C], and the method's own log
 /// score where it has one) and the true classes. A labels-only prediction (an SVM's) is scored
-/// by its errors alone: its `log_pred_*` metrics are absent, not NaN.
+/// by its errors alone: its `log_pred_*` metrics are absent, not NaN. Each alternative
+/// predictive rule of the same fit is scored by its probabilities, as `<metric>_<rule>`.
 pub fn score(prediction: &Prediction, y: &[usize]) -> BTreeMap<String, f64> {
-    let m = y.len();
-    let errors = prediction.labels().iter().zip(y).filter(|(label, yi)| label != yi).count();
-    let mut log_pred = 0.0;
-    for (i, &yi) in y.iter().enumerate() {
-        log_pred += match &prediction.log_score {
-            Some(l) => l[(i, yi)],
-            // A probability that underflowed to 0 would make the sum -inf; floor it at the
-            // smallest normal double (about -708 nats) so one point cannot erase the rest.
-            None => prediction.probs[(i, yi)].max(f64::MIN_POSITIVE).ln(),
-        };
-    }
     let mut out = BTreeMap::new();
-    out.insert("n_test".into(), m as f64);
-    out.insert("error_count".into(), errors as f64);
-    out.insert("error_rate".into(), errors as f64 / m as f64);
-    out.insert("error_pct".into(), 100.0 * errors as f64 / m as f64);
-    if !prediction.labels_only {
-        let [sum, mean] = PROBABILITY_METRICS else { unreachable!("two probability metrics") };
-        out.insert(sum.to_string(), log_pred);
-        out.insert(mean.to_string(), log_pred / m as f64);
+    out.insert("n_test".into(), y.len() as f64);
+    let log_pred = |i: usize, yi: usize| match &prediction.log_score {
+        Some(l) => l[(i, yi)],
+        None => floored_ln(prediction.probs[(i, yi)]),
+    };
+    out.extend(score_rule(&prediction.probs, log_pred, y, prediction.labels_only, ""));
+    for (name, probs) in &prediction.alternatives {
+        out.extend(score_rule(probs, |i, yi| floored_ln(probs[(i, yi)]), y, false, &format!("_{name}")));
+    }
+    out
+}
+
+/// A probability that underflowed to 0 would make a sum of logs -inf; floor it at the smallest
+/// normal double (about -708 nats) so one point cannot erase the rest.
+fn floored_ln(p: f64) -> f64 {
+    p.max(f64::MIN_POSITIVE).ln()
+}
+
+/// Errors of the most probable classes of `probs` (the first on ties) and, unless labels
+/// only, the sum and mean of `log_pred(row, true class)`; names suffixed by `suffix`.
+fn score_rule(
+    probs: &Array2<f64>,
+    log_pred: impl Fn(usize, usize) -> f64,
+    y: &[usize],
+    labels_only: bool,
+    suffix: &str,
+) -> BTreeMap<String, f64> {
+    let m = y.len();
+    let errors = probs.rows().into_iter().zip(y).filter(|(row, &yi)| argmax(&row.to_vec()) != yi).count();
+    let mut out = BTreeMap::new();
+    out.insert(format!("error_count{suffix}"), errors as f64);
+    out.insert(format!("error_rate{suffix}"), errors as f64 / m as f64);
+    out.insert(format!("error_pct{suffix}"), 100.0 * errors as f64 / m as f64);
+    if !labels_only {
+        let sum: f64 = y.iter().enumerate().map(|(i, &yi)| log_pred(i, yi)).sum();
+        let [sum_name, mean_name] = PROBABILITY_METRICS else { unreachable!("two probability metrics") };
+        out.insert(format!("{sum_name}{suffix}"), sum);
+        out.insert(format!("{mean_name}{suffix}"), sum / m as f64);
     }
     out
 }
@@ -371,6 +392,27 @@ mod tests {
         fn inducing_inputs(&self) -> Vec<Array2<f64>> {
             vec![array![[0.0, 0.0], [1.0, 1.0]]]
         }
+    }
+
+    /// An alternative rule is scored by its own probabilities, by hand: errors from its
+    /// argmax, log p at the true class from its entries; the main metrics are untouched.
+    #[test]
+    fn an_alternative_rule_is_scored_by_its_own_probabilities() {
+        let main = array![[0.9, 0.1], [0.2, 0.8], [0.3, 0.7]];
+        let alt = array![[0.4, 0.6], [0.6, 0.4], [0.1, 0.9]];
+        let p = Prediction::new(main).with_alternative("other", alt);
+        p.validate(3).unwrap();
+        let s = score(&p, &[0, 1, 1]);
+        assert_eq!(s["error_count"], 0.0);
+        assert_eq!(s["error_count_other"], 2.0);
+        assert!((s["error_pct_other"] - 200.0 / 3.0).abs() < 1e-12);
+        let want = 0.4f64.ln() + 0.4f64.ln() + 0.9f64.ln();
+        assert!((s["log_pred_sum_other"] - want).abs() < 1e-12);
+        assert!((s["log_pred_mean_other"] - want / 3.0).abs() < 1e-12);
+        assert!((s["log_pred_sum"] - (0.9f64.ln() + 0.8f64.ln() + 0.7f64.ln())).abs() < 1e-12);
+        // An alternative off the simplex is refused, and named.
+        let bad = Prediction::new(array![[0.5, 0.5]]).with_alternative("bad", array![[0.5, 0.6]]);
+        assert!(bad.validate(1).unwrap_err().contains("(bad)"));
     }
 
     #[test]

@@ -74,6 +74,7 @@ pub(crate) fn train(
         Ok(Box::new(ScmgpcModel {
             sparse: sparse.clone(),
             predict: p.predict,
+            also_predict: Vec::new(),
             predict_samples: p.predict_samples,
             evidence: None,
             diagnostics: Diagnostics::default(),
@@ -140,5 +141,12 @@ pub(crate) fn train(
     diagnostics.note("poisson_rate", format!("{:?}", p.poisson_rate).to_lowercase());
     diagnostics.note("predict", format!("{:?}", p.predict));
     diagnostics.note("batch", if full_batch { "full (batch CAVI, rho = 1)".to_string() } else { format!("{size} (SVI, rho {:?})", p.rho) });
-    Ok(Box::new(ScmgpcModel { sparse, predict: p.predict, predict_samples: p.predict_samples, evidence: Some(evidence), diagnostics }))
+    Ok(Box::new(ScmgpcModel {
+        sparse,
+        predict: p.predict,
+        also_predict: p.also_predict.clone(),
+        predict_samples: p.predict_samples,
+        evidence: Some(evidence),
+        diagnostics,
+    }))
 }

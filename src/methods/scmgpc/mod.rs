@@ -143,6 +143,11 @@ pub struct ScmgpcParams {
     pub adam_lr: LearningRate,
     #[serde(default = "d_predict")]
     pub predict: PredictRule,
+    /// Further rules the final model is also scored by (not the checkpoints), each metric
+    /// suffixed by the rule's name (`error_pct_monte_carlo`): an ablation of the predictive
+    /// on one fit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_predict: Vec<PredictRule>,
     /// Draws for `predict: monte_carlo`.
     #[serde(default = "d_predict_samples")]
     pub predict_samples: usize,

@@ -150,6 +150,8 @@ fn factor(kmm: &Mat<f64>, jitter: f64, c: usize) -> Result<Chol, FitError> {
 pub struct ScmgpcModel {
     pub(crate) sparse: Sparse,
     pub(crate) predict: PredictRule,
+    /// Rules scored beside `predict` as the prediction's alternatives.
+    pub(crate) also_predict: Vec<PredictRule>,
     pub(crate) predict_samples: usize,
     pub(crate) evidence: Option<f64>,
     pub(crate) diagnostics: Diagnostics,
@@ -158,22 +160,27 @@ pub struct ScmgpcModel {
 impl Fitted for ScmgpcModel {
     fn predict(&self, x: &Array2<f64>, rng: &mut Pcg64) -> Result<Prediction, FitError> {
         let c = self.sparse.n_classes();
-        let draws = match self.predict {
-            PredictRule::MonteCarlo => predict::normal_draws(self.predict_samples, c, rng),
-            _ => Vec::new(),
-        };
-        let mut probs = Array2::zeros((x.nrows(), c));
+        let rules: Vec<PredictRule> = std::iter::once(self.predict).chain(self.also_predict.iter().copied()).collect();
+        // One set of draws shared by every Monte Carlo rule and test row.
+        let draws = if rules.contains(&PredictRule::MonteCarlo) { predict::normal_draws(self.predict_samples, c, rng) } else { Vec::new() };
+        let mut probs = vec![Array2::zeros((x.nrows(), c)); rules.len()];
         self.sparse.marginals_blocked(x, |start, mg| {
             for j in 0..mg.mean.nrows() {
                 let (m, v) = (mg.mean.row(j), mg.var.row(j));
-                let p = predict::probs(self.predict, m.as_slice().expect("row"), v.as_slice().expect("row"), &draws);
-                probs.row_mut(start + j).assign(&ndarray::Array1::from(p));
+                for (rule, out) in rules.iter().zip(probs.iter_mut()) {
+                    let p = predict::probs(*rule, m.as_slice().expect("row"), v.as_slice().expect("row"), &draws);
+                    out.row_mut(start + j).assign(&ndarray::Array1::from(p));
+                }
             }
         });
-        if probs.iter().any(|p: &f64| !p.is_finite()) {
+        if probs.iter().flatten().any(|p: &f64| !p.is_finite()) {
             return Err(FitError::Numerical("scmgpc: a predicted probability is not finite".into()));
         }
-        let mut prediction = Prediction::new(probs);
+        let mut probs = probs.into_iter();
+        let mut prediction = Prediction::new(probs.next().expect("the main rule"));
+        for (rule, p) in self.also_predict.iter().zip(probs) {
+            prediction = prediction.with_alternative(&rule.name(), p);
+        }
         prediction.jitter = self.sparse.jitter + self.sparse.ladder_jitter();
         Ok(prediction)
     }

@@ -27,6 +27,16 @@ pub enum PredictRule {
     PlugIn,
 }
 
+impl PredictRule {
+    /// The rule as a spec writes it (`monte_carlo`).
+    pub fn name(self) -> String {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::String(s)) => s,
+            _ => unreachable!("a unit variant serialises to its name"),
+        }
+    }
+}
+
 /// `samples` standard-normal C-vectors.
 pub(crate) fn normal_draws(samples: usize, c: usize, rng: &mut Pcg64) -> Vec<Vec<f64>> {
     (0..samples).map(|_| (0..c).map(|_| StandardNormal.sample(rng)).collect()).collect()

@@ -424,3 +424,34 @@ fn the_adaptive_rate_steps_fully_without_minibatch_noise_and_less_with_it() {
     assert_eq!(method(serde_json::json!({ "rho": "adaptive" })).params.rho, super::Rho::Adaptive(super::AdaptiveRho::Adaptive));
     assert!(super::ScmgpcParams::from_settings(&serde_json::json!({ "rho": "adaptve" })).is_err(), "a misspelt rate is an error");
 }
+
+/// `also_predict`: each alternative of one fitted model is that rule's predictive of the same
+/// q (the rule's own formula at the model's marginals; Monte Carlo from the draws the main
+/// Monte Carlo rule would use, so equal to it bit for bit), and a Taylor alternative differs
+/// from the main code2018 rule (else the test could not tell them apart).
+#[test]
+fn every_alternative_rule_scores_the_same_fit() {
+    let (x, y) = blobs(10, 3, 4);
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let kernels = KernelSet::shared_se(&SqExp { log_variance: 0.0, log_lengthscales: vec![0.0], learn_variance: true });
+    let fit = |settings: serde_json::Value| {
+        let mut rng = Pcg64::seed_from_u64(5);
+        let mut ctx = FitContext::new(&mut rng, None).with_budget(Some(Budget { iterations: Some(5), ..Budget::default() }));
+        method(settings).fit(&problem, &kernels, HyperPolicy::Fixed, &mut ctx).unwrap()
+    };
+    let base = serde_json::json!({ "inducing": 8, "batch": "full", "predict": "taylor_code2018", "also_predict": ["taylor", "monte_carlo"], "predict_samples": 500 });
+    let fitted = fit(base.clone());
+    let p = fitted.predict(&x, &mut Pcg64::seed_from_u64(9)).unwrap();
+    p.validate(x.nrows()).unwrap();
+    assert_eq!(p.alternatives.keys().collect::<Vec<_>>(), ["monte_carlo", "taylor"]);
+    for rule in ["taylor", "monte_carlo"] {
+        let mut alone = base.clone();
+        alone["predict"] = rule.into();
+        alone["also_predict"] = serde_json::json!([]);
+        let q = fit(alone).predict(&x, &mut Pcg64::seed_from_u64(9)).unwrap();
+        assert!(q.alternatives.is_empty());
+        assert_eq!(p.alternatives[rule], q.probs, "{rule}");
+    }
+    let gap = (&p.alternatives["taylor"] - &p.probs).iter().fold(0.0f64, |a, v| a.max(v.abs()));
+    assert!(gap > 1e-6, "taylor and taylor_code2018 agree to {gap}: the test cannot tell them apart");
+}
