@@ -64,6 +64,27 @@ pub struct LaplaceParams {
     /// `gibbs_mnp`'s binary model; predictions are exact, so `mc_samples` is unused).
     #[serde(default)]
     pub likelihood: LaplaceLikelihood,
+    /// Further predictives the final model is also scored by, each metric suffixed by its
+    /// name (`log_pred_sum_plug_in`): a diagnostic of which predictive a published number used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_predict: Vec<LaplacePredictive>,
+}
+
+/// A predictive besides the Monte Carlo average of the softmax over the latent predictive
+/// (GPML Alg. 3.4), scored as `Prediction::alternatives`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LaplacePredictive {
+    /// The softmax of the latent predictive mean, its covariance dropped.
+    PlugIn,
+}
+
+impl LaplacePredictive {
+    pub fn name(self) -> &'static str {
+        match self {
+            LaplacePredictive::PlugIn => "plug_in",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,6 +131,9 @@ impl LaplaceParams {
         }
         if self.mc_samples < 2 {
             return Err(format!("settings.mc_samples must be at least 2, got {}", self.mc_samples));
+        }
+        if self.likelihood == LaplaceLikelihood::Probit && !self.also_predict.is_empty() {
+            return Err("settings.also_predict is for the logit model (likelihood: probit predicts exactly)".into());
         }
         Ok(Laplace { params: self })
     }
@@ -170,6 +194,7 @@ impl Laplace {
                 x_train: problem.x.clone(),
                 mode,
                 mc_samples: self.params.mc_samples,
+                also_predict: Vec::new(),
                 diagnostics: Diagnostics::default(),
             })
         };
@@ -199,6 +224,13 @@ impl Laplace {
         if hyper == HyperPolicy::Learn {
             diagnostics.number("hyper_newton_steps", search_newton_steps.into_inner() as f64);
         }
-        Ok(LaplaceModel { kernel, x_train: problem.x.clone(), mode, mc_samples: self.params.mc_samples, diagnostics })
+        Ok(LaplaceModel {
+            kernel,
+            x_train: problem.x.clone(),
+            mode,
+            mc_samples: self.params.mc_samples,
+            also_predict: self.params.also_predict.clone(),
+            diagnostics,
+        })
     }
 }

@@ -1,6 +1,7 @@
 //! The fitted multinomial-logit Laplace model: the latent predictive (GPML Alg. 3.4) and the
 //! class probabilities by Monte Carlo over it.
 use super::newton::Mode;
+use super::LaplacePredictive;
 use crate::kernels::{Kernel, KernelSet};
 use crate::likelihoods::{Likelihood, Softmax};
 use crate::linalg::Chol;
@@ -19,6 +20,8 @@ pub struct LaplaceModel {
     pub(super) x_train: Array2<f64>,
     pub(super) mode: Mode,
     pub(super) mc_samples: usize,
+    /// Rules scored beside the Monte Carlo predictive (the final model's only).
+    pub(super) also_predict: Vec<LaplacePredictive>,
     pub(super) diagnostics: Diagnostics,
 }
 
@@ -85,7 +88,18 @@ impl Fitted for LaplaceModel {
                 out[(j, c)] = p[c];
             }
         }
-        Ok(Prediction { jitter, ..Prediction::new(out) })
+        let mut prediction = Prediction { jitter, ..Prediction::new(out) };
+        for rule in &self.also_predict {
+            let probs = match rule {
+                LaplacePredictive::PlugIn => {
+                    let mut p = Array2::zeros((x.nrows(), C));
+                    means.iter().enumerate().for_each(|(j, mu)| p.row_mut(j).assign(&ndarray::Array1::from(Softmax.probs(mu))));
+                    p
+                }
+            };
+            prediction = prediction.with_alternative(rule.name(), probs);
+        }
+        Ok(prediction)
     }
 
     fn evidence(&self) -> Option<Evidence> {

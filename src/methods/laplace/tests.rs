@@ -258,3 +258,36 @@ fn dense_block_diag(K: faer::MatRef<'_, f64>, C: usize) -> Mat<f64> {
     let n = K.nrows();
     Mat::from_fn(n * C, n * C, |i, j| if i / n == j / n { K[(i % n, j % n)] } else { 0.0 })
 }
+
+/// `also_predict: [plug_in]` is the softmax of the latent predictive mean k*^T K^-1 f-hat
+/// (GPML eq. 3.21 with f-hat at the mode), computed densely here; the main Monte Carlo
+/// predictive is unchanged by asking for it.
+#[test]
+fn the_plug_in_alternative_is_the_softmax_of_the_predictive_mean() {
+    let (x, y) = tiny(4, 3);
+    let (n, C) = (x.nrows(), 3);
+    let kern = kernel(false, 1.0, 3.0);
+    let problem = Problem { x: &x, y: &y, n_classes: C };
+    let fit = |also: Vec<LaplacePredictive>| {
+        let mut rng = Pcg64::seed_from_u64(9);
+        let mut ctx = FitContext::new(&mut rng, None);
+        LaplaceParams { also_predict: also, ..Default::default() }
+            .check()
+            .unwrap()
+            .fit_model(&problem, &kern, HyperPolicy::Fixed, &mut ctx)
+            .unwrap()
+    };
+    let (with, without) = (fit(vec![LaplacePredictive::PlugIn]), fit(vec![]));
+    let xt = ndarray::array![[0.1, 0.2], [1.0, 1.0], [3.0, -2.0]];
+    let p = with.predict(&xt, &mut Pcg64::seed_from_u64(10)).unwrap();
+    p.validate(3).unwrap();
+    assert_eq!(p.probs, without.predict_proba(&xt, &mut Pcg64::seed_from_u64(10)).unwrap());
+    let kinv_ks = Chol::factor_with_jitter(kern.gram(&x).as_ref(), "K").unwrap().solve(kern.cross(&x, &xt).as_ref());
+    for j in 0..xt.nrows() {
+        let mean: Vec<f64> = (0..C).map(|c| (0..n).map(|i| kinv_ks[(i, j)] * with.mode.f[c * n + i]).sum()).collect();
+        let want = Softmax.probs(&mean);
+        for c in 0..C {
+            assert!((p.alternatives["plug_in"][(j, c)] - want[c]).abs() < 1e-8, "point {j} class {c}");
+        }
+    }
+}

@@ -28,7 +28,7 @@ mod updates;
 
 pub use binary::VbmnpBinaryModel;
 pub use model::VbmnpModel;
-pub use params::{IsParam, IsWeight, VbEvidence, Vbmnp, VbmnpParams};
+pub use params::{IsParam, IsWeight, VbEvidence, VbPredictive, Vbmnp, VbmnpParams};
 pub use updates::paper_bound;
 
 use super::{
@@ -72,6 +72,9 @@ impl Method for Vbmnp {
             }
             if hyper != HyperPolicy::Fixed {
                 return Err("vbmnp with binary_model: probit supports hyper: fixed (or from) only".into());
+            }
+            if !p.also_predict.is_empty() {
+                return Err("vbmnp with binary_model: probit: settings.also_predict is for the multi-class model".into());
             }
         }
         if p.accelerate && hyper == HyperPolicy::Learn {
@@ -211,6 +214,7 @@ impl Method for Vbmnp {
             bound_port_floored,
             bound_port_det_free: port.det_free,
             port_log_det_c: port.log_det_c,
+            also_predict: p.also_predict.clone(),
         }))
     }
 }

@@ -29,6 +29,7 @@ pub struct VbmnpModel {
     /// vbmp's formula without its determinant terms, and log|C + 1e-10 s2 I| (see `PortBounds`).
     pub(super) bound_port_det_free: f64,
     pub(super) port_log_det_c: f64,
+    pub(super) also_predict: Vec<VbPredictive>,
 }
 
 impl VbmnpModel {
@@ -46,24 +47,39 @@ impl VbmnpModel {
     }
 }
 
+/// The first `cp` of the K class probabilities `p`, renormalised over them when the model has
+/// extra (empty) classes.
+fn present_classes(p: &[f64], cp: usize) -> ndarray::Array1<f64> {
+    let total: f64 = if cp < p.len() { p[..cp].iter().sum() } else { 1.0 };
+    p[..cp].iter().map(|v| v / total).collect()
+}
+
 impl Fitted for VbmnpModel {
     fn predict(&self, xs: &Array2<f64>, _rng: &mut Pcg64) -> Result<Prediction, FitError> {
         let (mu, var) = self.predictive_latents(xs);
         let (K, cp) = (mu.ncols(), self.n_present);
         let mut out = Array2::zeros((xs.nrows(), cp));
         let mut all = Array2::zeros((xs.nrows(), cp));
+        let mut plug_in = Array2::zeros((xs.nrows(), cp));
         for j in 0..xs.nrows() {
             let m: Vec<f64> = (0..K).map(|k| mu[(j, k)]).collect();
             let p = predictive_class_probs(&m, &vec![var[j]; K]);
-            // Renormalised over the present classes when the model has extra ones.
-            let total: f64 = if cp < K { p[..cp].iter().sum() } else { 1.0 };
             for k in 0..cp {
-                out[[j, k]] = p[k] / total;
                 all[[j, k]] = p[k].max(f64::MIN_POSITIVE).ln();
+            }
+            out.row_mut(j).assign(&present_classes(&p, cp));
+            if !self.also_predict.is_empty() {
+                plug_in.row_mut(j).assign(&present_classes(&predictive_class_probs(&m, &vec![0.0; K]), cp));
             }
         }
         // With extra (empty) classes, the log score over all K, their mass kept (see klmnl's).
-        Ok(if cp < K { Prediction::new(out).with_values("log_pred_all", all) } else { Prediction::new(out) })
+        let mut prediction = if cp < K { Prediction::new(out).with_values("log_pred_all", all) } else { Prediction::new(out) };
+        for rule in &self.also_predict {
+            prediction = match rule {
+                VbPredictive::PlugIn => prediction.with_alternative(rule.name(), plug_in.clone()),
+            };
+        }
+        Ok(prediction)
     }
 
     fn evidence(&self) -> Option<Evidence> {

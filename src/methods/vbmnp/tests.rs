@@ -388,3 +388,29 @@ fn learning_runs_and_hands_over_the_estimated_kernel() {
         assert!((r.sum() - 1.0).abs() < 1e-12 && r.iter().all(|v| *v >= 0.0));
     }
 }
+
+/// `also_predict: [plug_in]`: every class shares the latent variance v at a test point, so the
+/// VB predictive is the plug-in one at the means scaled by 1 / sqrt(1 + v) < 1. Scaling the
+/// gaps m_k - m_j (>= 0 for the top class k) down can only lower the top class's probability:
+/// the plug-in alternative ranks the classes as the VB predictive does and gives the top class
+/// strictly more mass wherever v > 0. The main probabilities are those of a fit without it.
+#[test]
+fn the_plug_in_alternative_is_the_sharper_predictive_of_the_same_fit() {
+    let (x, y) = toy(40, 2, 3, 6);
+    let kernel = iso_kernel(0.5, 2.0);
+    let params = |also: Vec<VbPredictive>| VbmnpParams { tol: 0.0, max_iters: 10, also_predict: also, ..Default::default() };
+    let (with, _) = fit(&x, &y, 3, &kernel, HyperPolicy::Fixed, params(vec![VbPredictive::PlugIn]), 2);
+    let (without, _) = fit(&x, &y, 3, &kernel, HyperPolicy::Fixed, params(vec![]), 2);
+    let xs = Array2::from_shape_fn((9, 2), |(i, j)| (i as f64 * 1.3 + j as f64).cos() * 1.5);
+    let mut rng = Pcg64::seed_from_u64(1);
+    let p = with.predict(&xs, &mut rng).unwrap();
+    p.validate(9).unwrap();
+    assert_eq!(p.probs, without.predict_proba(&xs, &mut rng).unwrap());
+    let plug = &p.alternatives["plug_in"];
+    for j in 0..9 {
+        let (vb, pi) = (p.probs.row(j).to_vec(), plug.row(j).to_vec());
+        let top = crate::linalg::argmax(&vb);
+        assert_eq!(crate::linalg::argmax(&pi), top, "row {j}: the rankings differ");
+        assert!(pi[top] > vb[top] + 1e-6, "row {j}: plug-in {} is not sharper than VB {}", pi[top], vb[top]);
+    }
+}
