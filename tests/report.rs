@@ -197,6 +197,7 @@ fn figure(id: &str, kind: FigureKind, metric: Option<&str>) -> FigureSpec {
         reference: vec![],
         log_y: false,
         target: None,
+        settle_within: None,
         caption: None,
     }
 }

@@ -398,6 +398,18 @@ fn a_target_belongs_to_curve_figures_and_is_finite() {
 }
 
 #[test]
+fn a_settling_band_belongs_to_curve_figures_and_is_not_negative() {
+    let figure = |kind: &str, within: &str| {
+        format!("{GOOD}figures:\n  - {{ id: f, title: F, kind: {kind}, trace: test_error, metric: error_pct, settle_within: {within} }}\n")
+    };
+    let e = error_of(&figure("errorbar", "1.0"));
+    assert!(e.contains("figures[0].settle_within") && e.contains("only curve figures take `settle_within`"), "{e}");
+    let e = error_of(&figure("curve", "-1"));
+    assert!(e.contains("figures[0].settle_within") && e.contains("a distance >= 0"), "{e}");
+    parse(&figure("curve", "1.0"), "good.yaml", &registry()).expect("a curve with a settling band");
+}
+
+#[test]
 fn a_miss_note_needs_a_scored_number_and_a_reason() {
     let table = |value: &str| {
         format!("{GOOD}tables:\n  - id: t\n    title: T\n    metrics: [error_pct]\n    paper:\n      - {{ dataset: iris, method: lap, metric: error_pct, mean: 3.0, {value} }}\n")

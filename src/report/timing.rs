@@ -12,7 +12,7 @@ pub struct TimingView {
     /// Method entries in spec order.
     pub columns: Vec<String>,
     pub rows: Vec<TimingRow>,
-    /// Entries that ran to a wall-clock budget: "name (S s)".
+    /// Entries that ran to a time budget (wall clock or CPU): "name (S s)".
     pub budgeted: Vec<String>,
 }
 

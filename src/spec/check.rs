@@ -291,6 +291,13 @@ pub(super) fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
                 err(format!("{at}.target"), Some(&f.id), format!("a finite value, got {t}"));
             }
         }
+        if let Some(d) = f.settle_within {
+            if f.kind != FigureKind::Curve {
+                err(format!("{at}.settle_within"), Some(&f.id), "only curve figures take `settle_within`".into());
+            } else if !(d.is_finite() && d >= 0.0) {
+                err(format!("{at}.settle_within"), Some(&f.id), format!("a distance >= 0, got {d}"));
+            }
+        }
         match f.kind {
             FigureKind::Trace if f.trace.is_none() => {
                 err(format!("{at}.trace"), Some(&f.id), "a trace figure needs `trace` (the traced quantity)".into())

@@ -229,6 +229,11 @@ pub struct FigureSpec {
     /// per method, the training time at which each split's trace first got to it or below.
     #[serde(default)]
     pub target: Option<f64>,
+    /// Curve figures: how fast each method settles: the report states, per method, the
+    /// training time from which each split's trace stays within this distance (in the trace's
+    /// units) of that split's final value, median and range over the splits.
+    #[serde(default)]
+    pub settle_within: Option<f64>,
 
     #[serde(default)]
     pub caption: Option<String>,

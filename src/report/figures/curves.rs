@@ -129,9 +129,12 @@ pub(super) fn curve(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<Stri
         if let Some(target) = spec.target {
             notes.push(time_to_target(name, dataset, target, curves, &cells_of));
         }
+        if let Some(within) = spec.settle_within {
+            notes.push(time_to_settle(name, dataset, within, curves, &cells_of));
+        }
     }
     if sel.ok().any(|c| c.metrics.contains_key("budget_seconds")) {
-        notes.push("The runs stop at a wall-clock budget: the iterations they reach depend on the machine (see diag_iterations).".into());
+        notes.push("The runs stop at a time budget (wall clock or process CPU, as the spec says): the iterations they reach depend on the machine (see diag_iterations).".into());
     }
     Ok(Plot::Svg(svg))
 }
@@ -215,4 +218,53 @@ fn time_to_target<'c>(name: &str, dataset: &str, target: f64, curves: &[Curve], 
         })
         .collect();
     format!("{dataset}, `{name}` first at {} (training time of the first checkpoint there): {}.", sig3(target), parts.join(", "))
+}
+
+/// The training time from which a trace (time order) stays within `within` of its last value:
+/// the time of the checkpoint after the last one outside that band (the first one when none
+/// is outside).
+fn settle_time(points: &[(f64, usize, f64)], within: f64) -> Option<f64> {
+    let last = points.last()?.2;
+    let outside = points.iter().rposition(|p| (p.2 - last).abs() > within);
+    Some(points[outside.map_or(0, |k| k + 1)].0)
+}
+
+/// Per method: when each split's trace settled within `within` of its own final value
+/// (`settle_time`), the median and range over the splits.
+fn time_to_settle<'c>(name: &str, dataset: &str, within: f64, curves: &[Curve], cells_of: &dyn Fn(&str) -> Vec<&'c CellRecord>) -> String {
+    let parts: Vec<String> = curves
+        .iter()
+        .map(|c| {
+            let mut times: Vec<f64> = cells_of(c.method).iter().filter_map(|cell| settle_time(&timed(cell, name), within)).collect();
+            times.sort_by(f64::total_cmp);
+            match times.as_slice() {
+                [] => format!("{} no trace", c.method),
+                [t] => format!("{} at {} s", c.method, sig3(*t)),
+                _ => {
+                    let k = times.len();
+                    let median = if k % 2 == 1 { times[k / 2] } else { 0.5 * (times[k / 2 - 1] + times[k / 2]) };
+                    format!("{} median {} s ({}-{} s, {k} splits)", c.method, sig3(median), sig3(times[0]), sig3(times[k - 1]))
+                }
+            }
+        })
+        .collect();
+    format!("{dataset}, `{name}` settled within {} of each split's final value from: {}.", sig3(within), parts.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::settle_time;
+
+    #[test]
+    fn a_trace_settles_after_its_last_checkpoint_outside_the_band() {
+        // Final value 3.0; band 0.5: 4.0 at t = 4 is the last point outside, so t = 8.
+        let trace = [(1.0, 1, 10.0), (2.0, 2, 3.2), (4.0, 4, 4.0), (8.0, 8, 3.4), (16.0, 16, 3.0)];
+        assert_eq!(settle_time(&trace, 0.5), Some(8.0));
+        // Everything within the band: the first checkpoint.
+        assert_eq!(settle_time(&trace[3..], 0.5), Some(8.0));
+        assert_eq!(settle_time(&trace, 100.0), Some(1.0));
+        // A zero band: only the final checkpoint and equal values before it.
+        assert_eq!(settle_time(&trace, 0.0), Some(16.0));
+        assert_eq!(settle_time(&[], 1.0), None);
+    }
 }
