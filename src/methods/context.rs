@@ -19,7 +19,8 @@ pub struct Budget {
     /// The method's outer iterations (hyper-parameter evaluations, sweeps, steps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iterations: Option<u64>,
-    /// The clock `seconds` and the trace's times read (default wall).
+    /// The clock `seconds` and the trace's times read (default wall). `{clock: cpu}` alone
+    /// stops nothing and only moves training time (time_train, the traces) to the CPU clock.
     #[serde(default, skip_serializing_if = "TrainingClock::is_wall")]
     pub clock: TrainingClock,
 }
@@ -47,7 +48,9 @@ impl TrainingClock {
 impl Budget {
     pub fn validate(&self) -> Result<(), String> {
         match (self.seconds, self.iterations) {
-            (None, None) => Err("budget: give seconds or iterations".into()),
+            // `{clock: cpu}` alone: no stop, training time and trace times on the CPU clock.
+            (None, None) if self.clock == TrainingClock::Cpu => Ok(()),
+            (None, None) => Err("budget: give seconds, iterations or clock: cpu".into()),
             (Some(s), _) if !(s.is_finite() && s > 0.0) => Err(format!("budget.seconds must be a positive number, got {s}")),
             (_, Some(0)) => Err("budget.iterations must be at least 1".into()),
             _ => Ok(()),
@@ -327,5 +330,16 @@ mod tests {
         let ctx = FitContext::new(&mut rng, None).with_budget(Some(Budget { seconds: Some(1e-9), ..Budget::default() }));
         std::thread::sleep(Duration::from_millis(1));
         assert_eq!(ctx.budget_stop(1), Some(StopReason::BudgetSeconds));
+    }
+
+    #[test]
+    fn a_clock_only_budget_stops_nothing_and_reads_cpu_time() {
+        let clock_only = Budget { clock: TrainingClock::Cpu, ..Budget::default() };
+        clock_only.validate().unwrap();
+        let mut rng = <Pcg64 as rand::SeedableRng>::seed_from_u64(1);
+        let ctx = FitContext::new(&mut rng, None).with_budget(Some(clock_only));
+        assert_eq!(ctx.budget_stop(1_000_000), None);
+        // (What the CPU clock reads is tested in tests/cpu_clock.rs, a process of its own.)
+        assert_eq!(ctx.clock.kind, TrainingClock::Cpu);
     }
 }
