@@ -386,27 +386,19 @@ fn a_setting_a_method_would_ignore_is_refused() {
 }
 
 #[test]
-fn a_target_belongs_to_curve_figures_and_is_finite() {
-    let figure = |kind: &str, target: &str| {
-        format!("{GOOD}figures:\n  - {{ id: f, title: F, kind: {kind}, trace: test_error, metric: error_pct, target: {target} }}\n")
-    };
-    let e = error_of(&figure("errorbar", "3.25"));
-    assert!(e.contains("figures[0].target") && e.contains("only curve figures take `target`"), "{e}");
-    let e = error_of(&figure("curve", ".nan"));
-    assert!(e.contains("figures[0].target") && e.contains("a finite value"), "{e}");
-    parse(&figure("curve", "3.25"), "good.yaml", &registry()).expect("a curve with a target");
-}
-
-#[test]
-fn a_settling_band_belongs_to_curve_figures_and_is_not_negative() {
-    let figure = |kind: &str, within: &str| {
-        format!("{GOOD}figures:\n  - {{ id: f, title: F, kind: {kind}, trace: test_error, metric: error_pct, settle_within: {within} }}\n")
-    };
-    let e = error_of(&figure("errorbar", "1.0"));
-    assert!(e.contains("figures[0].settle_within") && e.contains("only curve figures take `settle_within`"), "{e}");
-    let e = error_of(&figure("curve", "-1"));
-    assert!(e.contains("figures[0].settle_within") && e.contains("a distance >= 0"), "{e}");
-    parse(&figure("curve", "1.0"), "good.yaml", &registry()).expect("a curve with a settling band");
+fn curve_only_fields_belong_to_curve_figures_and_are_checked() {
+    // (field, a good value, a bad value, what the bad value's error says)
+    for (field, good, bad, why) in [("target", "3.25", ".nan", "a finite value"), ("settle_within", "1.0", "-1", "a distance >= 0")] {
+        let figure = |kind: &str, value: &str| {
+            format!("{GOOD}figures:\n  - {{ id: f, title: F, kind: {kind}, trace: test_error, metric: error_pct, {field}: {value} }}\n")
+        };
+        let at = format!("figures[0].{field}");
+        let e = error_of(&figure("errorbar", good));
+        assert!(e.contains(&at) && e.contains(&format!("only curve figures take `{field}`")), "{e}");
+        let e = error_of(&figure("curve", bad));
+        assert!(e.contains(&at) && e.contains(why), "{e}");
+        parse(&figure("curve", good), "good.yaml", &registry()).expect("a curve with the field");
+    }
 }
 
 #[test]
