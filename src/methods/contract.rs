@@ -141,6 +141,25 @@ pub trait Fitted: Send + Sync {
     }
 }
 
+/// A predictive a Gaussian-latent method can score beside its own (`also_predict`), as a
+/// `Prediction::alternatives` entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AlsoPredict {
+    /// The latents' posterior (predictive) means plugged into the likelihood, their
+    /// (co)variance dropped.
+    PlugIn,
+}
+
+impl AlsoPredict {
+    /// The rule as a spec writes it, the suffix of its metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            AlsoPredict::PlugIn => "plug_in",
+        }
+    }
+}
+
 /// What `Fitted::predict` returns for m rows and C classes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Prediction {

@@ -23,7 +23,9 @@ pub mod vbmnp;
 pub mod vbmnp_sparse;
 
 pub use context::{Budget, CheckpointGrid, Checkpoints, FitContext, ScoreSnapshot, TrainingClock};
-pub use contract::{Diagnostics, Evidence, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape, StopReason};
+pub use contract::{
+    AlsoPredict, Diagnostics, Evidence, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape, StopReason,
+};
 
 use crate::kernels::{KernelSet, SqExp};
 

@@ -66,25 +66,10 @@ pub struct LaplaceParams {
     pub likelihood: LaplaceLikelihood,
     /// Further predictives the final model is also scored by, each metric suffixed by its
     /// name (`log_pred_sum_plug_in`): a diagnostic of which predictive a published number used.
+    /// `plug_in`: the softmax of the latent predictive mean (the Monte Carlo predictive of
+    /// GPML Alg. 3.4 averages it over the latent covariance).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub also_predict: Vec<LaplacePredictive>,
-}
-
-/// A predictive besides the Monte Carlo average of the softmax over the latent predictive
-/// (GPML Alg. 3.4), scored as `Prediction::alternatives`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LaplacePredictive {
-    /// The softmax of the latent predictive mean, its covariance dropped.
-    PlugIn,
-}
-
-impl LaplacePredictive {
-    pub fn name(self) -> &'static str {
-        match self {
-            LaplacePredictive::PlugIn => "plug_in",
-        }
-    }
+    pub also_predict: Vec<crate::methods::AlsoPredict>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,10 +1,10 @@
 //! The fitted multinomial-logit Laplace model: the latent predictive (GPML Alg. 3.4) and the
 //! class probabilities by Monte Carlo over it.
 use super::newton::Mode;
-use super::LaplacePredictive;
 use crate::kernels::{Kernel, KernelSet};
 use crate::likelihoods::{Likelihood, Softmax};
 use crate::linalg::Chol;
+use crate::methods::AlsoPredict;
 use crate::methods::{Diagnostics, Evidence, FitError, Fitted, Prediction};
 use crate::results::EvidenceKind;
 use faer::Mat;
@@ -21,7 +21,7 @@ pub struct LaplaceModel {
     pub(super) mode: Mode,
     pub(super) mc_samples: usize,
     /// Rules scored beside the Monte Carlo predictive (the final model's only).
-    pub(super) also_predict: Vec<LaplacePredictive>,
+    pub(super) also_predict: Vec<AlsoPredict>,
     pub(super) diagnostics: Diagnostics,
 }
 
@@ -91,7 +91,7 @@ impl Fitted for LaplaceModel {
         let mut prediction = Prediction { jitter, ..Prediction::new(out) };
         for rule in &self.also_predict {
             let probs = match rule {
-                LaplacePredictive::PlugIn => {
+                AlsoPredict::PlugIn => {
                     let mut p = Array2::zeros((x.nrows(), C));
                     means.iter().enumerate().for_each(|(j, mu)| p.row_mut(j).assign(&ndarray::Array1::from(Softmax.probs(mu))));
                     p

@@ -268,7 +268,7 @@ fn the_plug_in_alternative_is_the_softmax_of_the_predictive_mean() {
     let (n, C) = (x.nrows(), 3);
     let kern = kernel(false, 1.0, 3.0);
     let problem = Problem { x: &x, y: &y, n_classes: C };
-    let fit = |also: Vec<LaplacePredictive>| {
+    let fit = |also: Vec<crate::methods::AlsoPredict>| {
         let mut rng = Pcg64::seed_from_u64(9);
         let mut ctx = FitContext::new(&mut rng, None);
         LaplaceParams { also_predict: also, ..Default::default() }
@@ -277,7 +277,7 @@ fn the_plug_in_alternative_is_the_softmax_of_the_predictive_mean() {
             .fit_model(&problem, &kern, HyperPolicy::Fixed, &mut ctx)
             .unwrap()
     };
-    let (with, without) = (fit(vec![LaplacePredictive::PlugIn]), fit(vec![]));
+    let (with, without) = (fit(vec![crate::methods::AlsoPredict::PlugIn]), fit(vec![]));
     let xt = ndarray::array![[0.1, 0.2], [1.0, 1.0], [3.0, -2.0]];
     let p = with.predict(&xt, &mut Pcg64::seed_from_u64(10)).unwrap();
     p.validate(3).unwrap();

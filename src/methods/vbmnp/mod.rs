@@ -28,7 +28,7 @@ mod updates;
 
 pub use binary::VbmnpBinaryModel;
 pub use model::VbmnpModel;
-pub use params::{IsParam, IsWeight, VbEvidence, VbPredictive, Vbmnp, VbmnpParams};
+pub use params::{IsParam, IsWeight, VbEvidence, Vbmnp, VbmnpParams};
 pub use updates::paper_bound;
 
 use super::{

@@ -29,7 +29,7 @@ pub struct VbmnpModel {
     /// vbmp's formula without its determinant terms, and log|C + 1e-10 s2 I| (see `PortBounds`).
     pub(super) bound_port_det_free: f64,
     pub(super) port_log_det_c: f64,
-    pub(super) also_predict: Vec<VbPredictive>,
+    pub(super) also_predict: Vec<crate::methods::AlsoPredict>,
 }
 
 impl VbmnpModel {
@@ -76,7 +76,7 @@ impl Fitted for VbmnpModel {
         let mut prediction = if cp < K { Prediction::new(out).with_values("log_pred_all", all) } else { Prediction::new(out) };
         for rule in &self.also_predict {
             prediction = match rule {
-                VbPredictive::PlugIn => prediction.with_alternative(rule.name(), plug_in.clone()),
+                crate::methods::AlsoPredict::PlugIn => prediction.with_alternative(rule.name(), plug_in.clone()),
             };
         }
         Ok(prediction)

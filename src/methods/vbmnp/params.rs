@@ -65,26 +65,10 @@ pub struct VbmnpParams {
     pub extra_classes: usize,
     /// Further predictives the final model is also scored by, each metric suffixed by its
     /// name (`log_pred_sum_plug_in`): a diagnostic of which predictive a published number used.
+    /// `plug_in`: P(t = k) = E_u[prod_{j != k} Phi(u + m_k - m_j)] at the predictive means,
+    /// without the latents' variance (G&R §4.5 adds it to the unit auxiliary noise).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub also_predict: Vec<VbPredictive>,
-}
-
-/// A predictive besides the VB one (G&R §4.5: the latents' posterior variances inflate the
-/// auxiliary noise), scored as `Prediction::alternatives`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum VbPredictive {
-    /// The posterior mean of the latents plugged in, their variance dropped: P(t = k) =
-    /// E_u[prod_{j != k} Phi(u + m_k - m_j)].
-    PlugIn,
-}
-
-impl VbPredictive {
-    pub fn name(self) -> &'static str {
-        match self {
-            VbPredictive::PlugIn => "plug_in",
-        }
-    }
+    pub also_predict: Vec<crate::methods::AlsoPredict>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

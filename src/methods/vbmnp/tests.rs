@@ -398,8 +398,8 @@ fn learning_runs_and_hands_over_the_estimated_kernel() {
 fn the_plug_in_alternative_is_the_sharper_predictive_of_the_same_fit() {
     let (x, y) = toy(40, 2, 3, 6);
     let kernel = iso_kernel(0.5, 2.0);
-    let params = |also: Vec<VbPredictive>| VbmnpParams { tol: 0.0, max_iters: 10, also_predict: also, ..Default::default() };
-    let (with, _) = fit(&x, &y, 3, &kernel, HyperPolicy::Fixed, params(vec![VbPredictive::PlugIn]), 2);
+    let params = |also: Vec<crate::methods::AlsoPredict>| VbmnpParams { tol: 0.0, max_iters: 10, also_predict: also, ..Default::default() };
+    let (with, _) = fit(&x, &y, 3, &kernel, HyperPolicy::Fixed, params(vec![crate::methods::AlsoPredict::PlugIn]), 2);
     let (without, _) = fit(&x, &y, 3, &kernel, HyperPolicy::Fixed, params(vec![]), 2);
     let xs = Array2::from_shape_fn((9, 2), |(i, j)| (i as f64 * 1.3 + j as f64).cos() * 1.5);
     let mut rng = Pcg64::seed_from_u64(1);
