@@ -38,9 +38,10 @@ pub(crate) fn class_gradient(t: &ClassTerms, scale: f64) -> InputGrads {
     let (m, n) = (prior.m(), x.nrows());
     let u = &view.rows.dirs;
     let col = |a: &Array2<f64>, j: usize| a[(j, class)];
-    let ko = |r: usize, j: usize| view.ainv_ko.as_ref().map_or(0.0, |k| k[(r, j)]);
+    let ainv = view.ainv.as_ref().expect("a gradient needs a view built for it (ViewFor::Gradient)");
+    let ko = |r: usize, j: usize| ainv.ko.as_ref().map_or(0.0, |k| k[(r, j)]);
     let p = Mat::from_fn(m, n, |r, j| col(&g.ga, j) * view.beta[r] + col(&g.ga_cm, j) * ko(r, j));
-    let w = Mat::from_fn(m, n, |r, j| col(&g.gb, j) * view.ainv_k[(r, j)] + col(&g.gb_cw, j) * ko(r, j));
+    let w = Mat::from_fn(m, n, |r, j| col(&g.gb, j) * ainv.k[(r, j)] + col(&g.gb_cw, j) * ko(r, j));
     let kmn_bar = Mat::from_fn(m, n, |r, j| scale * (p[(r, j)] + 2.0 * (w[(r, j)] - col(&g.gb, j) * u[(r, j)])));
     let rr = Mat::from_fn(m, n, |r, j| scale * (0.5 * p[(r, j)] + w[(r, j)] - 0.5 * col(&g.gb, j) * u[(r, j)]));
     let ur = matmul_par(u.as_ref(), rr.transpose());
@@ -98,8 +99,9 @@ fn kernel_vjps(
 pub(crate) fn class_gradient_exact(t: &ClassTerms) -> InputGrads {
     let ClassTerms { kernel, prior, post, view, x, g, class } = *t;
     let (m, n) = (prior.m(), x.nrows());
-    let (u, a) = (&view.rows.dirs, &view.ainv_k);
-    let b = view.ainv_ko.as_ref().expect("EP-inner-exact needs EP's per-factor view");
+    let ainv = view.ainv.as_ref().expect("a gradient needs a view built for it (ViewFor::Gradient)");
+    let (u, a) = (&view.rows.dirs, &ainv.k);
+    let b = ainv.ko.as_ref().expect("EP-inner-exact needs EP's per-factor view");
     let beta = &post.beta;
     let col = |arr: &Array2<f64>, j: usize| arr[(j, class)];
     let (d_uu, d_uo, d_oo, t_u, t_o) =

@@ -6,7 +6,7 @@
 //! touching class c, (N - N_c) + N_c (C - 1): its cavity takes 1 - 1/n_c of the tied site.
 use super::gradient::{class_gradient, class_gradient_exact, ClassTerms};
 use super::sparse::{ClassPosterior, ClassPrior, PriorRows, SiteSums};
-use super::sweep::{sweep, ClassView, Sweep};
+use super::sweep::{sweep, ClassView, Sweep, ViewFor};
 use crate::kernels::InputGrads;
 use crate::kernels::KernelSet;
 use crate::likelihoods::pairwise_step::PairSites;
@@ -126,7 +126,7 @@ impl State {
     }
 
     /// Every class's view of a block, and the block's stored sites.
-    pub fn views(&self, block: &Block) -> Result<(Vec<ClassView>, PairSites), FitError> {
+    pub fn views(&self, block: &Block, purpose: ViewFor) -> Result<(Vec<ClassView>, PairSites), FitError> {
         let (c, rows) = (self.n_classes(), &block.rows);
         match &self.factors {
             Some(store) => {
@@ -135,7 +135,7 @@ impl State {
                     .map(|k| {
                         let p = &self.priors[k];
                         let old = Mat::from_fn(p.m(), rows.len(), |a, j| store.dirs[k][(rows[j], a)]);
-                        ClassView::per_factor(p, block.prior_rows[k].clone(), &self.posts[k], &old)
+                        ClassView::per_factor(p, block.prior_rows[k].clone(), &self.posts[k], &old, purpose)
                     })
                     .collect();
                 let pick = |a: &Array2<f64>| a.select(Axis(0), rows);
@@ -144,8 +144,10 @@ impl State {
             }
             None => {
                 let cavities = self.cavities()?;
-                let views =
-                    (0..c).into_par_iter().map(|k| ClassView::tied(&self.priors[k], block.prior_rows[k].clone(), &cavities[k])).collect();
+                let views = (0..c)
+                    .into_par_iter()
+                    .map(|k| ClassView::tied(&self.priors[k], block.prior_rows[k].clone(), &cavities[k], purpose))
+                    .collect();
                 Ok((views, PairSites::zeros(rows.len(), c)))
             }
         }
@@ -158,7 +160,7 @@ impl State {
     /// change of an average site), the outer scheme's convergence measure.
     pub fn refine(&mut self, block: &Block, rho: f64) -> Result<f64, FitError> {
         let (rows, yb, n) = (&block.rows, &block.y, self.n_rows());
-        let (views, stored) = self.views(block)?;
+        let (views, stored) = self.views(block, ViewFor::Sweep)?;
         let sw = sweep(&views, yb, &stored)?;
         let c = self.n_classes();
         let nb = rows.len();
@@ -249,7 +251,7 @@ impl State {
 
     /// One sweep over `block` at the current q, then `per_class` for every class, assembled.
     fn class_gradients(&self, block: &Block, per_class: impl Fn(&ClassTerms) -> InputGrads + Sync) -> Result<Vec<f64>, FitError> {
-        let (views, stored) = self.views(block)?;
+        let (views, stored) = self.views(block, ViewFor::Gradient)?;
         let sw = sweep(&views, &block.y, &stored)?;
         let per: Vec<_> = (0..self.n_classes())
             .into_par_iter()
@@ -322,7 +324,7 @@ impl State {
         for start in (0..n).step_by(BLOCK_ROWS) {
             let rows: Vec<usize> = (start..(start + BLOCK_ROWS).min(n)).collect();
             let block = self.block(x, y, &rows);
-            let (views, stored) = self.views(&block)?;
+            let (views, stored) = self.views(&block, ViewFor::Sweep)?;
             let Sweep { log_z, removal_gain, .. } = sweep(&views, &block.y, &stored)?;
             total += log_z + if self.is_tied() { 0.0 } else { removal_gain };
         }

@@ -78,13 +78,28 @@ impl Proj {
     }
 }
 
+/// What a view is for: a sweep needs only the projections, a gradient also the directions
+/// mapped by A^{-1}, two more [M, M] x [M, n] triangular solves per class (EP: three of its
+/// five; SEP: one of its two), which the refinement and the evidence skip.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ViewFor {
+    Sweep,
+    Gradient,
+}
+
+/// A^{-1} applied to a block's directions (A of the posterior, or of SEP's cavity).
+pub(crate) struct AinvDirs {
+    /// A^{-1} k_i per row, [M, n].
+    pub k: Mat<f64>,
+    /// EP: A^{-1} k_o per row, k_o = K u_o (the stored direction in kernel space).
+    pub ko: Option<Mat<f64>>,
+}
+
 /// Class c's view of a block of rows.
 pub(crate) struct ClassView {
     pub rows: PriorRows,
-    /// A^{-1} k_i per row, [M, n] (A of the posterior, or of SEP's cavity).
-    pub ainv_k: Mat<f64>,
-    /// EP: A^{-1} k_o per row, k_o = K u_o (the stored direction in kernel space).
-    pub ainv_ko: Option<Mat<f64>>,
+    /// `Some` for a view built `ViewFor::Gradient`.
+    pub ainv: Option<AinvDirs>,
     /// K^{-1} m of the posterior (EP) or of SEP's cavity.
     pub beta: Vec<f64>,
     pub proj: Vec<Proj>,
@@ -93,7 +108,7 @@ pub(crate) struct ClassView {
 impl ClassView {
     /// EP: projections on the posterior `post`, with the stored directions `old_dirs` [M, n]
     /// (f-bar space; zero columns for rows without sites yet).
-    pub fn per_factor(prior: &ClassPrior, rows: PriorRows, post: &ClassPosterior, old_dirs: &Mat<f64>) -> ClassView {
+    pub fn per_factor(prior: &ClassPrior, rows: PriorRows, post: &ClassPosterior, old_dirs: &Mat<f64>, purpose: ViewFor) -> ClassView {
         let ko = crate::linalg::matmul_par(prior.k().as_ref(), old_dirs.as_ref());
         let e_u = post.a_chol.solve_l_par(rows.kmn.as_ref());
         let e_o = post.a_chol.solve_l_par(ko.as_ref());
@@ -109,13 +124,13 @@ impl ClassView {
                 t_o: (0..m).map(|r| ko[(r, j)] * post.beta[r]).sum(),
             })
             .collect();
-        let ainv_k = post.a_chol.solve_lt_par(e_u.as_ref());
-        let ainv_ko = post.a_chol.solve_lt_par(e_o.as_ref());
-        ClassView { rows, ainv_k, ainv_ko: Some(ainv_ko), beta: post.beta.clone(), proj }
+        let ainv = (purpose == ViewFor::Gradient)
+            .then(|| AinvDirs { k: post.a_chol.solve_lt_par(e_u.as_ref()), ko: Some(post.a_chol.solve_lt_par(e_o.as_ref())) });
+        ClassView { rows, ainv, beta: post.beta.clone(), proj }
     }
 
     /// SEP: projections on the class cavity `cavity`.
-    pub fn tied(prior: &ClassPrior, rows: PriorRows, cavity: &ClassPosterior) -> ClassView {
+    pub fn tied(prior: &ClassPrior, rows: PriorRows, cavity: &ClassPosterior, purpose: ViewFor) -> ClassView {
         let e_u = cavity.a_chol.solve_l_par(rows.kmn.as_ref());
         let m = prior.m();
         let proj = (0..rows.kmn.ncols())
@@ -125,8 +140,8 @@ impl ClassView {
                 ..Proj::default()
             })
             .collect();
-        let ainv_k = cavity.a_chol.solve_lt_par(e_u.as_ref());
-        ClassView { rows, ainv_k, ainv_ko: None, beta: cavity.beta.clone(), proj }
+        let ainv = (purpose == ViewFor::Gradient).then(|| AinvDirs { k: cavity.a_chol.solve_lt_par(e_u.as_ref()), ko: None });
+        ClassView { rows, ainv, beta: cavity.beta.clone(), proj }
     }
 }
 
