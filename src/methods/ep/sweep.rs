@@ -79,8 +79,8 @@ impl Proj {
 }
 
 /// What a view is for: a sweep needs only the projections, a gradient also the directions
-/// mapped by A^{-1}, two more [M, M] x [M, n] triangular solves per class (EP: three of its
-/// five; SEP: one of its two), which the refinement and the evidence skip.
+/// mapped by A^{-1}: per class two more [M, M] x [M, n] triangular solves for EP (of its view's
+/// five products) and one more for SEP (of two), which the refinement and the evidence skip.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ViewFor {
     Sweep,
