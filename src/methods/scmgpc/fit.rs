@@ -1,5 +1,6 @@
 //! The training loop: class-weighted k-means inducing sets, then steps (local step on the
-//! batch, global natural-parameter step, an Adam step on the kernels every `hyper_every`)
+//! batch, global natural-parameter step, an Adam step on the kernels (and with
+//! `learn_inducing` the inducing inputs) every `hyper_every`)
 //! until the budget, `max_iters` or the timeout, with checkpoints scored off the clock.
 use super::global::{blend, local_step, target_noise, targets};
 use super::model::{ScmgpcModel, Sparse};
@@ -8,7 +9,7 @@ use crate::kernels::KernelSet;
 use crate::methods::{Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Problem, StopReason};
 use crate::scalable::adaptive_rate::AdaptiveRate;
 use crate::scalable::{class_weighted_inducing, initial_kernels, Adam, Minibatches, NaturalGaussian};
-use ndarray::Axis;
+use ndarray::{Array2, Axis};
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 
@@ -39,9 +40,18 @@ pub(crate) fn train(
     // alpha_i = C (notes §5.4), warm-started from here on.
     let mut alpha = vec![c as f64; n];
 
-    let learn = hyper_policy == HyperPolicy::Learn;
+    // Adam's vector: the kernels' log-parameters, then (`learn_inducing`) every class's Z^c
+    // row by row.
+    let learn_kernels = hyper_policy == HyperPolicy::Learn;
     let mut theta = sparse.kernels.log_params();
-    let free: Vec<bool> = sparse.kernels.free_mask().into_iter().map(|f| f && learn).collect();
+    let n_kernel = theta.len();
+    let mut free: Vec<bool> = sparse.kernels.free_mask().into_iter().map(|f| f && learn_kernels).collect();
+    if p.learn_inducing {
+        for g in &sparse.classes {
+            theta.extend(g.z.iter());
+            free.extend(std::iter::repeat_n(true, g.z.len()));
+        }
+    }
     let learn = free.iter().any(|&f| f);
     let mut adam = Adam::new(theta.len(), p.adam_lr);
     let full_batch = p.batch.is_full();
@@ -107,12 +117,30 @@ pub(crate) fn train(
             // At the new q, with this step's local parameters (Alg. 1's order).
             let mg = sparse.marginals(&xb);
             let g = hyper::gradient(&sparse, &xb, &yb, &mg, &locals, scale, !p.whiten);
-            if g.iter().any(|v| !v.is_finite()) {
-                return Err(FitError::Numerical(format!("scmgpc: a kernel gradient is not finite at step {t}")));
+            if !g.is_finite() {
+                return Err(FitError::Numerical(format!("scmgpc: a kernel or inducing-input gradient is not finite at step {t}")));
             }
-            let descent: Vec<f64> = g.iter().map(|v| -v).collect();
+            let mut descent: Vec<f64> = g.params.iter().map(|v| -v).collect();
+            if p.learn_inducing {
+                descent.extend(g.z.iter().flatten().map(|v| -v));
+            }
             adam.step(&mut theta, &descent, &free);
-            let mut next = sparse.with_kernels(sparse.kernels.with_log_params(&theta))?;
+            let kernels = sparse.kernels.with_log_params(&theta[..n_kernel]);
+            let mut next = if p.learn_inducing {
+                let mut rest = &theta[n_kernel..];
+                let zs = sparse
+                    .classes
+                    .iter()
+                    .map(|g| {
+                        let (this, tail) = rest.split_at(g.z.len());
+                        rest = tail;
+                        Array2::from_shape_vec(g.z.dim(), this.to_vec()).expect("Z's shape")
+                    })
+                    .collect();
+                sparse.moved(kernels, zs)?
+            } else {
+                sparse.with_kernels(kernels)?
+            };
             if !p.whiten {
                 // q(u) stays where the global step left it while L moves under it.
                 for (new, old) in next.classes.iter_mut().zip(&sparse.classes) {
@@ -134,6 +162,9 @@ pub(crate) fn train(
     let mut diagnostics = Diagnostics { iterations: Some(t), stop_reason: Some(stop), ..Default::default() };
     diagnostics.number("epochs", t as f64 * size as f64 / n as f64);
     diagnostics.number("inducing", m as f64);
+    if p.learn_inducing {
+        diagnostics.note("inducing_inputs", "learned (Adam, with the kernels' schedule)".to_string());
+    }
     diagnostics.number("kmeans_rows", init.kmeans_rows as f64);
     diagnostics.number("kmeans_iterations", init.kmeans_iterations as f64);
     diagnostics.number("rho_last", rho);

@@ -6,7 +6,9 @@
 //!     L_h = s sum_{i in S} sum_c [ r_i^c m_i^c / 2 - w_i^c (v_i^c + (m_i^c)^2) / 2 ],
 //! with m = a^T mu, v = k(x, x) + jitter - a^T a + a^T S a, a = L^{-1} k(Z, x); the KL of
 //! q(v) against N(0, I) does not depend on them while q(v) is held fixed, but does when q(u)
-//! is (`hold_u`, the default: then q(v) = L^{-1} q(u) moves with L).
+//! is (`hold_u`, the default: then q(v) = L^{-1} q(u) moves with L). The same pass gives the
+//! gradient with respect to every class's inducing inputs Z^c (`learn_inducing`): the kernels'
+//! VJPs return it alongside the parameters'.
 use super::local::Local;
 use super::model::{mm, Marginals, Sparse};
 use crate::scalable::projection::lbar_holding_u;
@@ -26,9 +28,22 @@ pub(crate) fn objective(sparse: &Sparse, x: &Array2<f64>, y: &[usize], locals: &
     scale * total
 }
 
-/// dL_h / d(log-parameters), in the kernel set's `log_params` order, from the marginals `mg`
-/// of the rows `x` under the current q; with `hold_u`, of L_h - KL with q(u) held fixed (the
-/// authors' objective, notes §5.3), which adds `lbar_holding_u` to each class's L adjoint.
+/// The gradient of L_h (or L_h - KL): with respect to the kernel set's log-parameters (in
+/// `log_params` order) and to each class's inducing inputs.
+pub(crate) struct HyperGradient {
+    pub params: Vec<f64>,
+    pub z: Vec<Array2<f64>>,
+}
+
+impl HyperGradient {
+    pub fn is_finite(&self) -> bool {
+        self.params.iter().chain(self.z.iter().flatten()).all(|v| v.is_finite())
+    }
+}
+
+/// dL_h / d(log-parameters) and dL_h / dZ^c from the marginals `mg` of the rows `x` under the
+/// current q; with `hold_u`, of L_h - KL with q(u) held fixed (the authors' objective, notes
+/// §5.3), which adds `lbar_holding_u` to each class's L adjoint.
 pub(crate) fn gradient(
     sparse: &Sparse,
     x: &Array2<f64>,
@@ -37,9 +52,10 @@ pub(crate) fn gradient(
     locals: &[Local],
     scale: f64,
     hold_u: bool,
-) -> Vec<f64> {
+) -> HyperGradient {
     let n = x.nrows();
     let mut out = vec![0.0; sparse.kernels.n_params()];
+    let mut z = Vec::with_capacity(sparse.n_classes());
     for c in 0..sparse.n_classes() {
         let g = &sparse.classes[c];
         let blk = &mg.blocks[c];
@@ -69,6 +85,7 @@ pub(crate) fn gradient(
         let diag = kern.diag_vjp(x, &gvar);
         let total: Vec<f64> = gr.params.iter().zip(diag).map(|(p, d)| p + d).collect();
         sparse.kernels.add_class_gradient(&mut out, c, &total);
+        z.push(gr.z);
     }
-    out
+    HyperGradient { params: out, z }
 }

@@ -71,6 +71,11 @@ impl Sparse {
     /// The same Z and q(v) under new kernels.
     pub fn with_kernels(&self, kernels: KernelSet) -> Result<Sparse, FitError> {
         let zs = self.classes.iter().map(|g| g.z.clone()).collect();
+        self.moved(kernels, zs)
+    }
+
+    /// The same q(v) under new kernels and inducing inputs.
+    pub fn moved(&self, kernels: KernelSet, zs: Vec<Array2<f64>>) -> Result<Sparse, FitError> {
         let qs = self.classes.iter().map(|g| g.q.clone()).collect();
         Sparse::new(kernels, zs, qs, self.jitter)
     }
