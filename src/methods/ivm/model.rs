@@ -5,8 +5,8 @@
 use super::state::IvmState;
 use super::SiteLik;
 use crate::kernels::{Kernel, KernelSet};
-use crate::linalg::softmax_in_place;
 use crate::linalg::Chol;
+use crate::linalg::{argmax, softmax_in_place};
 use crate::methods::{Diagnostics, Evidence, FitError, Fitted, Prediction};
 use crate::results::EvidenceKind;
 use crate::special::{log_normal_cdf, normal_cdf};
@@ -119,8 +119,11 @@ impl Fitted for IvmModel {
 /// binary problems (each task's is a diagnostic).
 /// The names of the tasks' log Q_c(y = +1 | x) and log Q_c(y = -1 | x) in a prediction's
 /// `log_class_values` ([m, C], column c for task c).
-const TASK_LOG_Q: &str = "task_log_q";
-const TASK_LOG_Q_REST: &str = "task_log_q_rest";
+pub(super) const TASK_LOG_Q: &str = "task_log_q";
+pub(super) const TASK_LOG_Q_REST: &str = "task_log_q_rest";
+/// The tasks' discriminants, latent predictive mean plus intercept (not a log-value: read only
+/// by `test_metrics` for the vote by discriminants).
+pub(super) const TASK_DISCRIMINANT: &str = "task_discriminant";
 
 pub struct OneVsRestModel {
     tasks: Vec<IvmModel>,
@@ -167,6 +170,7 @@ impl Fitted for OneVsRestModel {
         let mut log_q = Array2::zeros((x.nrows(), c));
         // log Q_c(y = -1 | x) from its own tail (not log(1 - Q_c(+1))), for the tasks' scores.
         let mut log_q_rest = Array2::zeros((x.nrows(), c));
+        let mut discriminant = Array2::zeros((x.nrows(), c));
         for (k, task) in self.tasks.iter().enumerate() {
             let SiteLik::Probit { bias } = task.lik else {
                 return Err(FitError::Unsupported("ivm: class probabilities need the probit likelihood".into()));
@@ -181,6 +185,7 @@ impl Fitted for OneVsRestModel {
                 }
                 log_q[(j, k)] = log_normal_cdf(z);
                 log_q_rest[(j, k)] = log_normal_cdf(-z);
+                discriminant[(j, k)] = m + bias;
             }
         }
         let mut probs = log_q.clone();
@@ -190,17 +195,24 @@ impl Fitted for OneVsRestModel {
         let mut prediction = Prediction::new(probs);
         prediction.log_class_values.insert(TASK_LOG_Q.into(), log_q);
         prediction.log_class_values.insert(TASK_LOG_Q_REST.into(), log_q_rest);
+        prediction.log_class_values.insert(TASK_DISCRIMINANT.into(), discriminant);
         Ok(prediction)
     }
 
     /// Each binary task scored on its own problem (class c against the rest), as Tables 1 and 4
     /// report them: `task<c>_error_pct` (Q_c(y = +1 | x) > 1/2 read as class c) and
     /// `task<c>_log_pred_mean`, the mean over test rows of log Q_c(y_c | x), y_c = +1 for class
-    /// c and -1 otherwise.
+    /// c and -1 otherwise. Also `error_pct_discriminant`: the C-class error of the other reading
+    /// of Table 4's "voting with these discriminants", argmax_c (mu_c(x) + bias_c), which ranks
+    /// like the main vote argmax_c log Q_c(+1 | x) only where the tasks' predictive variances
+    /// agree (Q_c = Phi((mu_c + bias_c) / sqrt(1 + var_c))).
     fn test_metrics(&self, prediction: &Prediction, y_test: &[usize]) -> BTreeMap<String, f64> {
         let (pos, rest) = (&prediction.log_class_values[TASK_LOG_Q], &prediction.log_class_values[TASK_LOG_Q_REST]);
         let m = y_test.len().max(1) as f64;
         let mut out = BTreeMap::new();
+        let discriminant = &prediction.log_class_values[TASK_DISCRIMINANT];
+        let vote_errors = discriminant.rows().into_iter().zip(y_test).filter(|(row, &t)| argmax(&row.to_vec()) != t).count();
+        out.insert("error_pct_discriminant".into(), 100.0 * vote_errors as f64 / m);
         for c in 0..self.tasks.len() {
             let errors = y_test.iter().enumerate().filter(|&(j, &t)| (pos[(j, c)] > rest[(j, c)]) != (t == c)).count();
             let log_pred: f64 = y_test.iter().enumerate().map(|(j, &t)| if t == c { pos[(j, c)] } else { rest[(j, c)] }).sum();

@@ -93,6 +93,12 @@ fn c_against_the_rest_is_the_vote_of_the_binary_tasks() {
         let p = multi.predict(&xt, &mut Pcg64::seed_from_u64(0)).unwrap();
         p.validate(xt.nrows()).unwrap();
         assert!(multi.evidence().is_none());
+        // Each task's discriminant mu_c + bias_c against its own predictive: Q_c(+1 | x) =
+        // Phi((mu_c + bias_c) / sqrt(1 + var_c)) is above 1/2 exactly where it is positive.
+        let (disc, log_q_pos) = (&p.log_class_values[model::TASK_DISCRIMINANT], &p.log_class_values[model::TASK_LOG_Q]);
+        for (d, q) in disc.iter().zip(log_q_pos) {
+            assert!(d.abs() < 1e-9 || (*d > 0.0) == (*q > 0.5f64.ln()), "{hyper:?}: discriminant {d}, log Q {q}");
+        }
         let mut log_q = Array2::<f64>::zeros((xt.nrows(), 3));
         for c in 0..3 {
             let yc: Vec<usize> = y.iter().map(|&k| usize::from(k == c)).collect();
@@ -216,4 +222,33 @@ fn virtual_vectors_reselect_on_the_augmented_set_at_the_fitted_hyper_parameters(
     let wrong = crate::methods::ivm::VirtualVectors { image: [4, 4], ..virt };
     let e = run(&ivm(settings(Some(&wrong), 6)), &x, &y, &kernels, HyperPolicy::Fixed).err().unwrap().to_string();
     assert!(e.contains("virtual_vectors.image") && e.contains("9 features"), "{e}");
+}
+
+/// Table 4's two readings of "voting with these discriminants" differ where the tasks'
+/// predictive variances do. Row 0 has discriminants mu + bias = (1.0, 0.8) and variances (4, 0):
+/// Q = (Phi(1 / sqrt 5), Phi(0.8)) = (0.67, 0.79) votes for task 1, the discriminants for task 0
+/// (its true class); rows 1 and 2 agree. `error_pct_discriminant` counts by the discriminants.
+#[test]
+fn the_vote_by_discriminants_ranks_mean_plus_intercept() {
+    let disc: Array2<f64> = ndarray::array![[1.0, 0.8], [-0.5, 0.2], [0.3, -2.0]];
+    let var: Array2<f64> = ndarray::array![[4.0, 0.0], [1.0, 1.0], [0.0, 9.0]];
+    let z = Array2::from_shape_fn((3, 2), |(j, c)| disc[(j, c)] / (1.0 + var[(j, c)]).sqrt());
+    let log_q = z.mapv(crate::special::log_normal_cdf);
+    let mut probs = log_q.clone();
+    for mut row in probs.rows_mut() {
+        crate::linalg::softmax_in_place(row.as_slice_mut().unwrap());
+    }
+    let mut p = crate::methods::Prediction::new(probs);
+    p.log_class_values.insert(model::TASK_LOG_Q.into(), log_q.clone());
+    p.log_class_values.insert(model::TASK_LOG_Q_REST.into(), z.mapv(|v| crate::special::log_normal_cdf(-v)));
+    p.log_class_values.insert(model::TASK_DISCRIMINANT.into(), disc);
+    p.validate(3).unwrap();
+    let y = [0, 1, 0];
+    let main_votes: Vec<usize> = log_q.rows().into_iter().map(|r| crate::linalg::argmax(&r.to_vec())).collect();
+    assert_eq!(main_votes, [1, 1, 0], "the main vote by log Q");
+    let scores = OneVsRestModel::new(Vec::new()).test_metrics(&p, &y);
+    assert_eq!(scores["error_pct_discriminant"], 0.0);
+    let flipped = [1, 1, 0];
+    let scores = OneVsRestModel::new(Vec::new()).test_metrics(&p, &flipped);
+    assert!((scores["error_pct_discriminant"] - 100.0 / 3.0).abs() < 1e-12);
 }
