@@ -120,6 +120,32 @@ const MAX_RESTARTS: u32 = 3;
 /// less than `tol_cost`. An evaluation that returns `FitError::Stop` (a budget reached) ends the
 /// search at the best point so far, with the stop as its `stop_reason`.
 pub fn minimize_lbfgs(f: &CostAndGrad<'_>, x0: &[f64], free: &[bool], max_iters: u64, tol_cost: f64) -> Result<Minimum, FitError> {
+    minimize_lbfgs_with(f, x0, free, max_iters, tol_cost, FirstStep::Gradient)
+}
+
+/// The length of L-BFGS's first (steepest-descent) trial step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FirstStep {
+    /// The gradient itself (argmin's default): a cost whose start gradient is large makes the
+    /// first trial point correspondingly far.
+    #[default]
+    Gradient,
+    /// Unit length in the parameters, 1 / |g| times the gradient, as Fortran L-BFGS-B (scipy's
+    /// and R optim's) starts: a steep start (such as robust-max's log epsilon per misordered
+    /// row) then does not throw the kernel amplitudes e^30 out in one step.
+    UnitLength,
+}
+
+/// `minimize_lbfgs` with the first step's length chosen (the restart rule applies on top).
+pub fn minimize_lbfgs_with(
+    f: &CostAndGrad<'_>,
+    x0: &[f64],
+    free: &[bool],
+    max_iters: u64,
+    tol_cost: f64,
+    first_step: FirstStep,
+) -> Result<Minimum, FitError> {
     assert_eq!(x0.len(), free.len());
     let free_idx: Vec<usize> = (0..x0.len()).filter(|&i| free[i]).collect();
     let cache = Mutex::new(Cache::default());
@@ -137,10 +163,20 @@ pub fn minimize_lbfgs(f: &CostAndGrad<'_>, x0: &[f64], free: &[bool], max_iters:
     }
     let problem = |offset: Vec<f64>, scale: f64| Problem { f, x0: x0.to_vec(), free: free_idx.clone(), offset, scale, cache: &cache };
     // The first evaluation must succeed: there is no fallback point without it.
-    problem(vec![0.0; z0.len()], 1.0).eval(&z0).map_err(|e| fatal_or(&cache, e))?;
+    let (_, g0) = problem(vec![0.0; z0.len()], 1.0).eval(&z0).map_err(|e| fatal_or(&cache, e))?;
 
+    // In w = s (z - z0) the steepest-descent step -grad_w is |g| / s^2 long in z: s = sqrt|g|
+    // makes it 1. The quasi-Newton steps after it are invariant to a uniform scale.
+    let g_norm = g0.iter().map(|g| g * g).sum::<f64>().sqrt();
+    let base_scale = match first_step {
+        FirstStep::UnitLength if g_norm > 0.0 => g_norm.sqrt(),
+        _ => 1.0,
+    };
     let (mut offset, mut scale) = (vec![0.0; z0.len()], 1.0);
-    let mut start = z0;
+    let mut start = z0.clone();
+    if base_scale != 1.0 {
+        (offset, scale, start) = (z0, base_scale, vec![0.0; start.len()]);
+    }
     let mut iterations = 0;
     let mut restarts = 0;
     let mut first_trouble: Option<String> = None;
@@ -183,7 +219,7 @@ pub fn minimize_lbfgs(f: &CostAndGrad<'_>, x0: &[f64], free: &[bool], max_iters:
         // From the best point, in w = 4^k (z - z_best): the first (steepest-descent) step is 16^k
         // times shorter in z, and the quasi-Newton steps after it are scale-free.
         offset = free_idx.iter().map(|&i| best[i]).collect();
-        scale = 4f64.powi(restarts as i32);
+        scale = base_scale * 4f64.powi(restarts as i32);
         start = vec![0.0; free_idx.len()];
     };
     let cache = cache.into_inner().expect("optimiser cache poisoned");
@@ -274,6 +310,28 @@ mod tests {
         let g = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> { Ok(((x[0] - 1.0).powi(2), vec![2.0 * (x[0] - 1.0)])) };
         let m = minimize_lbfgs(&g, &[0.0], &[true], 100, 1e-10).unwrap();
         assert!(!m.stop_reason.contains("restart") && (m.x[0] - 1.0).abs() < 1e-6, "{m:?}");
+    }
+
+    #[test]
+    fn the_unit_length_first_step_goes_one_unit_where_the_gradient_step_goes_its_length() {
+        // f(x, y) = 500 ((x - 3)^2 + (y + 4)^2): gradient (-3000, 4000) at the origin, norm 5000.
+        // The first trial point is x0 - g (5000 away) by default and x0 - g / |g| (1 away) under
+        // UnitLength, as Fortran L-BFGS-B starts; both then reach the minimum.
+        for (first, want) in [(FirstStep::Gradient, 5000.0), (FirstStep::UnitLength, 1.0)] {
+            let seen = Mutex::new(Vec::new());
+            let f = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
+                seen.lock().unwrap().push(x.to_vec());
+                let (a, b) = (x[0] - 3.0, x[1] + 4.0);
+                Ok((500.0 * (a * a + b * b), vec![1000.0 * a, 1000.0 * b]))
+            };
+            let m = minimize_lbfgs_with(&f, &[0.0, 0.0], &[true, true], 100, 1e-12, first).unwrap();
+            let seen = seen.into_inner().unwrap();
+            let step = seen[1].iter().map(|v| v * v).sum::<f64>().sqrt();
+            assert!((step - want).abs() < 1e-9 * want, "{first:?}: first trial step {step}, want {want}");
+            // Along -g: the direction (3, -4) / 5.
+            assert!((seen[1][0] * 4.0 + seen[1][1] * 3.0).abs() < 1e-6 * want, "{first:?}: {:?}", seen[1]);
+            assert!((m.x[0] - 3.0).abs() < 1e-5 && (m.x[1] + 4.0).abs() < 1e-5, "{first:?}: {m:?}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@ use super::fit::sparse_at;
 use super::model::{Sparse, SvgpModel, BLOCK_ROWS};
 use super::posterior::Posterior;
 use super::Svgp;
-use crate::methods::optimize::minimize_lbfgs;
+use crate::methods::optimize::minimize_lbfgs_with;
 use crate::methods::{Diagnostics, FitContext, FitError, Fitted, Problem, StopReason};
 use crate::scalable::inducing::InitReport;
 use rand::SeedableRng;
@@ -92,7 +92,7 @@ pub(crate) fn train(
         Ok((-v, g.iter().map(|x| -x).collect()))
     };
     let p = &method.params;
-    let min = minimize_lbfgs(&cost, theta0, free, p.max_iters, 1e-10)?;
+    let min = minimize_lbfgs_with(&cost, theta0, free, p.max_iters, 1e-10, p.lbfgs_first_step)?;
     let sparse = sparse_at(start, &min.x, None, learn_inputs)?;
     let evidence =
         ctx.off_clock(|| elbo::full_elbo(&sparse, problem.x, problem.y, &method.likelihood, &mut Pcg64::seed_from_u64(DRAWS_SEED)));

@@ -22,6 +22,7 @@ pub use model::SvgpModel;
 
 use crate::kernels::KernelSet;
 use crate::likelihoods::marginal::{ExpectedLogLik, RobustMax, SoftmaxMc};
+use crate::methods::optimize::FirstStep;
 use crate::methods::{FitContext, FitError, Fitted, HyperPolicy, Method, Problem, ProblemShape};
 use crate::scalable::inducing::LengthscaleInit;
 use crate::scalable::{InducingInit, LearningRate};
@@ -155,6 +156,16 @@ pub struct SvgpParams {
     /// fixed when the kernel or Z move; `false`: q(u) itself (GPflow's whiten=False).
     #[serde(default = "d_true")]
     pub whiten: bool,
+    /// `optimizer: lbfgs`: the first trial step, `gradient` (default) or `unit_length` (1 / |g|
+    /// times the gradient, Fortran L-BFGS-B's start). Robust-max costs log epsilon per
+    /// misordered row, so the start gradient is steep: on svmguide2 the gradient-long first step
+    /// took a class's amplitude to 1e13, where that class's noise outvotes the others' signal.
+    #[serde(default, skip_serializing_if = "is_default_first_step")]
+    pub lbfgs_first_step: FirstStep,
+}
+
+fn is_default_first_step(s: &FirstStep) -> bool {
+    *s == FirstStep::default()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
