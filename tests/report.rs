@@ -311,9 +311,10 @@ fn report_shows_tables_figures_failures_and_score() {
 
     // Hand-computed: tab-main 3 of 4, tab-evidence 2 of 4 (one missing).
     assert_eq!((score.matched, score.compared, score.cells_failed), (5, 8, 1));
-    // The 3 misses by class: beta/laplace error decided, beta/laplace evidence explained, alpha/ep
-    // evidence (no run result) open; gamma's note is ignored as it is matched.
-    assert_eq!(score.misses, MissCounts { decided: 1, deviation: 1, open: 1 });
+    // The 3 numbers not matched: beta/laplace error decided, beta/laplace evidence explained,
+    // alpha/ep evidence (no run result) not run yet, not a miss; gamma's note is ignored as it
+    // is matched.
+    assert_eq!(score.misses, MissCounts { decided: 1, deviation: 1, open: 0, not_run: 1 });
     let stored: Score = serde_json::from_str(&std::fs::read_to_string(out.join("score.json")).unwrap()).unwrap();
     assert_eq!(stored, score);
     assert_eq!(stored.experiment, "synthetic");
@@ -335,7 +336,8 @@ fn report_shows_tables_figures_failures_and_score() {
     assert!(html.contains("Matched 2 / 4"), "tab-evidence per-table score");
     assert!(html.contains("miss decided against the paper: the diag spec shows 30 is out of reach"));
     assert!(html.contains("miss explained by a stated deviation: C = 6 here, 7 in the paper"));
-    assert!(html.contains("open miss"), "the missing ep evidence");
+    assert!(html.contains("<div class=\"miss\">not run yet</div>") && !html.contains("open miss"), "the missing ep evidence");
+    assert!(html.contains("0 open; 1 not run yet"), "tab-evidence");
     assert!(!html.contains("never shown"), "a matched number shows no miss note");
     assert!(html.contains("misses: 1 decided against the paper, 0 explained by a stated deviation, 0 open"), "tab-main");
     // this run, mean ± sd: alpha/ep error 10 ± √2.5; gamma/laplace 31.5 ± √(5/3) over 4 splits.
@@ -418,8 +420,8 @@ fn report_shows_tables_figures_failures_and_score() {
     assert!(index.contains("href=\"synthetic/index.html\""));
     assert!(index.contains("Synthetic report test"));
     assert!(index.contains("5 / 8"));
-    assert!(index.contains("<td>1 / 1 / 1</td>"), "the experiment's misses by class");
-    assert!(index.contains("1 decided against the paper, 1 explained by a stated deviation, 4 open"), "overall");
+    assert!(index.contains("<td>1 / 1 / 0 (1)</td>"), "the experiment's misses by class, and its number not run yet");
+    assert!(index.contains("1 decided against the paper, 1 explained by a stated deviation, 3 open; 1 not run yet"), "overall");
     assert!(index.contains("Overall: 7 / 13"), "both experiments");
 }
 

@@ -47,21 +47,29 @@ pub struct TableView {
 }
 
 /// Scored published numbers not matched: decided against the paper by a committed diagnostic,
-/// explained by a stated deviation, or open.
+/// explained by a stated deviation, open, or not run yet (no result of this run to compare: a
+/// partial run, whose numbers are not reproduced yet but are not known to be missed either).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct MissCounts {
     pub decided: usize,
     pub deviation: usize,
     pub open: usize,
+    #[serde(default)]
+    pub not_run: usize,
 }
 
 impl MissCounts {
     pub fn total(&self) -> usize {
-        self.decided + self.deviation + self.open
+        self.decided + self.deviation + self.open + self.not_run
     }
 
     pub fn sum(self, other: MissCounts) -> MissCounts {
-        MissCounts { decided: self.decided + other.decided, deviation: self.deviation + other.deviation, open: self.open + other.open }
+        MissCounts {
+            decided: self.decided + other.decided,
+            deviation: self.deviation + other.deviation,
+            open: self.open + other.open,
+            not_run: self.not_run + other.not_run,
+        }
     }
 
     fn add(&mut self, class: Option<MissClass>) {
@@ -96,7 +104,8 @@ pub struct RowView {
 
 #[derive(Serialize)]
 pub struct CellView {
-    /// CSS class: `match`, `mismatch`, `nopaper` or `paperonly`.
+    /// CSS class: `match`, `mismatch`, `notrun` (scored, no result yet), `variant`, `nopaper`
+    /// or `paperonly`.
     pub class: &'static str,
     pub run: String,
     pub n: String,
@@ -227,13 +236,16 @@ fn cell_view(
         let p = c.paper;
         let n = p.n.map(|n| format!(" (n = {n})")).unwrap_or_default();
         view.paper = Some(format!("{}{n}", mean_sd(p.mean, p.sd)));
-        view.class = match (c.scored, c.matched()) {
-            (false, _) => "variant",
-            (true, true) => "match",
-            (true, false) => "mismatch",
+        view.class = match (c.scored, c.matched(), c.run.is_some()) {
+            (false, _, _) => "variant",
+            (true, true, _) => "match",
+            (true, false, true) => "mismatch",
+            (true, false, false) => "notrun",
         };
-        if view.class == "mismatch" {
-            view.miss = Some(miss_text(p));
+        match view.class {
+            "mismatch" => view.miss = Some(miss_text(p)),
+            "notrun" => view.miss = Some("not run yet".into()),
+            _ => {}
         }
         match (&c.outcome, c.run) {
             (Some((_, tol, rule)), Some(r)) => {
@@ -363,15 +375,16 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
                     ) + &if c.scored && !*ok { format!(" ({})", miss_text(p)) } else { String::new() },
                 },
                 _ => OutsideView {
-                    class: if c.scored { "mismatch" } else { "variant" },
+                    class: if c.scored { "notrun" } else { "variant" },
                     text: format!("{what}: paper {}, no run result", mean_sd(p.mean, p.sd)),
                 },
             }
         })
         .collect();
 
-    // Every scored published number is matched or a miss, also one without a single comparison
-    // (a gridded entry named without its setting), which then counts as not reproduced.
+    // Every scored published number is matched, not run yet (no result of this run at the entry
+    // and setting it names) or a miss, also one without a single comparison (a gridded entry
+    // named without its setting), which then counts as not reproduced.
     let scored: Vec<&PaperValue> = spec
         .paper
         .iter()
@@ -380,8 +393,11 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
     let mut matched = 0;
     let mut misses = MissCounts::default();
     for p in &scored {
-        if comparisons.iter().any(|c| c.scored && std::ptr::eq(c.paper, *p) && c.matched()) {
+        let own = || comparisons.iter().filter(|c| c.scored && std::ptr::eq(c.paper, *p));
+        if own().any(|c| c.matched()) {
             matched += 1;
+        } else if own().next().is_some() && own().all(|c| c.run.is_none()) {
+            misses.not_run += 1;
         } else {
             misses.add(p.miss.as_ref().map(|m| m.class));
         }
