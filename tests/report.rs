@@ -444,10 +444,17 @@ fn grid_settings_become_columns_and_an_x_axis() {
         tolerance: ToleranceRule::Relative { rel: 0.1 },
         paper_only: vec![],
         paper_only_datasets: Default::default(),
-        paper: vec![PaperValue {
-            setting: Some("kernel.variance=2.0".into()), // same grid point, spelled differently
-            ..paper("alpha", "vb", "error_pct", 7.5, None, None)
-        }],
+        paper: vec![
+            PaperValue {
+                setting: Some("kernel.variance=2.0".into()), // same grid point, spelled differently
+                ..paper("alpha", "vb", "error_pct", 7.5, None, None)
+            },
+            // A grid point this run has no cells at: not run yet, not a miss.
+            PaperValue { setting: Some("kernel.variance=7".into()), ..paper("alpha", "vb", "error_pct", 7.0, None, None) },
+            // The gridded entry named without its setting: shown at every setting, scored at none,
+            // so not reproduced, and an open miss (the run has results, the spec names none).
+            paper("alpha", "vb", "error_pct", 100.0, None, None),
+        ],
         paired_with: None,
         note: None,
     };
@@ -485,7 +492,8 @@ fn grid_settings_become_columns_and_an_x_axis() {
         render_experiment(&input, &Path::new(&demo).join("grid")).unwrap();
     }
     // The run at variance 2 has mean 8 (splits 7, 8, 9): |8 − 7.5| = 0.5 ≤ 0.1·7.5.
-    assert_eq!((score.matched, score.compared), (1, 1));
+    assert_eq!((score.matched, score.compared), (1, 3));
+    assert_eq!(score.misses, MissCounts { decided: 0, deviation: 0, open: 1, not_run: 1 });
     let html = std::fs::read_to_string(dir.path().join("index.html")).unwrap();
     let col = |s: &str| html.find(&format!("<th>vb [kernel.variance={s}]</th>")).unwrap_or_else(|| panic!("column {s}"));
     assert!(col("0.5") < col("2") && col("2") < col("10"), "numeric setting order");
