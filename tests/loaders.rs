@@ -80,6 +80,21 @@ const EXPECTED: &[Expected] = &[
         train_counts: &[48; 6],
         test_counts: Some(&[42; 6]),
     },
+    // mlbench's form of the same rows (SOURCES.md): 990 rows, 90 per class, speaker + 9 features.
+    Expected {
+        name: "vowel-mlbench",
+        features: 10,
+        class_names: &["1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11"],
+        train_counts: &[90; 11],
+        test_counts: None,
+    },
+    Expected {
+        name: "vowel6-mlbench",
+        features: 10,
+        class_names: &["1", "2", "3", "4", "5", "6"],
+        train_counts: &[90; 6],
+        test_counts: None,
+    },
     Expected { name: "svmguide2", features: 20, class_names: &["1", "2", "3"], train_counts: &[221, 117, 53], test_counts: None },
     Expected {
         name: "dna",
@@ -135,6 +150,8 @@ const ROWS: &[(&str, usize)] = &[
     ("waveform", 5000),
     ("vowel", 528 + 462),
     ("vowel6", 6 * (48 + 42)),
+    ("vowel-mlbench", 990),
+    ("vowel6-mlbench", 540),
     ("svmguide2", 391),
     ("dna", 2000 + 1186),
     ("letter", 20000),
@@ -250,6 +267,28 @@ fn vowel() {
     assert_eq!(six.n(), kept.len());
     assert_eq!(six.x.row(7), d.x.row(kept[7]));
     assert_eq!(six.x.row(300), d.x.row(kept[300]));
+}
+
+/// SOURCES.md's account of mlbench's Vowel, row for row against the ESL files: the speaker
+/// (row // 66: 8 training speakers, then 7 test speakers, 66 utterances each), then x.1 and
+/// x.3..x.10 (x.2 missing), the same classes.
+#[test]
+fn vowel_mlbench_is_the_esl_rows_with_the_speaker_for_x2() {
+    let esl = check("vowel");
+    let ml = check("vowel-mlbench");
+    assert_eq!(ml.feature_names[0], "speaker");
+    for i in 0..esl.n() {
+        assert_eq!(ml.x[[i, 0]], (i / 66) as f64, "row {i}: speaker");
+        assert_eq!(ml.x[[i, 1]], esl.x[[i, 0]], "row {i}: x.1");
+        for j in 2..10 {
+            assert_eq!(ml.x[[i, j]], esl.x[[i, j]], "row {i}: x.{}", j + 1);
+        }
+        assert_eq!(ml.y[i], esl.y[i], "row {i}: class");
+    }
+    let six = check("vowel6-mlbench");
+    let kept: Vec<usize> = (0..ml.n()).filter(|&i| ml.y[i] < 6).collect();
+    assert_eq!(six.n(), kept.len());
+    assert_eq!(six.x.row(500), ml.x.row(kept[500]));
 }
 
 #[test]

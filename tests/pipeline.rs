@@ -676,6 +676,49 @@ fn concurrent_runs_of_one_experiment_compute_each_cell_once() {
     assert!(stderr.contains("small.yaml") && stderr.contains("twin.yaml") && stderr.contains("another `name:`"), "{stderr}");
 }
 
+/// `mcgp report` while a run of the spec holds its lock: a snapshot of the stored cells is
+/// rendered at once (it must not wait for the run), and the folder's tables stay the run's.
+#[test]
+fn a_report_during_a_run_renders_a_snapshot_and_leaves_the_tables_to_the_run() {
+    let dir = workdir("snapshot-report");
+    let spec = dir.join("small.yaml");
+    std::fs::write(&spec, SMALL).unwrap();
+    assert!(run(&dir, &spec, &[]).status.success());
+    let summary = dir.join("results/small/summary.csv");
+    let index = dir.join("reports/small/index.html");
+    let rendered = std::fs::read_to_string(&index).unwrap();
+    // A run under way, as far as the report can tell: the experiment's lock held.
+    let lock = mcgp::results::Store::new(&dir.join("results"), "small").lock().unwrap();
+    std::fs::write(&summary, "the run's to write\n").unwrap();
+    std::fs::remove_file(&index).unwrap();
+    let report = || {
+        let mut cmd = mcgp();
+        cmd.arg("report").arg(&spec).arg("--results").arg(dir.join("results")).arg("--reports").arg(dir.join("reports"));
+        cmd.stderr(std::process::Stdio::piped()).spawn().expect("mcgp starts")
+    };
+    let mut child = report();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(120) {
+            child.kill().unwrap();
+            panic!("mcgp report waited for the run instead of rendering a snapshot");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("rendering a snapshot"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&index).unwrap(), rendered, "the snapshot of every stored cell is the run's report");
+    assert_eq!(std::fs::read_to_string(&summary).unwrap(), "the run's to write\n", "a snapshot leaves the tables alone");
+    // Once the run has ended, a report takes the lock and writes the tables again.
+    drop(lock);
+    let out = report().wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !stderr.contains("rendering a snapshot"), "{stderr}");
+    assert!(std::fs::read_to_string(&summary).unwrap().starts_with("dataset,"), "tables rewritten");
+}
+
 /// Run `mcgp` with arguments and environment; (success, stderr, stdout).
 fn mcgp_in(dir: &Path, args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
     let mut cmd = mcgp();

@@ -31,12 +31,24 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
 }
 
 /// An experiment's advisory lock (`results/<experiment>/.lock`), held until dropped. One `mcgp
-/// run` or `mcgp report` of an experiment at a time: a second one waits for the first to end,
-/// then finds its cells stored. The operating system releases it if the holder dies.
+/// run` of an experiment at a time (or its shards side by side): a second one waits for the
+/// first to end, then finds its cells stored; `mcgp report` meanwhile renders a snapshot. The
+/// operating system releases it if the holder dies.
 #[derive(Debug)]
 pub struct ExperimentLock {
     _file: std::fs::File,
 }
+
+/// How a lock is held.
+#[derive(Clone, Copy)]
+enum Mode {
+    Shared,
+    Exclusive,
+}
+
+/// The experiment's lock and the report-rendering lock, in `results/<experiment>/`.
+const LOCK_FILE: &str = ".lock";
+const RENDER_LOCK_FILE: &str = ".render.lock";
 
 /// File name of an experiment's cell archive.
 pub const ARCHIVE: &str = "cells.jsonl.zst";
@@ -100,37 +112,55 @@ impl Store {
     }
 
     /// Take the experiment's lock exclusively, waiting (with a message on stderr) while another
-    /// process holds it: a run or report that writes the tables, the archive and the report.
+    /// process holds it: a run that writes the tables, the archive and the report.
     pub fn lock(&self) -> Result<ExperimentLock, StoreError> {
-        self.lock_as(false)
+        self.take(LOCK_FILE, Mode::Exclusive, true).map(|l| l.expect("a waiting lock is taken"))
     }
 
     /// Take the experiment's lock shared: a shard run (`mcgp run --shard`) only adds its own
-    /// cells, each file atomically, so shards run side by side; a run or report that collects
-    /// every cell (exclusive) waits for them to end, and they wait for it.
+    /// cells, each file atomically, so shards run side by side; a run that collects every cell
+    /// (exclusive) waits for them to end, and they wait for it.
     pub fn lock_shared(&self) -> Result<ExperimentLock, StoreError> {
-        self.lock_as(true)
+        self.take(LOCK_FILE, Mode::Shared, true).map(|l| l.expect("a waiting lock is taken"))
     }
 
-    fn lock_as(&self, shared: bool) -> Result<ExperimentLock, StoreError> {
-        let path = self.dir.join(".lock");
+    /// The experiment's lock taken exclusively if nobody holds it, `None` while a run or shard
+    /// does (`mcgp report` then renders a snapshot instead of waiting for the run to end).
+    pub fn try_lock(&self) -> Result<Option<ExperimentLock>, StoreError> {
+        self.take(LOCK_FILE, Mode::Exclusive, false)
+    }
+
+    /// A lock of the report's rendering alone (`results/<experiment>/.render.lock`): a
+    /// snapshot report taken while a run goes on and the run's own report never write the same
+    /// report folder at once.
+    pub fn render_lock(&self) -> Result<ExperimentLock, StoreError> {
+        self.take(RENDER_LOCK_FILE, Mode::Exclusive, true).map(|l| l.expect("a waiting lock is taken"))
+    }
+
+    fn take(&self, name: &str, mode: Mode, wait: bool) -> Result<Option<ExperimentLock>, StoreError> {
+        let path = self.dir.join(name);
         let io = |source| StoreError::Io { path: path.clone(), source };
         std::fs::create_dir_all(&self.dir).map_err(io)?;
         let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(io)?;
-        let attempt = if shared { file.try_lock_shared() } else { file.try_lock() };
+        let attempt = match mode {
+            Mode::Shared => file.try_lock_shared(),
+            Mode::Exclusive => file.try_lock(),
+        };
         match attempt {
             Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) if !wait => return Ok(None),
             Err(std::fs::TryLockError::WouldBlock) => {
-                eprintln!("{}: another mcgp run or report of this experiment is under way; waiting for it to finish", self.dir.display());
-                if shared {
-                    file.lock_shared().map_err(io)?;
-                } else {
-                    file.lock().map_err(io)?;
+                if name == LOCK_FILE {
+                    eprintln!("{}: another mcgp run of this experiment is under way; waiting for it to finish", self.dir.display());
+                }
+                match mode {
+                    Mode::Shared => file.lock_shared().map_err(io)?,
+                    Mode::Exclusive => file.lock().map_err(io)?,
                 }
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
         }
-        Ok(ExperimentLock { _file: file })
+        Ok(Some(ExperimentLock { _file: file }))
     }
 
     pub fn cell_path(&self, key: &str) -> PathBuf {

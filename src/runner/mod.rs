@@ -249,8 +249,10 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     check_owner(spec, &store)?;
     if opts.shard.is_none() {
         // A run killed while writing leaves temporary files; under the exclusive lock nobody
-        // else writes here (a shard cannot tell another shard's file in progress from a stale one).
+        // else writes here (a shard cannot tell another shard's file in progress from a stale one),
+        // and under the render lock no snapshot report writes the report folder.
         crate::atomic::remove_stale_temporaries(&store.dir);
+        let _render = store.render_lock()?;
         crate::atomic::remove_stale_temporaries(&opts.reports_root.join(spec.name()));
     }
     let mut prepared = prepare(spec, registry, &opts.project_root, Some(&store))?;
@@ -562,8 +564,10 @@ impl ProgressLog {
     }
 }
 
-/// Render `reports/<experiment>/` and refresh `reports/index.html`.
+/// Render `reports/<experiment>/` and refresh `reports/index.html` (one renderer of an
+/// experiment's report at a time: a run's and a snapshot's never interleave their files).
 pub fn report(spec: &Spec, manifest: &Manifest, cells: &[CellRecord], opts: &RunOptions) -> anyhow::Result<()> {
+    let _render = Store::new(&opts.results_root, spec.name()).render_lock()?;
     let methods = spec.method_names();
     let input = ReportInput {
         manifest,
@@ -579,13 +583,25 @@ pub fn report(spec: &Spec, manifest: &Manifest, cells: &[CellRecord], opts: &Run
 }
 
 /// Re-render the report of a spec from its stored cells (no computation). Works on an
-/// interrupted run too: the report then says how many cells are not stored yet.
+/// interrupted run too: the report then says how many cells are not stored yet. While a run
+/// or shards of the spec are under way it renders a snapshot of the cells stored so far (each
+/// cell file is written whole, by rename) and leaves the folder's tables, archive and manifest
+/// to the run, which writes them and the report again when it ends.
 pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Result<RunSummary> {
     let store = Store::new(&opts.results_root, spec.name());
-    let _lock = store.lock()?;
+    let lock = store.try_lock()?;
+    let snapshot = lock.is_none();
     check_owner(spec, &store)?;
-    // What a killed run or shard left half-written (no one else writes under the exclusive lock).
-    crate::atomic::remove_stale_temporaries(&store.dir);
+    if snapshot {
+        eprintln!(
+            "{}: a run of this experiment is under way: rendering a snapshot of the cells stored so far \
+             (the run writes the tables and the report again when it ends)",
+            store.dir.display()
+        );
+    } else {
+        // What a killed run or shard left half-written (no one else writes under the exclusive lock).
+        crate::atomic::remove_stale_temporaries(&store.dir);
+    }
     let prepared = prepare(spec, registry, &opts.project_root, Some(&store))?;
     let mut cells = Vec::new();
     for c in &prepared.cells {
@@ -632,9 +648,12 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyho
             fresh
         }
     };
-    store.write_tables(&cells)?;
-    store.write_manifest(&manifest)?;
+    if !snapshot {
+        store.write_tables(&cells)?;
+        store.write_manifest(&manifest)?;
+    }
     report(spec, &manifest, &cells, opts)?;
+    drop(lock);
     Ok(RunSummary { manifest, cells })
 }
 
