@@ -410,6 +410,16 @@ methods:
 ";
     let second = dir.join("second.yaml");
     std::fs::write(&second, shared.replace("NAME", "second").replace("SEED", "7")).unwrap();
+    // `mcgp status` counts the three a run will take from the first experiment.
+    let (ok, stderr, stdout) = mcgp_in(&dir, &["status", second.to_str().unwrap()], &[]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("6 cells: 0 stored, 6 missing, 0 stale (3 of the cells not stored here are stored by other experiments"),
+        "{stdout}"
+    );
+    let row = |entry: &str| stdout.lines().find(|l| l.trim_start().starts_with(entry)).unwrap_or_else(|| panic!("{stdout}")).to_string();
+    assert_eq!(row("learned/iris").split_whitespace().collect::<Vec<_>>(), ["learned/iris", "0", "0", "3", "0", "3"]);
+    assert_eq!(row("other/iris").split_whitespace().collect::<Vec<_>>(), ["other/iris", "0", "0", "3", "0", "0"]);
     let out = run(&dir, &second, &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let m = manifest(&dir.join("results/second"));

@@ -252,27 +252,42 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let status = runner::status(&spec, &registry, &opts)?;
             writeln!(
                 std::io::stdout(),
-                "{}: {} cells: {} stored, {} missing, {} stale",
+                "{}: {} cells: {} stored, {} missing, {} stale{}",
                 spec.file,
                 status.total,
                 status.current,
                 status.missing,
-                status.stale.len()
+                status.stale.len(),
+                if status.reusable > 0 {
+                    format!(" ({} of the cells not stored here are stored by other experiments; a run reuses them)", status.reusable)
+                } else {
+                    String::new()
+                }
             )?;
             for s in &status.stale {
                 writeln!(std::io::stdout(), "  stale: {s}")?;
             }
             let width = status.by_entry.iter().map(|e| e.entry.len() + e.dataset.len() + 1).max().unwrap_or(0).max(13);
-            writeln!(std::io::stdout(), "  {:<width$} {:>8} {:>6} {:>7} {:>5}", "entry/dataset", "computed", "failed", "missing", "stale")?;
+            writeln!(
+                std::io::stdout(),
+                "  {:<width$} {:>8} {:>6} {:>7} {:>5} {:>8}",
+                "entry/dataset",
+                "computed",
+                "failed",
+                "missing",
+                "stale",
+                "reusable"
+            )?;
             for e in &status.by_entry {
                 writeln!(
                     std::io::stdout(),
-                    "  {:<width$} {:>8} {:>6} {:>7} {:>5}",
+                    "  {:<width$} {:>8} {:>6} {:>7} {:>5} {:>8}",
                     format!("{}/{}", e.entry, e.dataset),
                     e.ok,
                     e.failed,
                     e.missing,
-                    e.stale
+                    e.stale,
+                    e.reusable
                 )?;
             }
             Ok(ExitCode::SUCCESS)

@@ -14,6 +14,9 @@ pub struct StatusReport {
     pub current: usize,
     /// Cells with no record at all.
     pub missing: usize,
+    /// Of the cells not stored here, those another experiment under the same results root
+    /// stores under the same key (a run takes their records instead of computing them).
+    pub reusable: usize,
     /// Cells with a record only under an older key: "dataset entry [setting] split k: why".
     pub stale: Vec<String>,
     /// Counts per method entry and dataset, in the spec's order.
@@ -34,6 +37,8 @@ pub struct EntryStatus {
     pub missing: usize,
     /// Of the missing, stored under an older key.
     pub stale: usize,
+    /// Of the missing, stored by another experiment under the same key.
+    pub reusable: usize,
 }
 
 /// Compare a spec's cells with what its experiment folder stores: a record of the same
@@ -59,7 +64,13 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
             older.entry((rec.dataset.clone(), rec.method.clone(), rec.setting.clone(), rec.split)).or_insert(rec);
         }
     }
-    let mut report = StatusReport { total: prepared.cells.len(), current: 0, missing: 0, stale: Vec::new(), by_entry: Vec::new() };
+    let others = store.others()?;
+    // The rule `run` reuses a record by: same key, computed, same seed.
+    let elsewhere = |cell: &super::Cell| {
+        others.iter().any(|o| o.read_cell(&cell.key).ok().flatten().is_some_and(|r| r.status == Status::Ok && r.seed == cell.seed))
+    };
+    let mut report =
+        StatusReport { total: prepared.cells.len(), current: 0, missing: 0, reusable: 0, stale: Vec::new(), by_entry: Vec::new() };
     let mut by_entry: BTreeMap<(&str, &str), EntryStatus> = BTreeMap::new();
     for cell in &prepared.cells {
         let counts = by_entry.entry((cell.entry.name.as_str(), cell.dataset.as_str())).or_insert_with(|| EntryStatus {
@@ -80,6 +91,10 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
             continue;
         }
         counts.missing += 1;
+        if elsewhere(cell) {
+            counts.reusable += 1;
+            report.reusable += 1;
+        }
         let Some(rec) = older.get(&(cell.dataset.clone(), cell.entry.name.clone(), cell.setting.clone(), cell.split)) else {
             report.missing += 1;
             continue;
