@@ -40,9 +40,13 @@ pub struct GroupKey {
     pub metric: String,
 }
 
-/// A cell's metrics and its hyper-parameters (as `hp_<name>`).
+/// A cell's metrics, its derived metrics and its hyper-parameters (as `hp_<name>`).
 fn values(cell: &CellRecord) -> impl Iterator<Item = (String, f64)> + '_ {
-    cell.metrics.iter().map(|(k, v)| (k.clone(), *v)).chain(cell.hyperparameters.iter().map(|(k, v)| (format!("hp_{k}"), *v)))
+    cell.metrics
+        .iter()
+        .map(|(k, v)| (k.clone(), *v))
+        .chain(cell.derived_metrics())
+        .chain(cell.hyperparameters.iter().map(|(k, v)| (format!("hp_{k}"), *v)))
 }
 
 /// Aggregate every metric (and every `hp_<name>` hyper-parameter) of the finished cells
@@ -71,7 +75,7 @@ pub fn paired_aggregate(cells: &[CellRecord], base: &str) -> BTreeMap<GroupKey, 
         let key = |setting| (cell.dataset.as_str(), cell.split, setting);
         let Some(b) = bases.get(&key(cell.setting.as_str())).or_else(|| bases.get(&key(""))) else { continue };
         for (metric, value) in values(cell) {
-            let Some(bv) = b.metrics.get(&metric).or_else(|| metric.strip_prefix("hp_").and_then(|h| b.hyperparameters.get(h))) else {
+            let Some(bv) = b.metric(&metric).or_else(|| metric.strip_prefix("hp_").and_then(|h| b.hyperparameters.get(h)).copied()) else {
                 continue;
             };
             let key = GroupKey { dataset: cell.dataset.clone(), method: cell.method.clone(), setting: cell.setting.clone(), metric };

@@ -127,6 +127,69 @@ impl DecisionGrid {
     pub fn coordinate(range: [f64; 2], n: usize, k: usize) -> f64 {
         range[0] + (range[1] - range[0]) * k as f64 / (n.max(2) - 1) as f64
     }
+
+    /// Of all inducing inputs, the percentage that lie within `STACKED_WITHIN` of the box's
+    /// width of another inducing input of the same set: how far the learned inputs stack on top
+    /// of each other (Villacampa-Calvo & Hernandez-Lobato 2017's Figure 3 claim), as a number.
+    /// `None` without inducing inputs.
+    pub fn stacked_pct(&self) -> Option<f64> {
+        let delta = STACKED_WITHIN * (self.x[1] - self.x[0]).abs();
+        let total: usize = self.inducing.iter().map(Vec::len).sum();
+        if total == 0 {
+            return None;
+        }
+        let close = |a: &[f64; 2], b: &[f64; 2]| (a[0] - b[0]).hypot(a[1] - b[1]) < delta;
+        let stacked: usize = self
+            .inducing
+            .iter()
+            .map(|set| set.iter().enumerate().filter(|(i, z)| set.iter().enumerate().any(|(j, w)| j != *i && close(z, w))).count())
+            .sum();
+        Some(100.0 * stacked as f64 / total as f64)
+    }
+}
+
+/// Two inducing inputs closer than this fraction of the decision grid's width count as stacked.
+pub const STACKED_WITHIN: f64 = 0.01;
+
+impl CellRecord {
+    /// Metrics derived from what the record stores (not computed by the method, so they need no
+    /// recomputation when added): `inducing_stacked_pct` from the decision grid's inducing inputs.
+    pub fn derived_metrics(&self) -> Vec<(String, f64)> {
+        self.decision_grid
+            .as_ref()
+            .and_then(DecisionGrid::stacked_pct)
+            .map(|v| ("inducing_stacked_pct".to_string(), v))
+            .into_iter()
+            .collect()
+    }
+
+    /// A metric the method reported, else a derived one ([`CellRecord::derived_metrics`]).
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        self.metrics.get(name).copied().or_else(|| self.derived_metrics().into_iter().find(|(k, _)| k == name).map(|(_, v)| v))
+    }
+}
+
+#[cfg(test)]
+mod stacking_tests {
+    use super::*;
+
+    fn grid(inducing: Vec<Vec<[f64; 2]>>) -> DecisionGrid {
+        DecisionGrid { x: [-2.5, 2.5], y: [-2.5, 2.5], n: 2, labels: "0000".into(), inducing }
+    }
+
+    #[test]
+    fn stacked_inducing_inputs_are_counted_within_each_set() {
+        // delta = 0.01 x 5 = 0.05. Set 0: two inputs 0.03 apart (both stacked), one alone;
+        // set 1: an input at the same place as set 0's pair, alone in its own set (not stacked),
+        // and one 0.06 from it (not stacked).
+        let g = grid(vec![vec![[0.0, 0.0], [0.03, 0.0], [1.0, 1.0]], vec![[0.0, 0.0], [0.0, 0.06]]]);
+        assert_eq!(g.stacked_pct(), Some(100.0 * 2.0 / 5.0));
+        // All on one point: every input stacked; none: no value.
+        assert_eq!(grid(vec![vec![[0.5, 0.5]; 4]]).stacked_pct(), Some(100.0));
+        assert_eq!(grid(vec![vec![]]).stacked_pct(), None);
+        // A single input per set is never stacked.
+        assert_eq!(grid(vec![vec![[0.0, 0.0]], vec![[0.0, 0.0]]]).stacked_pct(), Some(0.0));
+    }
 }
 
 impl Handoff {

@@ -325,6 +325,9 @@ pub fn long_table(cells: &[CellRecord]) -> PolarsResult<DataFrame> {
                 for (m, v) in &c.metrics {
                     push(m.clone(), Some(*v), "");
                 }
+                for (m, v) in c.derived_metrics() {
+                    push(m, Some(v), "");
+                }
                 for (h, v) in &c.hyperparameters {
                     push(format!("hp_{h}"), Some(*v), "");
                 }
