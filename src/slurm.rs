@@ -127,7 +127,7 @@ pub fn write_scripts(spec: &Spec, registry: &Registry, opts: &SlurmOptions) -> a
     collect.push_str(&format!(
         "set -euo pipefail\n\
          cd {root}\n\
-         exec {bin} report {spec} {common}\n",
+         exec {bin} report --wait {spec} {common}\n",
         root = sh(&opts.project_root),
         bin = sh(&opts.binary),
         spec = sh(&opts.spec_path),

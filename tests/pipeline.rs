@@ -721,8 +721,19 @@ fn a_report_during_a_run_renders_a_snapshot_and_leaves_the_tables_to_the_run() {
     assert!(stderr.contains("rendering a snapshot"), "{stderr}");
     assert_eq!(std::fs::read_to_string(&index).unwrap(), rendered, "the snapshot of every stored cell is the run's report");
     assert_eq!(std::fs::read_to_string(&summary).unwrap(), "the run's to write\n", "a snapshot leaves the tables alone");
-    // Once the run has ended, a report takes the lock and writes the tables again.
+    // With --wait it waits for the run (the SLURM collection job's way), then writes the tables.
+    let mut waiting = mcgp();
+    waiting.arg("report").arg("--wait").arg(&spec).arg("--results").arg(dir.join("results")).arg("--reports").arg(dir.join("reports"));
+    let mut waiting = waiting.stderr(std::process::Stdio::piped()).spawn().expect("mcgp starts");
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(waiting.try_wait().unwrap().is_none(), "report --wait did not wait for the run");
     drop(lock);
+    let out = waiting.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr.contains("waiting for it to finish") && !stderr.contains("rendering a snapshot"), "{stderr}");
+    assert!(std::fs::read_to_string(&summary).unwrap().starts_with("dataset,"), "tables written after the wait");
+    // Once the run has ended, a report takes the lock and writes the tables again.
+    std::fs::write(&summary, "stale\n").unwrap();
     let out = report().wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && !stderr.contains("rendering a snapshot"), "{stderr}");

@@ -81,7 +81,7 @@ fn shards_one_after_another_then_a_report_give_the_tables_of_a_plain_run() {
     let (code, stdout_err, stdout) = mcgp_at(&sharded, &["status", spec]);
     assert_eq!(code, Some(0), "{stdout_err}");
     assert!(stdout.contains("16 cells: 16 stored, 0 missing, 0 stale"), "{stdout}");
-    assert!(stdout.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["mc-mnl-kl/wine", "1", "0", "0", "0"]), "{stdout}");
+    assert!(stdout.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["mc-mnl-kl/wine", "1", "0", "0", "0", "0"]), "{stdout}");
 
     let (code, stderr, _) = mcgp_at(&sharded, &["report", spec]);
     assert_eq!(code, Some(0), "{stderr}");
@@ -154,7 +154,10 @@ fn slurm_writes_an_array_a_dependent_collection_job_and_a_plan_shards_follow() {
     }
     assert!(array.starts_with("#!/bin/bash\n") && array.contains(" run '") && array.contains(&format!("'{spec}'")), "{array}");
     let collect = std::fs::read_to_string(slurm.join("collect.sbatch")).unwrap();
-    assert!(collect.contains(" report '") && !collect.contains("--array") && collect.contains("#SBATCH --time=1:30:00\n"), "{collect}");
+    assert!(
+        collect.contains(" report --wait '") && !collect.contains("--array") && collect.contains("#SBATCH --time=1:30:00\n"),
+        "{collect}"
+    );
     let submit = std::fs::read_to_string(slurm.join("submit.sh")).unwrap();
     assert!(submit.contains("sbatch --parsable") && submit.contains("--dependency=afterany:$array"), "{submit}");
     let plan: serde_json::Value = serde_json::from_slice(&std::fs::read(slurm.join("shard-plan.json")).unwrap()).unwrap();

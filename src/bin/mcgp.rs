@@ -112,9 +112,14 @@ enum Command {
         #[command(flatten)]
         paths: Paths,
     },
-    /// Re-render the report of a spec from its stored cells.
+    /// Re-render the report of a spec from its stored cells (while a run of it is under way, a
+    /// snapshot of the cells stored so far, leaving the tables to the run).
     Report {
         spec: PathBuf,
+        /// While a run of the spec is under way, wait for it to end and then write the tables
+        /// and the report (the SLURM collection job does), instead of rendering a snapshot.
+        #[arg(long)]
+        wait: bool,
         #[command(flatten)]
         paths: Paths,
     },
@@ -334,11 +339,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Report { spec, paths } => {
+        Command::Report { spec, wait, paths } => {
             let registry = registry(&paths)?;
             let spec = load_spec(Some(&spec), &registry)?;
             let opts = options(&paths, &registry, None, false, false, true);
-            runner::report_only(&spec, &registry, &opts)?;
+            runner::report_only(&spec, &registry, &opts, wait)?;
             eprintln!("report: {}", opts.reports_root.join(spec.name()).join("index.html").display());
             Ok(ExitCode::SUCCESS)
         }

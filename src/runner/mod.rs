@@ -586,10 +586,11 @@ pub fn report(spec: &Spec, manifest: &Manifest, cells: &[CellRecord], opts: &Run
 /// interrupted run too: the report then says how many cells are not stored yet. While a run
 /// or shards of the spec are under way it renders a snapshot of the cells stored so far (each
 /// cell file is written whole, by rename) and leaves the folder's tables, archive and manifest
-/// to the run, which writes them and the report again when it ends.
-pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Result<RunSummary> {
+/// to the run, which writes them and the report again when it ends; with `wait` it waits for
+/// the run to end instead and then writes them itself.
+pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions, wait: bool) -> anyhow::Result<RunSummary> {
     let store = Store::new(&opts.results_root, spec.name());
-    let lock = store.try_lock()?;
+    let lock = if wait { Some(store.lock()?) } else { store.try_lock()? };
     let snapshot = lock.is_none();
     check_owner(spec, &store)?;
     if snapshot {
