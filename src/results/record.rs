@@ -169,6 +169,18 @@ impl CellRecord {
     }
 }
 
+impl Handoff {
+    /// The kernels' named log-parameters, no vectors.
+    pub fn of_kernels(kernels: &crate::kernels::KernelSet) -> Handoff {
+        Handoff {
+            log_hyperparameters: kernels.log_params(),
+            names: kernels.param_names(),
+            vectors: BTreeMap::new(),
+            vectors_dropped: false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod stacking_tests {
     use super::*;
@@ -189,17 +201,5 @@ mod stacking_tests {
         assert_eq!(grid(vec![vec![]]).stacked_pct(), None);
         // A single input per set is never stacked.
         assert_eq!(grid(vec![vec![[0.0, 0.0]], vec![[0.0, 0.0]]]).stacked_pct(), Some(0.0));
-    }
-}
-
-impl Handoff {
-    /// The kernels' named log-parameters, no vectors.
-    pub fn of_kernels(kernels: &crate::kernels::KernelSet) -> Handoff {
-        Handoff {
-            log_hyperparameters: kernels.log_params(),
-            names: kernels.param_names(),
-            vectors: BTreeMap::new(),
-            vectors_dropped: false,
-        }
     }
 }
