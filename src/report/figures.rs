@@ -138,7 +138,7 @@ impl<'i> Selection<'i> {
 
 /// A cell's value of `metric`; `hp_<name>` reads a hyper-parameter when no metric has that name.
 fn cell_value(cell: &CellRecord, metric: &str) -> Option<f64> {
-    let v = cell.metric(metric).or_else(|| metric.strip_prefix("hp_").and_then(|hp| cell.hyperparameters.get(hp)).copied())?;
+    let v = cell.value(metric)?;
     v.is_finite().then_some(v)
 }
 

@@ -75,7 +75,7 @@ pub fn paired_aggregate(cells: &[CellRecord], base: &str) -> BTreeMap<GroupKey, 
         let key = |setting| (cell.dataset.as_str(), cell.split, setting);
         let Some(b) = bases.get(&key(cell.setting.as_str())).or_else(|| bases.get(&key(""))) else { continue };
         for (metric, value) in values(cell) {
-            let Some(bv) = b.metric(&metric).or_else(|| metric.strip_prefix("hp_").and_then(|h| b.hyperparameters.get(h)).copied()) else {
+            let Some(bv) = b.value(&metric) else {
                 continue;
             };
             let key = GroupKey { dataset: cell.dataset.clone(), method: cell.method.clone(), setting: cell.setting.clone(), metric };

@@ -151,21 +151,24 @@ impl DecisionGrid {
 /// Two inducing inputs closer than this fraction of the decision grid's width count as stacked.
 pub const STACKED_WITHIN: f64 = 0.01;
 
+/// The name of the derived metric [`DecisionGrid::stacked_pct`].
+pub const STACKED_METRIC: &str = "inducing_stacked_pct";
+
 impl CellRecord {
     /// Metrics derived from what the record stores (not computed by the method, so they need no
     /// recomputation when added): `inducing_stacked_pct` from the decision grid's inducing inputs.
     pub fn derived_metrics(&self) -> Vec<(String, f64)> {
-        self.decision_grid
-            .as_ref()
-            .and_then(DecisionGrid::stacked_pct)
-            .map(|v| ("inducing_stacked_pct".to_string(), v))
-            .into_iter()
-            .collect()
+        self.decision_grid.as_ref().and_then(DecisionGrid::stacked_pct).map(|v| (STACKED_METRIC.to_string(), v)).into_iter().collect()
     }
 
-    /// A metric the method reported, else a derived one ([`CellRecord::derived_metrics`]).
-    pub fn metric(&self, name: &str) -> Option<f64> {
-        self.metrics.get(name).copied().or_else(|| self.derived_metrics().into_iter().find(|(k, _)| k == name).map(|(_, v)| v))
+    /// The value of `name` for this cell: a metric the method reported, else a derived one
+    /// ([`CellRecord::derived_metrics`]), else for `hp_<p>` the hyper-parameter p.
+    pub fn value(&self, name: &str) -> Option<f64> {
+        self.metrics
+            .get(name)
+            .copied()
+            .or_else(|| (name == STACKED_METRIC).then(|| self.decision_grid.as_ref().and_then(DecisionGrid::stacked_pct)).flatten())
+            .or_else(|| name.strip_prefix("hp_").and_then(|p| self.hyperparameters.get(p)).copied())
     }
 }
 

@@ -289,16 +289,11 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
             if done.contains_key(&cell.key) {
                 continue;
             }
-            for other in &others {
-                let Some(mut rec) = other.read_usable_cell(&cell.key)? else { continue };
-                if rec.status != Status::Ok || rec.seed != cell.seed {
-                    continue;
-                }
+            if let Some(mut rec) = stored_elsewhere(&others, cell)? {
                 rec.diagnostics.insert("reused_from".into(), rec.experiment.clone());
                 rec.experiment = spec.name().to_string();
                 store.write_cell(&rec)?;
                 done.insert(cell.key.clone(), rec);
-                break;
             }
         }
     }
@@ -562,6 +557,20 @@ impl ProgressLog {
             eprintln!("{done}/{} cells computed ({} failed), {minutes:.1} min", self.total, self.failed);
         }
     }
+}
+
+/// The record another experiment's store holds for `cell` that a run may take instead of
+/// computing it: the same key, computed (not failed), with the same seed. `mcgp run` reuses it
+/// and `mcgp status` counts it.
+pub(crate) fn stored_elsewhere(others: &[Store], cell: &Cell) -> Result<Option<CellRecord>, crate::results::StoreError> {
+    for other in others {
+        if let Some(rec) = other.read_usable_cell(&cell.key)? {
+            if rec.status == Status::Ok && rec.seed == cell.seed {
+                return Ok(Some(rec));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// Render `reports/<experiment>/` and refresh `reports/index.html` (one renderer of an

@@ -65,10 +65,6 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
         }
     }
     let others = store.others()?;
-    // The rule `run` reuses a record by: same key, computed, same seed.
-    let elsewhere = |cell: &super::Cell| {
-        others.iter().any(|o| o.read_cell(&cell.key).ok().flatten().is_some_and(|r| r.status == Status::Ok && r.seed == cell.seed))
-    };
     let mut report =
         StatusReport { total: prepared.cells.len(), current: 0, missing: 0, reusable: 0, stale: Vec::new(), by_entry: Vec::new() };
     let mut by_entry: BTreeMap<(&str, &str), EntryStatus> = BTreeMap::new();
@@ -91,7 +87,7 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
             continue;
         }
         counts.missing += 1;
-        if elsewhere(cell) {
+        if super::stored_elsewhere(&others, cell)?.is_some() {
             counts.reusable += 1;
             report.reusable += 1;
         }
