@@ -137,6 +137,14 @@ pub enum FirstStep {
     UnitLength,
 }
 
+impl FirstStep {
+    /// For `skip_serializing_if`: a method's settings (and so its cells' keys) mention the
+    /// first step only where a spec chose the non-default one.
+    pub fn is_default(&self) -> bool {
+        *self == FirstStep::default()
+    }
+}
+
 /// `minimize_lbfgs` with the first step's length chosen (the restart rule applies on top).
 pub fn minimize_lbfgs_with(
     f: &CostAndGrad<'_>,

@@ -12,7 +12,7 @@ mod inner;
 mod tests;
 
 use crate::kernels::KernelSet;
-use crate::methods::optimize::minimize_lbfgs;
+use crate::methods::optimize::{minimize_lbfgs_with, FirstStep};
 use crate::methods::{Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Method, Problem, ProblemShape, StopReason};
 use crate::scalable::argmax_model::{ArgmaxClass, ArgmaxModel};
 use crate::scalable::{inducing_sets, InducingInit};
@@ -81,6 +81,11 @@ pub struct GfitcParams {
     pub inner_tol: f64,
     #[serde(default = "d_inner_max")]
     pub inner_max_iters: usize,
+    /// L-BFGS's first trial step, `gradient` (default) or `unit_length` (as `svgp`'s setting):
+    /// -log Z_EP's start gradient in Z and the log amplitudes can be large enough that the
+    /// gradient-long first step leaves the region where EP converges.
+    #[serde(default, skip_serializing_if = "FirstStep::is_default")]
+    pub lbfgs_first_step: FirstStep,
 }
 
 impl GfitcParams {
@@ -252,7 +257,7 @@ impl Method for Gfitc {
                 }
                 Ok((-v, g.iter().map(|x| -x).collect()))
             };
-            let min = minimize_lbfgs(&cost, &theta0, &free, p.max_iters, 1e-10)?;
+            let min = minimize_lbfgs_with(&cost, &theta0, &free, p.max_iters, 1e-10, p.lbfgs_first_step)?;
             diagnostics.stop_reason = Some(min.stopped_by.unwrap_or(if min.iterations >= p.max_iters {
                 StopReason::MaxIterations
             } else {

@@ -3,7 +3,7 @@
 //! log Z_EP against the exact probability on a one-row problem, and learning that raises it.
 use super::fitc::ClassFitc;
 use super::inner::{self, InnerSettings};
-use super::{classes_at, gradient};
+use super::{classes_at, gradient, GfitcParams};
 use crate::linalg::Chol;
 use crate::methods::{FitContext, HyperPolicy, Problem};
 use crate::testing::{assert_gradient_close, central_differences, se_ard_plus_white};
@@ -93,10 +93,17 @@ fn gradient_at_convergence_matches_finite_differences_of_log_z_ep() {
 
 #[test]
 fn learning_raises_log_z_ep_and_classifies_the_toy_problem() {
+    for first_step in ["gradient", "unit_length"] {
+        learning_raises_log_z_ep_with(first_step);
+    }
+}
+
+fn learning_raises_log_z_ep_with(first_step: &str) {
     let (x, y) = toy(60, 3, 4);
     let kernels = se_ard_plus_white(2, 3, 1.0);
     let fit = |hyper: HyperPolicy| {
-        let method = crate::methods::build("gfitc", &serde_json::json!({ "inducing": 5, "max_iters": 30 })).unwrap();
+        let method =
+            crate::methods::build("gfitc", &serde_json::json!({ "inducing": 5, "max_iters": 30, "lbfgs_first_step": first_step })).unwrap();
         let mut rng = Pcg64::seed_from_u64(5);
         let mut ctx = FitContext::new(&mut rng, None);
         let model = method.fit(&Problem { x: &x, y: &y, n_classes: 3 }, &kernels, hyper, &mut ctx).unwrap();
@@ -107,8 +114,17 @@ fn learning_raises_log_z_ep_and_classifies_the_toy_problem() {
     // The fit is its best evaluation (not EP re-run at the optimum from other warm-start sites).
     let best = trace.iter().filter(|p| p.name == "log_evidence").map(|p| p.value).fold(f64::NEG_INFINITY, f64::max);
     assert_eq!(l, best);
-    assert!(l > f, "learned log Z_EP {l} not above the fixed kernel's {f}");
+    assert!(l > f, "{first_step}: learned log Z_EP {l} not above the fixed kernel's {f}");
     let probs = learned.predict(&x, &mut Pcg64::seed_from_u64(0)).unwrap().probs;
     let errors = (0..60).filter(|&i| crate::linalg::argmax(probs.row(i).as_slice().unwrap()) != y[i]).count();
-    assert!(errors <= 6, "{errors} of 60 training rows misclassified");
+    assert!(errors <= 6, "{first_step}: {errors} of 60 training rows misclassified");
+}
+
+#[test]
+fn the_default_first_step_leaves_the_settings_and_so_the_cell_keys_as_they_were() {
+    let parse = |v: serde_json::Value| serde_json::from_value::<GfitcParams>(v).unwrap();
+    let default = serde_json::to_value(parse(serde_json::json!({ "inducing": 5 }))).unwrap();
+    assert!(default.get("lbfgs_first_step").is_none(), "{default}");
+    let unit = serde_json::to_value(parse(serde_json::json!({ "inducing": 5, "lbfgs_first_step": "unit_length" }))).unwrap();
+    assert_eq!(unit["lbfgs_first_step"], "unit_length");
 }

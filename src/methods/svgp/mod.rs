@@ -160,12 +160,8 @@ pub struct SvgpParams {
     /// times the gradient, Fortran L-BFGS-B's start). Robust-max costs log epsilon per
     /// misordered row, so the start gradient is steep: on svmguide2 the gradient-long first step
     /// took a class's amplitude to 1e13, where that class's noise outvotes the others' signal.
-    #[serde(default, skip_serializing_if = "is_default_first_step")]
+    #[serde(default, skip_serializing_if = "FirstStep::is_default")]
     pub lbfgs_first_step: FirstStep,
-}
-
-fn is_default_first_step(s: &FirstStep) -> bool {
-    *s == FirstStep::default()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
