@@ -2,6 +2,7 @@
 //! them, or a minibatch's) and one step on the kernels and Z, until `max_iters`, the budget or
 //! the timeout; checkpoints scored off the clock.
 use super::state::State;
+use super::sweep::ViewFor;
 use super::{Ep, Scheme};
 use crate::kernels::KernelSet;
 use crate::methods::{Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Method, Problem, StopReason};
@@ -90,6 +91,11 @@ pub(crate) fn train(
         t += 1;
         let rows = if full { all_rows.clone() } else { batches.next_batch() };
         let block = state.block(x, y, &rows);
+        if p.site_directions == super::SiteDirections::Current && t > 1 && moves {
+            state.realign(&block)?;
+        }
+        // Lagged from the second refinement on: the first one's stored directions are zero.
+        let purpose = if p.site_directions == super::SiteDirections::Lagged && t > 1 { ViewFor::SweepAlongStored } else { ViewFor::Sweep };
         // Inner-approx: one refinement; outer: refinements until the sites settle.
         let sweeps = if p.scheme == Scheme::Outer { p.outer_max_sweeps } else { 1 };
         if p.scheme == Scheme::Outer {
@@ -99,7 +105,7 @@ pub(crate) fn train(
         for _ in 0..sweeps {
             let mut retries = 0;
             let change = loop {
-                match state.refine(&block, damping) {
+                match state.refine(&block, damping, purpose) {
                     Ok(change) => break change,
                     // A minibatch's failed refinement leaves its sites as they were.
                     Err(_) if !full => {

@@ -161,6 +161,29 @@ pub struct EpParams {
     pub outer_tol: f64,
     #[serde(default = "d_outer_sweeps")]
     pub outer_max_sweeps: u64,
+    /// EP in batch mode, after a step on the kernels or Z moved the directions K^{-1} k_i:
+    /// `stored` (default) keeps each site along the direction it was computed with and
+    /// projects the tilted distributions on the new ones (the notes' formulas); `current`
+    /// re-reads the site scalars along the new directions and rebuilds q; `lagged` keeps q and
+    /// projects on the stored directions too, then stores the new sites along the new
+    /// directions (the authors' batch R code).
+    #[serde(default, skip_serializing_if = "SiteDirections::is_stored")]
+    pub site_directions: SiteDirections,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SiteDirections {
+    #[default]
+    Stored,
+    Current,
+    Lagged,
+}
+
+impl SiteDirections {
+    fn is_stored(&self) -> bool {
+        *self == SiteDirections::Stored
+    }
 }
 
 impl EpParams {
@@ -189,6 +212,11 @@ impl EpParams {
         if self.scheme == Scheme::InnerExact && (tied || !self.batch.is_full()) {
             return Err(
                 "settings.scheme: inner_exact differentiates every factor's own site, so it needs method: ep and batch: full".into()
+            );
+        }
+        if !self.site_directions.is_stored() && (tied || !self.batch.is_full()) {
+            return Err(
+                "settings.site_directions: current and lagged move every factor's own site, so they need method: ep and batch: full".into(),
             );
         }
         if !(self.outer_tol > 0.0) || self.outer_max_sweeps == 0 {

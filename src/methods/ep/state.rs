@@ -153,14 +153,40 @@ impl State {
         }
     }
 
+    /// EP, every row in `block`: re-read every stored site along its row's current direction
+    /// K^{-1} k_i (not the one it was computed along) and rebuild q from them: the notes'
+    /// alternative to stale directions after a step on the kernels or Z. A no-op for SEP.
+    pub fn realign(&mut self, block: &Block) -> Result<(), FitError> {
+        let Some(store) = &mut self.factors else { return Ok(()) };
+        assert_eq!(block.rows.len(), self.n_rows, "realign needs every training row");
+        let c = self.priors.len();
+        let sums: Vec<SiteSums> = (0..c)
+            .map(|k| {
+                let (prec, mean): (Vec<f64>, Vec<f64>) = (0..self.n_rows).map(|j| store.sites.on_class(j, block.y[j], k)).unzip();
+                SiteSums::from_directions(block.prior_rows[k].dirs.as_ref(), &prec, &mean)
+            })
+            .collect();
+        let posts: Vec<ClassPosterior> =
+            (0..c).into_par_iter().map(|k| ClassPosterior::new(&self.priors[k], &sums[k], k)).collect::<Result<_, _>>()?;
+        for (k, dirs) in store.dirs.iter_mut().enumerate() {
+            let cur = &block.prior_rows[k].dirs;
+            for (j, &i) in block.rows.iter().enumerate() {
+                dirs.row_mut(i).iter_mut().enumerate().for_each(|(a, d)| *d = cur[(a, j)]);
+            }
+        }
+        self.sums = sums;
+        self.posts = posts;
+        Ok(())
+    }
+
     /// Refine the sites of the factors of `rows`, damped by `rho` (1: plain EP), and rebuild q.
     /// Everything is computed before anything is written: on error the state is unchanged
     /// (the batch loop's roll-back), and EP's N x C x M directions are never copied. Returns
     /// the largest change of a site parameter (SEP: of the tied site's entries over n_c, the
     /// change of an average site), the outer scheme's convergence measure.
-    pub fn refine(&mut self, block: &Block, rho: f64) -> Result<f64, FitError> {
+    pub fn refine(&mut self, block: &Block, rho: f64, purpose: ViewFor) -> Result<f64, FitError> {
         let (rows, yb, n) = (&block.rows, &block.y, self.n_rows());
-        let (views, stored) = self.views(block, ViewFor::Sweep)?;
+        let (views, stored) = self.views(block, purpose)?;
         let sw = sweep(&views, yb, &stored)?;
         let c = self.n_classes();
         let nb = rows.len();

@@ -84,6 +84,9 @@ impl Proj {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum ViewFor {
     Sweep,
+    /// EP: a sweep that projects q and the cavities on the directions the sites were stored
+    /// along, not the current ones (`site_directions: lagged`, the authors' batch code).
+    SweepAlongStored,
     Gradient,
 }
 
@@ -115,13 +118,20 @@ impl ClassView {
         let n = rows.kmn.ncols();
         let m = prior.m();
         let col = |a: &Mat<f64>, b: &Mat<f64>, j: usize| (0..m).map(|r| a[(r, j)] * b[(r, j)]).sum::<f64>();
+        let t_o = |j: usize| (0..m).map(|r| ko[(r, j)] * post.beta[r]).sum::<f64>();
         let proj = (0..n)
-            .map(|j| Proj {
-                d_uu: col(&e_u, &e_u, j),
-                d_uo: col(&e_u, &e_o, j),
-                d_oo: col(&e_o, &e_o, j),
-                t_u: (0..m).map(|r| rows.kmn[(r, j)] * post.beta[r]).sum(),
-                t_o: (0..m).map(|r| ko[(r, j)] * post.beta[r]).sum(),
+            .map(|j| match purpose {
+                ViewFor::SweepAlongStored => {
+                    let d = col(&e_o, &e_o, j);
+                    Proj { d_uu: d, d_uo: d, d_oo: d, t_u: t_o(j), t_o: t_o(j) }
+                }
+                _ => Proj {
+                    d_uu: col(&e_u, &e_u, j),
+                    d_uo: col(&e_u, &e_o, j),
+                    d_oo: col(&e_o, &e_o, j),
+                    t_u: (0..m).map(|r| rows.kmn[(r, j)] * post.beta[r]).sum(),
+                    t_o: t_o(j),
+                },
             })
             .collect();
         let ainv = (purpose == ViewFor::Gradient)

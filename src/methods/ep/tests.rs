@@ -6,7 +6,7 @@
 //! memory independent of N.
 use super::sparse::{ClassPosterior, ClassPrior};
 use super::state::State;
-use super::sweep::Proj;
+use super::sweep::{Proj, ViewFor};
 use super::EpParams;
 use crate::kernels::KernelSet;
 use crate::linalg::Chol;
@@ -129,7 +129,7 @@ fn one_undamped_refinement_gives_the_tilted_moments_of_a_single_factor() {
     let d: Vec<f64> = rows.iter().map(|r| (0..3).map(|a| r.kmn[(a, 0)] * r.dirs[(a, 0)]).sum()).collect();
     let s: f64 = rows.iter().map(|r| r.fitc_var[0]).sum();
     let (log_z, mean_y, var_y) = tilted_moments(0.0, d[1], 0.0, d[0], s);
-    state.refine(&state.block(&x1, &y, &[0]), 1.0).unwrap();
+    state.refine(&state.block(&x1, &y, &[0]), 1.0, ViewFor::Sweep).unwrap();
     // Posterior projection of class y = 1 along u.
     let post = &state.posts[1];
     let e = post.a_chol.solve_l_par(rows[1].kmn.as_ref());
@@ -271,7 +271,7 @@ fn gradient_matches_finite_differences_with_sites_and_cavities_frozen() {
         let mut state = State::new(kernels.clone(), zs, tied, &y).unwrap();
         let all: Vec<usize> = (0..10).collect();
         for _ in 0..3 {
-            state.refine(&state.block(&x, &y, &all), 0.7).unwrap();
+            state.refine(&state.block(&x, &y, &all), 0.7, ViewFor::Sweep).unwrap();
         }
         let theta = state.theta();
         let grad = state.gradient(&state.block(&x, &y, &all), 1.0).unwrap();
@@ -293,7 +293,7 @@ fn the_exact_gradient_is_that_of_log_z_q_with_the_sites_fixed() {
     let mut state = State::new(kernels, zs, false, &y).unwrap();
     let all: Vec<usize> = (0..10).collect();
     for _ in 0..3 {
-        state.refine(&state.block(&x, &y, &all), 0.7).unwrap();
+        state.refine(&state.block(&x, &y, &all), 0.7, ViewFor::Sweep).unwrap();
     }
     let mut rng = Pcg64::seed_from_u64(9);
     let theta: Vec<f64> = state.theta().iter().map(|t| t + rng.random_range(-0.1..0.1)).collect();
@@ -329,7 +329,7 @@ fn at_convergence_the_exact_and_eq_10_gradients_agree() {
 fn converge(state: &mut State, x: &Array2<f64>, y: &[usize], iters: usize) {
     let all: Vec<usize> = (0..y.len()).collect();
     for _ in 0..iters {
-        state.refine(&state.block(x, y, &all), 0.5).unwrap();
+        state.refine(&state.block(x, y, &all), 0.5, ViewFor::Sweep).unwrap();
     }
 }
 
@@ -501,6 +501,7 @@ fn settings_are_checked_with_the_field_named() {
         (serde_json::json!({ "inducing_fraction": 1.5 }), "inducing_fraction"),
         (serde_json::json!({ "damping": 0.0 }), "damping"),
         (serde_json::json!({ "batch": 0 }), "batch"),
+        (serde_json::json!({ "site_directions": "lagged" }), "site_directions"),
     ] {
         let err = match serde_json::from_value::<EpParams>(bad).map_err(|e| e.to_string()).and_then(|p| p.check(true).map(|_| ())) {
             Err(e) => e,
@@ -509,4 +510,86 @@ fn settings_are_checked_with_the_field_named() {
         assert!(err.contains(field), "{err}");
     }
     assert_eq!(serde_json::from_value::<EpParams>(serde_json::json!({ "inducing_fraction": 0.05 })).unwrap().inducing_for(193), 10);
+}
+
+/// `site_directions`: while the kernels and Z stand still every site's stored direction is the
+/// current one, so the three readings refine alike and re-reading the sites changes nothing.
+/// After a step, `lagged` projects q on the stored directions and `current` rebuilds q along
+/// the new ones: both checked against dense algebra.
+#[test]
+fn site_directions_agree_at_rest_and_project_where_they_say_after_a_step() {
+    let (x, y) = toy(10, 2, 3, 5);
+    let kernels = se_ard_plus_white(2, 3, 0.4);
+    let all: Vec<usize> = (0..10).collect();
+    let fresh = || {
+        let zs = (0..3).map(|k| x.slice(ndarray::s![k..k + 3, ..]).to_owned()).collect();
+        let mut state = State::new(kernels.clone(), zs, false, &y).unwrap();
+        for _ in 0..3 {
+            state.refine(&state.block(&x, &y, &all), 0.7, ViewFor::Sweep).unwrap();
+        }
+        state
+    };
+    let (mut a, mut b, mut c) = (fresh(), fresh(), fresh());
+    a.refine(&a.block(&x, &y, &all), 0.7, ViewFor::Sweep).unwrap();
+    b.refine(&b.block(&x, &y, &all), 0.7, ViewFor::SweepAlongStored).unwrap();
+    c.realign(&c.block(&x, &y, &all)).unwrap();
+    c.refine(&c.block(&x, &y, &all), 0.7, ViewFor::Sweep).unwrap();
+    for k in 0..3 {
+        for (other, name) in [(&b, "lagged"), (&c, "current")] {
+            let gap = a.posts[k].beta.iter().zip(&other.posts[k].beta).map(|(p, q)| (p - q).abs()).fold(0.0, f64::max);
+            assert!(gap < 1e-10, "class {k}: {name} differs from stored at rest by {gap}");
+        }
+    }
+
+    // A step on the kernels and Z: the stored directions are now stale.
+    let mut rng = Pcg64::seed_from_u64(9);
+    let theta: Vec<f64> = a.theta().iter().map(|t| t + rng.random_range(-0.2..0.2)).collect();
+    a.set_theta(&theta).unwrap();
+    let block = a.block(&x, &y, &all);
+    let (views, _) = a.views(&block, ViewFor::SweepAlongStored).unwrap();
+    let store = a.factors.as_ref().unwrap();
+    for k in 0..3 {
+        let (m, v) = dense_posterior(&a.priors[k], &a.posts[k]);
+        for i in 0..10 {
+            let uo = store.dirs[k].row(i).to_vec();
+            let p = &views[k].proj[i];
+            let (d, t) = (quad(&uo, &v, &uo), uo.iter().zip(&m).map(|(u, w)| u * w).sum::<f64>());
+            assert!(
+                (p.d_uu - d).abs() < 1e-9 && (p.d_uo - d).abs() < 1e-9 && (p.d_oo - d).abs() < 1e-9,
+                "class {k} row {i}: {p:?} against d {d}"
+            );
+            assert!((p.t_u - t).abs() < 1e-9 && (p.t_o - t).abs() < 1e-9, "class {k} row {i}: {p:?} against t {t}");
+        }
+    }
+    // Re-read along the current directions u_i = K^{-1} k_i: Lambda = K^{-1} + sum C1 u u^T.
+    a.realign(&block).unwrap();
+    let store = a.factors.as_ref().unwrap();
+    for k in 0..3 {
+        let prior = &a.priors[k];
+        let kinv = inverse(&prior.k());
+        let dirs = &block.prior_rows[k].dirs;
+        let mm = kinv.nrows();
+        let mut lam = kinv.clone();
+        let mut h = vec![0.0; mm];
+        for i in 0..10 {
+            let (c1, c2) = store.sites.on_class(i, y[i], k);
+            for r in 0..mm {
+                h[r] += c2 * dirs[(r, i)];
+                for s in 0..mm {
+                    lam[(r, s)] += c1 * dirs[(r, i)] * dirs[(s, i)];
+                }
+            }
+            let stored: Vec<f64> = store.dirs[k].row(i).to_vec();
+            assert!((0..mm).all(|r| (stored[r] - dirs[(r, i)]).abs() < 1e-12), "class {k} row {i}: directions not updated");
+        }
+        let v = inverse(&lam);
+        let m: Vec<f64> = (0..mm).map(|r| (0..mm).map(|s| v[(r, s)] * h[s]).sum()).collect();
+        let (m_got, v_got) = dense_posterior(prior, &a.posts[k]);
+        for r in 0..mm {
+            assert!((m[r] - m_got[r]).abs() < 1e-8, "class {k}: mean {r} {} against {}", m_got[r], m[r]);
+            for s in 0..mm {
+                assert!((v[(r, s)] - v_got[(r, s)]).abs() < 1e-8, "class {k}: covariance ({r}, {s})");
+            }
+        }
+    }
 }
