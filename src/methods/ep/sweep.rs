@@ -113,25 +113,29 @@ impl ClassView {
     /// (f-bar space; zero columns for rows without sites yet).
     pub fn per_factor(prior: &ClassPrior, rows: PriorRows, post: &ClassPosterior, old_dirs: &Mat<f64>, purpose: ViewFor) -> ClassView {
         let ko = crate::linalg::matmul_par(prior.k().as_ref(), old_dirs.as_ref());
-        let e_u = post.a_chol.solve_l_par(rows.kmn.as_ref());
         let e_o = post.a_chol.solve_l_par(ko.as_ref());
         let n = rows.kmn.ncols();
         let m = prior.m();
         let col = |a: &Mat<f64>, b: &Mat<f64>, j: usize| (0..m).map(|r| a[(r, j)] * b[(r, j)]).sum::<f64>();
         let t_o = |j: usize| (0..m).map(|r| ko[(r, j)] * post.beta[r]).sum::<f64>();
+        if purpose == ViewFor::SweepAlongStored {
+            // Only the stored directions: the current ones' triangular solve is skipped.
+            let proj = (0..n)
+                .map(|j| {
+                    let (d, t) = (col(&e_o, &e_o, j), t_o(j));
+                    Proj { d_uu: d, d_uo: d, d_oo: d, t_u: t, t_o: t }
+                })
+                .collect();
+            return ClassView { rows, ainv: None, beta: post.beta.clone(), proj };
+        }
+        let e_u = post.a_chol.solve_l_par(rows.kmn.as_ref());
         let proj = (0..n)
-            .map(|j| match purpose {
-                ViewFor::SweepAlongStored => {
-                    let d = col(&e_o, &e_o, j);
-                    Proj { d_uu: d, d_uo: d, d_oo: d, t_u: t_o(j), t_o: t_o(j) }
-                }
-                _ => Proj {
-                    d_uu: col(&e_u, &e_u, j),
-                    d_uo: col(&e_u, &e_o, j),
-                    d_oo: col(&e_o, &e_o, j),
-                    t_u: (0..m).map(|r| rows.kmn[(r, j)] * post.beta[r]).sum(),
-                    t_o: t_o(j),
-                },
+            .map(|j| Proj {
+                d_uu: col(&e_u, &e_u, j),
+                d_uo: col(&e_u, &e_o, j),
+                d_oo: col(&e_o, &e_o, j),
+                t_u: (0..m).map(|r| rows.kmn[(r, j)] * post.beta[r]).sum(),
+                t_o: t_o(j),
             })
             .collect();
         let ainv = (purpose == ViewFor::Gradient)

@@ -121,7 +121,7 @@ fn learning_raises_log_z_ep_with(first_step: &str) {
 }
 
 #[test]
-fn the_default_first_step_leaves_the_settings_and_so_the_cell_keys_as_they_were() {
+fn the_default_first_step_is_not_written_into_the_settings() {
     let parse = |v: serde_json::Value| serde_json::from_value::<GfitcParams>(v).unwrap();
     let default = serde_json::to_value(parse(serde_json::json!({ "inducing": 5 }))).unwrap();
     assert!(default.get("lbfgs_first_step").is_none(), "{default}");
