@@ -15,32 +15,43 @@ use rand_pcg::Pcg64;
 /// parameterisation, so steps are taken in the authors' units: their length-scale parameter is
 /// log l^2 = 2 log l, where a step of rate r moves log l by r g / 4 for g = d/d log l (`unit`
 /// 0.25 for length-scales, 1 for the rest).
-struct AdaptiveRates {
+///
+/// With `summed` (the parameters that are length-scales), a length-scale's previous gradient is
+/// compared with the sign of the sum of every free length-scale's current gradient instead of
+/// its own (`lengthscale_sign: summed`, the authors' batch code).
+pub(super) struct AdaptiveRates {
     rate: Vec<f64>,
     last: Vec<f64>,
     unit: Vec<f64>,
+    summed: Option<Vec<bool>>,
 }
 
 impl AdaptiveRates {
-    fn new(start: f64, unit: Vec<f64>) -> Self {
+    pub(super) fn new(start: f64, unit: Vec<f64>, summed: Option<Vec<bool>>) -> Self {
         let n = unit.len();
-        AdaptiveRates { rate: vec![start; n], last: vec![0.0; n], unit }
+        AdaptiveRates { rate: vec![start; n], last: vec![0.0; n], unit, summed }
     }
 
-    fn step(&mut self, theta: &mut [f64], grad: &[f64], free: &[bool]) {
+    pub(super) fn step(&mut self, theta: &mut [f64], grad: &[f64], free: &[bool]) {
+        let lengthscale_sum: Option<f64> =
+            self.summed.as_ref().map(|is_ls| (0..grad.len()).filter(|&j| is_ls[j] && free[j]).map(|j| grad[j]).sum());
         for j in 0..theta.len() {
             if !free[j] {
                 continue;
             }
             if self.last[j] != 0.0 {
-                self.rate[j] = if grad[j] * self.last[j] >= 0.0 { (self.rate[j] * 1.02).min(1.0) } else { self.rate[j] * 0.5 };
+                let now = match (&self.summed, lengthscale_sum) {
+                    (Some(is_ls), Some(sum)) if is_ls[j] => sum,
+                    _ => grad[j],
+                };
+                self.rate[j] = if now * self.last[j] >= 0.0 { (self.rate[j] * 1.02).min(1.0) } else { self.rate[j] * 0.5 };
             }
             self.last[j] = grad[j];
             theta[j] += self.unit[j] * self.rate[j] * grad[j];
         }
     }
 
-    fn halve(&mut self) {
+    pub(super) fn halve(&mut self) {
         self.rate.iter_mut().for_each(|r| *r *= 0.5);
     }
 }
@@ -72,10 +83,11 @@ pub(crate) fn train(
     free.extend(std::iter::repeat_n(p.learn_inducing, theta.len() - n_kern));
     let moves = free.iter().any(|&f| f);
     let full = p.batch.is_full();
-    let mut unit: Vec<f64> =
-        state.kernels.param_names().iter().map(|n| if crate::kernels::is_lengthscale(n) { 0.25 } else { 1.0 }).collect();
-    unit.resize(theta.len(), 1.0);
-    let mut rates = AdaptiveRates::new(p.rate, unit);
+    let mut is_lengthscale: Vec<bool> = state.kernels.param_names().iter().map(|n| crate::kernels::is_lengthscale(n)).collect();
+    is_lengthscale.resize(theta.len(), false);
+    let unit: Vec<f64> = is_lengthscale.iter().map(|&l| if l { 0.25 } else { 1.0 }).collect();
+    let summed = (p.lengthscale_sign == super::LengthscaleSign::Summed).then_some(is_lengthscale);
+    let mut rates = AdaptiveRates::new(p.rate, unit, summed);
     let mut adam = Adam::new(theta.len(), p.adam_lr);
     let mut batches = Minibatches::new(n, p.batch.rows(n), batch_seed);
     let all_rows: Vec<usize> = (0..n).collect();

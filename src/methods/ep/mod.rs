@@ -169,6 +169,27 @@ pub struct EpParams {
     /// directions (the authors' batch R code).
     #[serde(default, skip_serializing_if = "SiteDirections::is_stored")]
     pub site_directions: SiteDirections,
+    /// Batch, App. G's adaptive rates: the sign a length-scale's previous gradient is compared
+    /// with. `own` (default, as App. G states): its own current gradient's; `summed`: the sign
+    /// of the sum of every length-scale's current gradient (all classes and inputs), as the
+    /// authors' batch R code does for EP and SEP (`sign$l == sign(sum(grad$gr_log_l))`; the
+    /// notes call it a quirk). Amplitudes, noises and Z follow their own signs either way.
+    #[serde(default, skip_serializing_if = "LengthscaleSign::is_own")]
+    pub lengthscale_sign: LengthscaleSign,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LengthscaleSign {
+    #[default]
+    Own,
+    Summed,
+}
+
+impl LengthscaleSign {
+    fn is_own(&self) -> bool {
+        *self == LengthscaleSign::Own
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -218,6 +239,10 @@ impl EpParams {
             return Err(
                 "settings.site_directions: current and lagged move every factor's own site, so they need method: ep and batch: full".into(),
             );
+        }
+        let adaptive = self.step.map_or(self.batch.is_full(), |s| s == Step::Adaptive);
+        if !self.lengthscale_sign.is_own() && !adaptive {
+            return Err("settings.lengthscale_sign: summed changes App. G's adaptive rates, so it needs step: adaptive (the default with batch: full)".into());
         }
         if !(self.outer_tol > 0.0) || self.outer_max_sweeps == 0 {
             return Err("settings.outer_tol: positive; settings.outer_max_sweeps: at least 1".into());

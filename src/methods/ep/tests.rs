@@ -502,6 +502,8 @@ fn settings_are_checked_with_the_field_named() {
         (serde_json::json!({ "damping": 0.0 }), "damping"),
         (serde_json::json!({ "batch": 0 }), "batch"),
         (serde_json::json!({ "site_directions": "lagged" }), "site_directions"),
+        (serde_json::json!({ "lengthscale_sign": "summed", "batch": 10 }), "lengthscale_sign"),
+        (serde_json::json!({ "lengthscale_sign": "summed", "step": "adam" }), "lengthscale_sign"),
     ] {
         let err = match serde_json::from_value::<EpParams>(bad).map_err(|e| e.to_string()).and_then(|p| p.check(true).map(|_| ())) {
             Err(e) => e,
@@ -592,4 +594,48 @@ fn site_directions_agree_at_rest_and_project_where_they_say_after_a_step() {
             }
         }
     }
+}
+
+/// App. G's rule, x1.02 while the sign holds and x0.5 when it flips, in both readings: with
+/// `summed` a length-scale whose own gradient keeps its sign is still halved when the sum of
+/// the length-scales' gradients has the other sign (and grows when the sum agrees with its
+/// previous sign though its own flipped); the other parameters follow their own signs.
+#[test]
+fn adaptive_rates_compare_length_scales_with_the_summed_sign_when_asked() {
+    use super::fit::AdaptiveRates;
+    // Parameters: two length-scales (unit 0.25), one amplitude (unit 1).
+    let unit = vec![0.25, 0.25, 1.0];
+    let free = [true; 3];
+    let first = [1.0, -3.0, 2.0];
+    let second = [2.0, 1.0, 4.0]; // own signs: +, flipped, +; their length-scale sum 3 > 0
+    let rates_after = |summed: Option<Vec<bool>>| {
+        let mut rates = AdaptiveRates::new(0.01, unit.clone(), summed);
+        let mut theta = [0.0; 3];
+        rates.step(&mut theta, &first, &free);
+        let before = theta;
+        rates.step(&mut theta, &second, &free);
+        // The second step moved each parameter by unit x rate x gradient.
+        (0..3).map(|j| (theta[j] - before[j]) / (unit[j] * second[j])).collect::<Vec<f64>>()
+    };
+    let own = rates_after(None);
+    let summed = rates_after(Some(vec![true, true, false]));
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-15;
+    // Own signs: the first length-scale held (+, +), the second flipped (-, +).
+    assert!(close(own[0], 0.0102) && close(own[1], 0.005) && close(own[2], 0.0102), "{own:?}");
+    // Summed: each length-scale's previous sign against the sum's (+): + held, - flipped.
+    assert!(close(summed[0], 0.0102) && close(summed[1], 0.005) && close(summed[2], 0.0102), "{summed:?}");
+    // A sum of the other sign reverses the first length-scale's verdict only under `summed`.
+    let second = [2.0, -5.0, 4.0]; // own: + held, - held; sum -3 < 0
+    let mut a = AdaptiveRates::new(0.01, unit.clone(), None);
+    let mut b = AdaptiveRates::new(0.01, unit.clone(), Some(vec![true, true, false]));
+    let (mut ta, mut tb) = ([0.0; 3], [0.0; 3]);
+    a.step(&mut ta, &first, &free);
+    b.step(&mut tb, &first, &free);
+    let (pa, pb) = (ta, tb);
+    a.step(&mut ta, &second, &free);
+    b.step(&mut tb, &second, &free);
+    let rate = |t: [f64; 3], p: [f64; 3], j: usize| (t[j] - p[j]) / (unit[j] * second[j]);
+    assert!(close(rate(ta, pa, 0), 0.0102) && close(rate(ta, pa, 1), 0.0102), "own: both held");
+    assert!(close(rate(tb, pb, 0), 0.005) && close(rate(tb, pb, 1), 0.0102), "summed: + against a - sum halves, - holds");
+    assert!(close(rate(tb, pb, 2), 0.0102), "the amplitude follows its own sign");
 }
