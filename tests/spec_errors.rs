@@ -196,6 +196,39 @@ fn a_restricted_entry_expands_on_its_datasets_only_with_the_keys_it_has_unrestri
     }
 }
 
+/// `shared_init: true` gives every entry on a dataset split one init seed (different across
+/// splits and datasets), keeps each cell's own seed, and changes the keys (the fits' starts
+/// move); without it there is no init seed and the keys are those of a spec that never heard
+/// of the field.
+#[test]
+fn shared_init_gives_the_entries_of_a_split_one_init_seed_and_its_own_keys() {
+    use std::collections::BTreeMap;
+    let two = GOOD.replace("datasets: [iris]", "datasets: [iris, wine]")
+        + "  - name: other\n    method: laplace\n    kernel: { lengthscale: 2.0 }\n";
+    let splits: BTreeMap<String, usize> = [("iris".to_string(), 2), ("wine".to_string(), 2)].into();
+    let own = mcgp::spec::expand(&parse(&two, "own.yaml", &registry()).unwrap(), &splits, &Default::default()).unwrap();
+    let off = two.replace("methods:", "shared_init: false\nmethods:");
+    let off = mcgp::spec::expand(&parse(&off, "off.yaml", &registry()).unwrap(), &splits, &Default::default()).unwrap();
+    let on = two.replace("methods:", "shared_init: true\nmethods:");
+    let on = mcgp::spec::expand(&parse(&on, "on.yaml", &registry()).unwrap(), &splits, &Default::default()).unwrap();
+    assert_eq!(own.len(), 8);
+    for ((a, b), c) in own.iter().zip(&off).zip(&on) {
+        assert_eq!((a.init_seed, b.init_seed), (None, None));
+        assert_eq!((&a.key, a.seed), (&b.key, b.seed), "shared_init: false must leave the keys alone");
+        assert_ne!(a.key, c.key, "a shared start is another fit");
+        assert!(c.init_seed.is_some());
+    }
+    for c in &on {
+        for d in &on {
+            let same_split = c.dataset == d.dataset && c.split == d.split;
+            assert_eq!(c.init_seed == d.init_seed, same_split, "{} {} / {} {}", c.dataset, c.split, d.dataset, d.split);
+            if same_split && c.entry.name != d.entry.name {
+                assert_ne!(c.seed, d.seed, "each cell keeps its own seed");
+            }
+        }
+    }
+}
+
 #[test]
 fn datasets_may_have_their_own_split_protocols() {
     let two = GOOD.replace("datasets: [iris]", "datasets: [iris, wine]");

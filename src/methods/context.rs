@@ -2,6 +2,7 @@
 //! runner's checkpoint hook that scores snapshots of the model on the test split off the clock.
 use super::{FitError, Fitted, StopReason};
 use crate::results::{Handoff, TracePoint};
+use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -162,6 +163,8 @@ pub struct FitContext<'a> {
     budget: Option<Budget>,
     trace: Mutex<Vec<TracePoint>>,
     checkpoints: Option<(Checkpoints, &'a ScoreSnapshot<'a>)>,
+    /// The spec's `shared_init` seed for this dataset split, if set (`init_rng`).
+    init_seed: Option<u64>,
 }
 
 impl<'a> FitContext<'a> {
@@ -175,7 +178,24 @@ impl<'a> FitContext<'a> {
             budget: None,
             trace: Mutex::new(Vec::new()),
             checkpoints: None,
+            init_seed: None,
         }
+    }
+
+    /// Start the fit's initialisation from `seed` (the spec's `shared_init`) instead of a draw
+    /// from the cell's own stream.
+    pub fn with_init_seed(mut self, seed: Option<u64>) -> Self {
+        self.init_seed = seed;
+        self
+    }
+
+    /// The generator a method draws its starting point from (inducing inputs, initial
+    /// length-scales): seeded by the next draw of the cell's stream, or by the spec's shared
+    /// seed when there is one. The cell's stream advances by one draw either way, so whatever
+    /// the method draws after (minibatch order, samplers) is the same with and without it.
+    pub fn init_rng(&mut self) -> Pcg64 {
+        let own = self.rng.next_u64();
+        Pcg64::seed_from_u64(self.init_seed.unwrap_or(own))
     }
 
     pub fn with_budget(mut self, budget: Option<Budget>) -> Self {
@@ -341,5 +361,44 @@ mod tests {
         assert_eq!(ctx.budget_stop(1_000_000), None);
         // (What the CPU clock reads is tested in tests/cpu_clock.rs, a process of its own.)
         assert_eq!(ctx.clock.kind, TrainingClock::Cpu);
+    }
+
+    /// `shared_init`: four methods drawing their inducing inputs from the same init seed start
+    /// from the same training inputs, whatever their cells' own seeds; from their own streams
+    /// (no shared seed) they do not.
+    #[test]
+    fn a_shared_init_seed_gives_every_method_the_same_inducing_inputs() {
+        use crate::methods::{HyperPolicy, Problem};
+        use ndarray::Array2;
+        // Three shifted clouds of 20 points each.
+        let x = Array2::from_shape_fn((60, 2), |(i, j)| 2.0 * (i % 3) as f64 + ((7 * i + 13 * j) as f64 * 0.618).sin());
+        let y: Vec<usize> = (0..60).map(|i| i % 3).collect();
+        let kernels = crate::testing::se_ard_plus_white(2, 3, 0.5);
+        let start = |name: &str, settings: serde_json::Value, cell_seed: u64, init: Option<u64>| -> Vec<Array2<f64>> {
+            let method = crate::methods::build(name, &settings).unwrap();
+            let mut rng = <Pcg64 as rand::SeedableRng>::seed_from_u64(cell_seed);
+            let mut ctx = FitContext::new(&mut rng, None).with_init_seed(init);
+            let problem = Problem { x: &x, y: &y, n_classes: 3 };
+            method.fit(&problem, &kernels, HyperPolicy::Fixed, &mut ctx).unwrap().inducing_inputs()
+        };
+        let ep = serde_json::json!({ "inducing": 4, "max_iters": 2, "learn_inducing": false });
+        let gfitc = serde_json::json!({ "inducing": 4, "max_iters": 2, "learn_inducing": false });
+        let vi = serde_json::json!({ "inducing": 4, "inducing_per_class": true, "inducing_init": { "init": "random" },
+            "learn_inducing": false, "max_iters": 2 });
+        let runs = [("ep", &ep, 1), ("sep", &ep, 2), ("gfitc", &gfitc, 3), ("svgp", &vi, 4)];
+        let shared: Vec<Vec<Array2<f64>>> = runs.iter().map(|(name, s, seed)| start(name, (*s).clone(), *seed, Some(99))).collect();
+        assert_eq!(shared[0].len(), 3, "one set per class");
+        for (run, zs) in runs.iter().zip(&shared) {
+            assert_eq!(zs, &shared[0], "{} started elsewhere", run.0);
+        }
+        // Each inducing input is a training input (a random subset, drawn per class).
+        for z in &shared[0] {
+            for row in z.rows() {
+                assert!(x.rows().into_iter().any(|r| r == row), "{row} is not a training input");
+            }
+        }
+        let own: Vec<Vec<Array2<f64>>> = runs.iter().map(|(name, s, seed)| start(name, (*s).clone(), *seed, None)).collect();
+        assert_ne!(own[0], own[1], "ep and sep drew the same start from different cell seeds");
+        assert_ne!(own[0], shared[0]);
     }
 }

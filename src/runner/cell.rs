@@ -150,7 +150,7 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
         prediction.validate(y_test.len())?;
         Ok(checkpoint_scores(&prediction, y_test))
     };
-    let mut ctx = FitContext::new(&mut rng, deadline).with_budget(cell.entry.budget);
+    let mut ctx = FitContext::new(&mut rng, deadline).with_budget(cell.entry.budget).with_init_seed(cell.init_seed);
     if let Some(schedule) = &cell.entry.checkpoints {
         ctx = ctx.with_checkpoints(schedule.clone(), &score_snapshot);
     }

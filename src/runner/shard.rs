@@ -177,6 +177,7 @@ mod tests {
             setting: String::new(),
             depends_on: dep.map(str::to_string),
             seed: 0,
+            init_seed: None,
             numerics: String::new(),
             data_hash: String::new(),
         }

@@ -20,6 +20,9 @@ pub struct Cell {
     /// Key of the cell whose hyper-parameters this one takes (same dataset and split).
     pub depends_on: Option<String>,
     pub seed: u64,
+    /// With `shared_init`, the seed of the fit's initialisation, shared by every entry on this
+    /// dataset split (`FitContext::init_rng`).
+    pub init_seed: Option<u64>,
     /// The method's numerics version (`methods::numerics_version`) in the key.
     pub numerics: String,
     /// The dataset's content hash in the key (registry entry, files, split file).
@@ -135,7 +138,7 @@ pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>, data_hashes: &BTr
                         _ => None,
                     };
                     let canonical = |entry: &MethodEntry, depends_on: Option<&String>| {
-                        let text = serde_json::json!({
+                        let mut text = serde_json::json!({
                             "version": crate::VERSION,
                             "dataset": dataset,
                             "splits": spec.raw.splits_of(dataset).label(),
@@ -146,6 +149,10 @@ pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>, data_hashes: &BTr
                             "entry": entry,
                             "depends_on": depends_on,
                         });
+                        if spec.raw.shared_init {
+                            // Only when set, so the keys of every other spec stay as they were.
+                            text["shared_init"] = serde_json::Value::Bool(true);
+                        }
                         blake3::hash(text.to_string().as_bytes()).to_hex()[..24].to_string()
                     };
                     let description = canonical(entry, source.as_ref().map(|s| &s.0));
@@ -162,6 +169,7 @@ pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>, data_hashes: &BTr
                     if setting.is_empty() {
                         keys.insert((m.name.clone(), dataset.clone(), split), (key.clone(), unscored));
                     }
+                    let init_seed = spec.raw.shared_init.then(|| seed_from(&format!("init\n{}\n{dataset}\n{split}", spec.raw.seed)));
                     let depends_on = source.map(|s| s.0);
                     cells.push(Cell {
                         key,
@@ -171,6 +179,7 @@ pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>, data_hashes: &BTr
                         setting: setting.clone(),
                         depends_on,
                         seed,
+                        init_seed,
                         numerics,
                         data_hash,
                     });

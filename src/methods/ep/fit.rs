@@ -7,8 +7,7 @@ use super::{Ep, Scheme};
 use crate::kernels::KernelSet;
 use crate::methods::{Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Method, Problem, StopReason};
 use crate::scalable::{inducing_sets, initial_kernels, Adam, Minibatches};
-use rand::{Rng, SeedableRng};
-use rand_pcg::Pcg64;
+use rand::Rng;
 
 /// App. G's adaptive rates: one per parameter, x1.02 while the gradient's sign holds, x0.5
 /// when it flips, capped at 1 (gradient ascent). The rule is not invariant to the
@@ -66,7 +65,7 @@ pub(crate) fn train(
     let p = &method.params;
     let (x, y, c) = (problem.x, problem.y, problem.n_classes);
     let n = x.nrows();
-    let mut init_rng = Pcg64::seed_from_u64(ctx.rng.next_u64());
+    let mut init_rng = ctx.init_rng();
     let batch_seed = ctx.rng.next_u64();
 
     // Model construction (one inducing set per class, the starting length-scales), off the

@@ -19,8 +19,6 @@ use crate::scalable::{inducing_sets, InducingInit};
 use fitc::ClassFitc;
 use inner::InnerSettings;
 use ndarray::Array2;
-use rand::{Rng, SeedableRng};
-use rand_pcg::Pcg64;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
@@ -209,7 +207,7 @@ impl Method for Gfitc {
         let p = &self.params;
         let (x, y, c) = (problem.x, problem.y, problem.n_classes);
         let n = x.nrows();
-        let mut init_rng = Pcg64::seed_from_u64(ctx.rng.next_u64());
+        let mut init_rng = ctx.init_rng();
         let m = p.inducing_for(n);
         let (zs, _) = inducing_sets(x, y, c, m, &p.inducing_init, true, &mut init_rng).map_err(FitError::Unsupported)?;
         let shapes: Vec<(usize, usize)> = zs.iter().map(|z| z.dim()).collect();

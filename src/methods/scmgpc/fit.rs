@@ -10,8 +10,7 @@ use crate::methods::{Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Pro
 use crate::scalable::adaptive_rate::AdaptiveRate;
 use crate::scalable::{class_weighted_inducing, initial_kernels, Adam, Minibatches, NaturalGaussian};
 use ndarray::{Array2, Axis};
-use rand::{Rng, SeedableRng};
-use rand_pcg::Pcg64;
+use rand::Rng;
 
 pub(crate) fn train(
     method: &Scmgpc,
@@ -24,7 +23,7 @@ pub(crate) fn train(
     let (x, y, c) = (problem.x, problem.y, problem.n_classes);
     let n = x.nrows();
     // Independent streams for initialisation and batches.
-    let mut init_rng = Pcg64::seed_from_u64(ctx.rng.next_u64());
+    let mut init_rng = ctx.init_rng();
     let batch_seed = ctx.rng.next_u64();
 
     // Model construction, off the training clock as in the authors' timings (notes §9.2).

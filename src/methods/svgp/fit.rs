@@ -28,7 +28,7 @@ pub(crate) fn train(
     let (x, y, c) = (problem.x, problem.y, problem.n_classes);
     let n = x.nrows();
     // Independent streams for initialisation, batches and the likelihood's draws.
-    let mut init_rng = Pcg64::seed_from_u64(ctx.rng.next_u64());
+    let mut init_rng = ctx.init_rng();
     let batch_seed = ctx.rng.next_u64();
     let mut lik_rng = Pcg64::seed_from_u64(ctx.rng.next_u64());
 
