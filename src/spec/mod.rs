@@ -56,12 +56,13 @@ pub struct RawSpec {
     /// implementation it is compared with had.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub one_cell_at_a_time: bool,
-    /// Every method entry starts its random initialisation (the inducing inputs a method draws,
-    /// and what it derives from them) from one seed per dataset and split, so methods with the
-    /// same initialisation settings start from the same point (Villacampa-Calvo &
-    /// Hernandez-Lobato: "the same initial values for all methods"); each cell's other
-    /// randomness (minibatch order, samplers) stays its own. Off by default: each entry then
-    /// draws its own start, as its cell seed does.
+    /// Every method entry that draws a random start of inducing inputs (ep, sep, gfitc, svgp,
+    /// scmgpc, through `FitContext::init_rng`) draws it, and what it derives from it, from one
+    /// seed per dataset and split, so methods with the same initialisation settings start from
+    /// the same point (Villacampa-Calvo & Hernandez-Lobato: "the same initial values for all
+    /// methods"); each cell's other randomness (minibatch order, samplers, other methods' random
+    /// choices) stays its own. Off by default: each entry then draws its own start, as its cell
+    /// seed does.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shared_init: bool,
     pub methods: Vec<MethodEntry>,

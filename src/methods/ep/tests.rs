@@ -597,9 +597,9 @@ fn site_directions_agree_at_rest_and_project_where_they_say_after_a_step() {
 }
 
 /// App. G's rule, x1.02 while the sign holds and x0.5 when it flips, in both readings: with
-/// `summed` a length-scale whose own gradient keeps its sign is still halved when the sum of
-/// the length-scales' gradients has the other sign (and grows when the sum agrees with its
-/// previous sign though its own flipped); the other parameters follow their own signs.
+/// `summed` a length-scale whose own gradient keeps its sign is halved when the sum of the
+/// length-scales' gradients has the other sign, and one whose own gradient flipped grows when
+/// the sum has its previous sign; the other parameters follow their own signs either way.
 #[test]
 fn adaptive_rates_compare_length_scales_with_the_summed_sign_when_asked() {
     use super::fit::AdaptiveRates;
@@ -607,35 +607,26 @@ fn adaptive_rates_compare_length_scales_with_the_summed_sign_when_asked() {
     let unit = vec![0.25, 0.25, 1.0];
     let free = [true; 3];
     let first = [1.0, -3.0, 2.0];
-    let second = [2.0, 1.0, 4.0]; // own signs: +, flipped, +; their length-scale sum 3 > 0
-    let rates_after = |summed: Option<Vec<bool>>| {
+    // The rate each parameter's second step was taken with: its move / (unit x gradient).
+    let second_rates = |summed: Option<Vec<bool>>, second: [f64; 3]| {
         let mut rates = AdaptiveRates::new(0.01, unit.clone(), summed);
         let mut theta = [0.0; 3];
         rates.step(&mut theta, &first, &free);
         let before = theta;
         rates.step(&mut theta, &second, &free);
-        // The second step moved each parameter by unit x rate x gradient.
         (0..3).map(|j| (theta[j] - before[j]) / (unit[j] * second[j])).collect::<Vec<f64>>()
     };
-    let own = rates_after(None);
-    let summed = rates_after(Some(vec![true, true, false]));
-    let close = |a: f64, b: f64| (a - b).abs() < 1e-15;
-    // Own signs: the first length-scale held (+, +), the second flipped (-, +).
-    assert!(close(own[0], 0.0102) && close(own[1], 0.005) && close(own[2], 0.0102), "{own:?}");
-    // Summed: each length-scale's previous sign against the sum's (+): + held, - flipped.
-    assert!(close(summed[0], 0.0102) && close(summed[1], 0.005) && close(summed[2], 0.0102), "{summed:?}");
-    // A sum of the other sign reverses the first length-scale's verdict only under `summed`.
-    let second = [2.0, -5.0, 4.0]; // own: + held, - held; sum -3 < 0
-    let mut a = AdaptiveRates::new(0.01, unit.clone(), None);
-    let mut b = AdaptiveRates::new(0.01, unit.clone(), Some(vec![true, true, false]));
-    let (mut ta, mut tb) = ([0.0; 3], [0.0; 3]);
-    a.step(&mut ta, &first, &free);
-    b.step(&mut tb, &first, &free);
-    let (pa, pb) = (ta, tb);
-    a.step(&mut ta, &second, &free);
-    b.step(&mut tb, &second, &free);
-    let rate = |t: [f64; 3], p: [f64; 3], j: usize| (t[j] - p[j]) / (unit[j] * second[j]);
-    assert!(close(rate(ta, pa, 0), 0.0102) && close(rate(ta, pa, 1), 0.0102), "own: both held");
-    assert!(close(rate(tb, pb, 0), 0.005) && close(rate(tb, pb, 1), 0.0102), "summed: + against a - sum halves, - holds");
-    assert!(close(rate(tb, pb, 2), 0.0102), "the amplitude follows its own sign");
+    let (held, flipped) = (0.0102, 0.005);
+    let expect = |got: Vec<f64>, want: [f64; 3], what: &str| {
+        assert!(got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-15), "{what}: rates {got:?}, expected {want:?}");
+    };
+    let ls = Some(vec![true, true, false]);
+    // Own signs held (+ +, - -); their sum 2 - 5 = -3 < 0.
+    let second = [2.0, -5.0, 4.0];
+    expect(second_rates(None, second), [held, held, held], "own, both held");
+    expect(second_rates(ls.clone(), second), [flipped, held, held], "summed: + against a - sum halves");
+    // Own signs both flipped (+ -, - +); their sum -4 + 1 = -3 < 0.
+    let second = [-4.0, 1.0, 4.0];
+    expect(second_rates(None, second), [flipped, flipped, held], "own, both flipped");
+    expect(second_rates(ls, second), [flipped, held, held], "summed: - against a - sum grows though its own flipped");
 }
