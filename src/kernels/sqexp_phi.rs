@@ -1,8 +1,8 @@
 //! The squared-exponential kernel in Girolami & Rogers' form C = s2 exp(-sum_d phi_d (x_d - x'_d)^2),
 //! phi_d = 1 / (2 l_d^2), as VB-MNP and its sparse ADF variant use it. It is the same function as
-//! `SqExp`, evaluated another way: pairwise squared differences stored once per data set and
-//! combined with the precisions by vectorised passes (the importance sampler builds thousands of
-//! Gram matrices per fit), with its own summation order. Replacing it by `SqExp` would change the
+//! `SqExp`, evaluated another way: pairwise squared differences combined with the precisions by
+//! vectorised passes (the importance sampler builds thousands of Gram matrices per fit), with its
+//! own summation order. Replacing it by `SqExp` would change the
 //! last bits of every committed VB-MNP result, so it stays, here with the other kernels, not
 //! inside a method. Its tests check it against `SqExp`.
 #![allow(non_snake_case)]
@@ -30,28 +30,24 @@ pub fn gram_phi(x: &Array2<f64>, phi: &[f64], s2: f64) -> Mat<f64> {
     PairSqDiffs::new(x).gram(phi, s2, 0.0)
 }
 
-/// The squared differences (x_id - x_jd)^2 of every pair j < i, computed once and stored one
-/// dimension after another, so that each of the importance sampler's Gram matrices (it builds
-/// thousands per fit) is d vectorised passes over the pairs and one vectorised exp.
+/// The data of the importance sampler's Gram matrices (it builds thousands per fit), held
+/// dimension-major so that each matrix is one vectorised pass over the pairs j < i per dimension
+/// and one vectorised exp. The squared differences (x_ik - x_jk)^2 are formed on the fly: storing
+/// them (n^2 d / 2 numbers, 324 MB on 1500 satimage rows) made every Gram matrix a stream of
+/// that much memory, half of a VB-MNP fit's time there; formed from x (n d numbers, in cache)
+/// they cost a subtraction and a product more, and the numbers are the same to the last bit.
 pub struct PairSqDiffs {
     n: usize,
     d: usize,
-    /// Dimension-major: entry k * n_pairs + p is (x_ik - x_jk)^2 for the p-th pair (i, j), j < i,
-    /// pairs in column-major lower-triangle order (j outer).
-    diffs: Vec<f64>,
+    /// Dimension-major copy of x: entry k * n + i is x_ik.
+    xt: Vec<f64>,
 }
 
 impl PairSqDiffs {
     pub fn new(x: &Array2<f64>) -> PairSqDiffs {
         let (n, d) = x.dim();
-        let n_pairs = n * n.saturating_sub(1) / 2;
-        let mut diffs = Vec::with_capacity(n_pairs * d);
-        for k in 0..d {
-            for j in 0..n {
-                diffs.extend((j + 1..n).map(|i| (x[(i, k)] - x[(j, k)]).powi(2)));
-            }
-        }
-        PairSqDiffs { n, d, diffs }
+        let xt = (0..d).flat_map(|k| x.column(k).to_vec()).collect();
+        PairSqDiffs { n, d, xt }
     }
 
     /// exp(-sum_k phi_k (x_ik - x_jk)^2) for every pair j < i, in the pair order, into `e`
@@ -61,7 +57,7 @@ impl PairSqDiffs {
         // Vectorised over the pairs, with the same sum order per pair as a loop over k.
         e.clear();
         e.resize(self.n * self.n.saturating_sub(1) / 2, 0.0);
-        neg_weighted_sums(&self.diffs, &w, e);
+        neg_weighted_sums(&self.xt, self.n, &w, e);
         crate::special::exp_slice(e);
     }
 
@@ -121,18 +117,27 @@ impl GramScratch {
     }
 }
 
-/// out_p = -sum_k w_k diffs[k * n_pairs + p], accumulated in k order, a tile of pairs at a
-/// time so that the partial sums stay in the L1 cache across the d passes.
+/// out_p = -sum_k w_k (x_ik - x_jk)^2 for the p-th pair (i, j), j < i, pairs in column-major
+/// lower-triangle order (j outer), accumulated in k order, a tile of one column's pairs at a
+/// time so that the partial sums stay in the L1 cache across the d passes. `xt` is x
+/// dimension-major (entry k * n + i is x_ik).
 #[multiversion::multiversion(targets("x86_64+avx512f", "x86_64+avx2"))]
-fn neg_weighted_sums(diffs: &[f64], w: &[f64], out: &mut [f64]) {
+fn neg_weighted_sums(xt: &[f64], n: usize, w: &[f64], out: &mut [f64]) {
     const TILE: usize = 512;
-    let n_pairs = out.len();
-    for (t, tile) in out.chunks_mut(TILE).enumerate() {
-        let start = t * TILE;
-        for (k, &wk) in w.iter().enumerate() {
-            let dk = &diffs[k * n_pairs + start..k * n_pairs + start + tile.len()];
-            for (o, &d) in tile.iter_mut().zip(dk) {
-                *o -= wk * d;
+    let mut start = 0;
+    for j in 0..n {
+        // Column j's pairs are (i, j) for i = j + 1..n, at out[start..start + n - j - 1].
+        let column = &mut out[start..start + n - j - 1];
+        start += n - j - 1;
+        for (t, tile) in column.chunks_mut(TILE).enumerate() {
+            let (i0, len) = (j + 1 + t * TILE, tile.len());
+            for (k, &wk) in w.iter().enumerate() {
+                let xk = &xt[k * n..(k + 1) * n];
+                let xjk = xk[j];
+                for (o, &xik) in tile.iter_mut().zip(&xk[i0..i0 + len]) {
+                    let diff = xik - xjk;
+                    *o -= wk * (diff * diff);
+                }
             }
         }
     }
@@ -152,6 +157,30 @@ pub fn gram_cross_phi(x1: &Array2<f64>, x2: &Array2<f64>, phi: &[f64], s2: f64) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn weighted_sums_equal_the_pairwise_loop_bit_for_bit() {
+        // The stored-differences form this replaced: per pair, the squared difference, then the
+        // weighted sum in k order. n = 600 gives columns of more than one tile.
+        for (n, d) in [(7, 4), (600, 3)] {
+            let x = Array2::from_shape_fn((n, d), |(i, k)| ((i * 7 + k * 13) as f64 * 0.37).sin() * (1.0 + k as f64));
+            let w: Vec<f64> = (0..d).map(|k| 0.3 + 0.45 * k as f64).collect();
+            let pairs = PairSqDiffs::new(&x);
+            let mut out = vec![0.0; n * (n - 1) / 2];
+            neg_weighted_sums(&pairs.xt, n, &w, &mut out);
+            let mut p = 0;
+            for j in 0..n {
+                for i in j + 1..n {
+                    let mut want = 0.0f64;
+                    for k in 0..d {
+                        want -= w[k] * (x[(i, k)] - x[(j, k)]).powi(2);
+                    }
+                    assert_eq!(out[p].to_bits(), want.to_bits(), "n = {n}: pair ({i}, {j})");
+                    p += 1;
+                }
+            }
+        }
+    }
 
     #[test]
     fn kernel_conversion_round_trips_and_matches_sqexp() {
