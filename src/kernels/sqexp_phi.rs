@@ -2,9 +2,9 @@
 //! phi_d = 1 / (2 l_d^2), as VB-MNP and its sparse ADF variant use it. It is the same function as
 //! `SqExp`, evaluated another way: pairwise squared differences combined with the precisions by
 //! vectorised passes (the importance sampler builds thousands of Gram matrices per fit), with its
-//! own summation order. Replacing it by `SqExp` would change the
-//! last bits of every committed VB-MNP result, so it stays, here with the other kernels, not
-//! inside a method. Its tests check it against `SqExp`.
+//! own summation order. Replacing it by `SqExp` would change the last bits of every committed
+//! VB-MNP result, so it stays, here with the other kernels, not inside a method. Its tests check
+//! it against `SqExp`, and its pairwise sums bit for bit against the plain loop.
 #![allow(non_snake_case)]
 use super::SqExp;
 use crate::linalg::{Chol, LinalgError};
