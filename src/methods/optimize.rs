@@ -1,10 +1,11 @@
 //! The one outer optimiser every method uses for hyper-parameters: L-BFGS (argmin, More-Thuente
 //! line search) minimising a cost over log-parameters, a subset of which may be held fixed.
 use super::{FitError, StopReason};
-use argmin::core::{CostFunction, Executor, Gradient, State};
+use argmin::core::{CostFunction, Executor, Gradient, IterState, LineSearch, Problem as ArgminProblem, Solver, State, KV};
 use argmin::solver::linesearch::MoreThuenteLineSearch;
 use argmin::solver::quasinewton::LBFGS;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Result of a minimisation.
 #[derive(Clone, Debug)]
@@ -18,9 +19,12 @@ pub struct Minimum {
     pub stop_reason: String,
     /// Set when a budget ended the search (`FitError::Stop` from an evaluation).
     pub stopped_by: Option<StopReason>,
+    /// Line searches that ended without the strong Wolfe conditions (see [`WolfeChecked`]).
+    pub failed_line_searches: usize,
 }
 
-type CostAndGrad<'a> = dyn Fn(&[f64]) -> Result<(f64, Vec<f64>), FitError> + Sync + 'a;
+/// A cost to minimise: its value and gradient at a full parameter vector.
+pub type CostAndGrad<'a> = dyn Fn(&[f64]) -> Result<(f64, Vec<f64>), FitError> + Sync + 'a;
 
 /// argmin calls cost and gradient separately; one evaluation computes both, so cache the last.
 /// The optimiser's parameter w maps to the free entries of the full vector as
@@ -154,6 +158,33 @@ pub fn minimize_lbfgs_with(
     tol_cost: f64,
     first_step: FirstStep,
 ) -> Result<Minimum, FitError> {
+    minimize_lbfgs_opts(f, x0, free, max_iters, tol_cost, LbfgsOptions { first_step, ..Default::default() })
+}
+
+/// The choices `minimize_lbfgs_opts` offers beyond `minimize_lbfgs`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LbfgsOptions {
+    pub first_step: FirstStep,
+    /// End the search at the first line search that fails the strong Wolfe conditions (at the
+    /// best point seen), as an L-BFGS driver that reports the failure does, instead of going on
+    /// from the point the line search returned.
+    pub stop_on_failed_line_search: bool,
+}
+
+/// The message a line search failing the strong Wolfe conditions ends the search with, under
+/// `stop_on_failed_line_search` (the stop reason contains it).
+pub const FAILED_LINE_SEARCH: &str = "line search failed the strong Wolfe conditions";
+
+/// `minimize_lbfgs` with every option of [`LbfgsOptions`].
+pub fn minimize_lbfgs_opts(
+    f: &CostAndGrad<'_>,
+    x0: &[f64],
+    free: &[bool],
+    max_iters: u64,
+    tol_cost: f64,
+    opts: LbfgsOptions,
+) -> Result<Minimum, FitError> {
+    let first_step = opts.first_step;
     assert_eq!(x0.len(), free.len());
     let free_idx: Vec<usize> = (0..x0.len()).filter(|&i| free[i]).collect();
     let cache = Mutex::new(Cache::default());
@@ -167,6 +198,7 @@ pub fn minimize_lbfgs_with(
             evaluations: 1,
             stop_reason: "nothing to optimise".into(),
             stopped_by: None,
+            failed_line_searches: 0,
         });
     }
     let problem = |offset: Vec<f64>, scale: f64| Problem { f, x0: x0.to_vec(), free: free_idx.clone(), offset, scale, cache: &cache };
@@ -189,8 +221,10 @@ pub fn minimize_lbfgs_with(
     let mut restarts = 0;
     let mut first_trouble: Option<String> = None;
     let mut stopped_by = None;
+    let failed_line_searches = Arc::new(AtomicUsize::new(0));
     let stop_reason = loop {
-        let solver = LBFGS::new(MoreThuenteLineSearch::new(), 10)
+        let line_search = WolfeChecked::new(MoreThuenteLineSearch::new(), failed_line_searches.clone(), opts.stop_on_failed_line_search);
+        let solver = LBFGS::new(line_search, 10)
             .with_tolerance_grad(1e-6)
             .and_then(|s| s.with_tolerance_cost(tol_cost))
             .map_err(|e| FitError::Numerical(e.to_string()))?;
@@ -232,7 +266,89 @@ pub fn minimize_lbfgs_with(
     };
     let cache = cache.into_inner().expect("optimiser cache poisoned");
     let (x, value) = cache.best.expect("first evaluation succeeded");
-    Ok(Minimum { x, value, iterations, evaluations: cache.evaluations, stop_reason, stopped_by })
+    let failed_line_searches = failed_line_searches.load(Ordering::Relaxed);
+    Ok(Minimum { x, value, iterations, evaluations: cache.evaluations, stop_reason, stopped_by, failed_line_searches })
+}
+
+/// More-Thuente's c1 and c2 (argmin's defaults, MINPACK's): sufficient decrease and curvature.
+const WOLFE_C1: f64 = 1e-4;
+const WOLFE_C2: f64 = 0.9;
+
+/// A line search that checks its result against the strong Wolfe conditions. Why: argmin's
+/// More-Thuente reports every ending as converged, also MINPACK's warnings (the interval of
+/// uncertainty below xtol, a step at its bound, rounding errors), and L-BFGS then goes on from
+/// that step. With a gradient that is not the cost's (the IVM's exact strategy differentiates
+/// with the sites frozen while its cost recomputes them) such endings are the rule. Each one is
+/// counted; under `stop` it is returned as an error, which ends the L-BFGS run (argmin turns a
+/// line search's error into a `SolverExit`).
+#[derive(Clone)]
+struct WolfeChecked<L> {
+    inner: L,
+    failures: Arc<AtomicUsize>,
+    stop: bool,
+    direction: Vec<f64>,
+    start: Option<(Vec<f64>, f64, f64)>,
+}
+
+impl<L> WolfeChecked<L> {
+    fn new(inner: L, failures: Arc<AtomicUsize>, stop: bool) -> Self {
+        WolfeChecked { inner, failures, stop, direction: Vec::new(), start: None }
+    }
+}
+
+impl<L: LineSearch<Vec<f64>, f64>> LineSearch<Vec<f64>, f64> for WolfeChecked<L> {
+    fn search_direction(&mut self, direction: Vec<f64>) {
+        self.direction.clone_from(&direction);
+        self.inner.search_direction(direction);
+    }
+
+    fn initial_step_length(&mut self, step_length: f64) -> Result<(), argmin::core::Error> {
+        self.inner.initial_step_length(step_length)
+    }
+}
+
+type LineState = IterState<Vec<f64>, Vec<f64>, (), (), (), f64>;
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+impl<O, L: Solver<O, LineState>> Solver<O, LineState> for WolfeChecked<L> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn init(&mut self, problem: &mut ArgminProblem<O>, state: LineState) -> Result<(LineState, Option<KV>), argmin::core::Error> {
+        // L-BFGS hands the line search its start: the point, its cost and its gradient.
+        self.start = match (state.get_param(), state.get_gradient()) {
+            (Some(x), Some(g)) => Some((x.clone(), state.get_cost(), dot(g, &self.direction))),
+            _ => None,
+        };
+        self.inner.init(problem, state)
+    }
+
+    fn next_iter(&mut self, problem: &mut ArgminProblem<O>, state: LineState) -> Result<(LineState, Option<KV>), argmin::core::Error> {
+        let (state, kv) = self.inner.next_iter(problem, state)?;
+        if let (true, Some((x0, f0, slope0)), Some(x), Some(g)) = (state.terminated(), &self.start, state.get_param(), state.get_gradient())
+        {
+            let (f0, slope0) = (*f0, *slope0);
+            let step: Vec<f64> = x.iter().zip(x0).map(|(a, b)| a - b).collect();
+            let t = if slope0 != 0.0 { dot(&step, &self.direction) / dot(&self.direction, &self.direction) } else { 0.0 };
+            let decrease = state.get_cost() <= f0 + WOLFE_C1 * t * slope0;
+            let curvature = dot(g, &self.direction).abs() <= WOLFE_C2 * slope0.abs();
+            if !(decrease && curvature) {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                if self.stop {
+                    return Err(argmin::core::Error::msg(FAILED_LINE_SEARCH));
+                }
+            }
+        }
+        Ok((state, kv))
+    }
+
+    fn terminate(&mut self, state: &LineState) -> argmin::core::TerminationStatus {
+        self.inner.terminate(state)
+    }
 }
 
 fn fatal_or(cache: &Mutex<Cache>, e: argmin::core::Error) -> FitError {
@@ -362,6 +478,35 @@ mod tests {
         assert_eq!((m.evaluations, m.stopped_by), (5, Some(StopReason::BudgetIterations)));
         assert_eq!(m.value, seen.iter().copied().fold(f64::INFINITY, f64::min));
         assert!(m.value > 1e-3, "not converged: {m:?}");
+    }
+
+    #[test]
+    fn line_searches_failing_the_wolfe_conditions_are_counted_and_can_end_the_search() {
+        // Cost (x - 1)^2 with a "gradient" 2 (x - 5) (a wrong one, as the IVM's exact strategy
+        // has): from x = 0 the steps the cost accepts (f <= 1, x in [0, 2]) and those where the
+        // stated slope has flattened (|x - 5| <= 0.9 * 5, x in [0.5, 9.5]) overlap only on [0.5, 2],
+        // and L-BFGS soon leaves it (the stated gradient vanishes at 5): some line searches end
+        // without the strong Wolfe conditions.
+        let wrong = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> { Ok(((x[0] - 1.0).powi(2), vec![2.0 * (x[0] - 5.0)])) };
+        let go_on = minimize_lbfgs(&wrong, &[0.0], &[true], 20, 1e-12).unwrap();
+        assert!(go_on.failed_line_searches > 0, "{go_on:?}");
+        assert!(!go_on.stop_reason.contains(FAILED_LINE_SEARCH), "{go_on:?}");
+        let opts = LbfgsOptions { stop_on_failed_line_search: true, ..Default::default() };
+        let stop = minimize_lbfgs_opts(&wrong, &[0.0], &[true], 20, 1e-12, opts).unwrap();
+        assert_eq!(stop.failed_line_searches, 1, "{stop:?}");
+        assert!(stop.stop_reason.contains(FAILED_LINE_SEARCH), "{stop:?}");
+        assert!(stop.evaluations < go_on.evaluations, "{stop:?} / {go_on:?}");
+        // It ends at the best point it evaluated, never above the start.
+        assert!(stop.value <= 1.0, "{stop:?}");
+        // A consistent gradient: no failure, and the option changes nothing.
+        let f = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
+            let (a, b) = (x[0], x[1]);
+            Ok(((1.0 - a).powi(2) + 100.0 * (b - a * a).powi(2), vec![-2.0 * (1.0 - a) - 400.0 * a * (b - a * a), 200.0 * (b - a * a)]))
+        };
+        let plain = minimize_lbfgs(&f, &[-1.2, 1.0], &[true, true], 30, 1e-10).unwrap();
+        let checked = minimize_lbfgs_opts(&f, &[-1.2, 1.0], &[true, true], 30, 1e-10, opts).unwrap();
+        assert_eq!(plain.failed_line_searches, 0, "{plain:?}");
+        assert_eq!((plain.x, plain.value, plain.evaluations), (checked.x, checked.value, checked.evaluations));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use super::state::IvmState;
 use super::{Ivm, Selected, SiteLik, Task};
 use crate::kernels::Kernel;
 use crate::linalg::{col, matmul_par, small::eye};
-use crate::methods::optimize::minimize_lbfgs;
+use crate::methods::optimize::{minimize_lbfgs_opts, CostAndGrad, LbfgsOptions, FAILED_LINE_SEARCH};
 use crate::methods::{FitContext, FitError, StopReason};
 use faer::Mat;
 use ndarray::{Array2, Axis};
@@ -203,6 +203,11 @@ pub(crate) struct Learned {
     /// the first one's message.
     pub troubled_minor_steps: usize,
     pub first_trouble: Option<String>,
+    /// Line searches of the minor steps that ended without the strong Wolfe conditions, and the
+    /// minor steps with at least one (the paper's "inner loops [that] terminate with a failed
+    /// line search" under `stop_on_failed_line_search`).
+    pub failed_line_searches: usize,
+    pub minor_steps_with_failed_line_search: usize,
 }
 
 impl Ivm {
@@ -249,6 +254,9 @@ impl Ivm {
         let name = |what: &str| task.trace_name(what);
         let (criterion_name, log_q_name, bias_name, minor_name) = (name("criterion"), name("log_q"), name("bias"), name("criterion_minor"));
         let (mut evaluations, mut troubled, mut first_trouble) = (0, 0, None);
+        let (mut failed_line_searches, mut minor_steps_failed) = (0, 0);
+        let opts = LbfgsOptions { stop_on_failed_line_search: p.stop_on_failed_line_search, ..Default::default() };
+        let minimize = |f: &CostAndGrad<'_>, t0: &[f64], iters: u64, tol: f64| minimize_lbfgs_opts(f, t0, &free, iters, tol, opts);
         let mut major = 0u64;
         loop {
             major += 1;
@@ -276,6 +284,8 @@ impl Ivm {
                     evaluations,
                     troubled_minor_steps: troubled,
                     first_trouble,
+                    failed_line_searches,
+                    minor_steps_with_failed_line_search: minor_steps_failed,
                 });
             }
             // Minor step: I (and J) frozen.
@@ -284,37 +294,48 @@ impl Ivm {
             let tol = 1e-10 * per_point;
             // The optimiser's message when it restarted or stopped on a failed line search.
             let troubled_run = |m: &crate::methods::optimize::Minimum| {
-                (m.stop_reason.contains("restart") || m.stop_reason.contains("stopped early")).then(|| m.stop_reason.clone())
+                let troubled = ["restart", "stopped early", FAILED_LINE_SEARCH].iter().any(|w| m.stop_reason.contains(w));
+                troubled.then(|| m.stop_reason.clone())
             };
+            let mut failed_here = 0;
             // (theta, criterion) at the end of the minor step, with the sites it ended with.
             let (next, value, trouble) = match p.strategy {
                 Strategy::Constant => {
-                    let m = minimize_lbfgs(&|t: &[f64]| objective(ctx, t, &sites), &theta, &free, p.inner_iters, tol)?;
+                    let m = minimize(&|t: &[f64]| objective(ctx, t, &sites), &theta, p.inner_iters, tol)?;
                     evaluations += m.evaluations;
+                    failed_here += m.failed_line_searches;
                     (m.x.clone(), m.value, troubled_run(&m))
                 }
                 Strategy::Hybrid => {
                     let (mut t, mut value, mut trouble) = (theta.clone(), criterion * per_point, None);
                     for inner in 0..p.inner_iters {
                         let s = if inner == 0 { sites.clone() } else { replay(&t, &sites)? };
-                        let m = minimize_lbfgs(&|t: &[f64]| objective(ctx, t, &s), &t, &free, 1, tol)?;
+                        let m = minimize(&|t: &[f64]| objective(ctx, t, &s), &t, 1, tol)?;
                         evaluations += m.evaluations;
+                        failed_here += m.failed_line_searches;
                         trouble = trouble.or_else(|| troubled_run(&m));
                         value = m.value;
+                        let failed = m.stop_reason.contains(FAILED_LINE_SEARCH);
                         if m.x == t {
                             break;
                         }
                         t = m.x;
+                        if failed {
+                            break;
+                        }
                     }
                     (t, value, trouble)
                 }
                 Strategy::Exact => {
                     let f = |t: &[f64]| objective(ctx, t, &replay(t, &sites)?);
-                    let m = minimize_lbfgs(&f, &theta, &free, p.inner_iters, tol)?;
+                    let m = minimize(&f, &theta, p.inner_iters, tol)?;
                     evaluations += m.evaluations;
+                    failed_here += m.failed_line_searches;
                     (m.x.clone(), m.value, troubled_run(&m))
                 }
             };
+            failed_line_searches += failed_here;
+            minor_steps_failed += (failed_here > 0) as usize;
             if let Some(why) = trouble {
                 troubled += 1;
                 first_trouble.get_or_insert(format!("minor step {major}: {why}"));

@@ -88,6 +88,12 @@ pub struct IvmParams {
     /// With `hyper: learn`: L-BFGS iterations (line searches) per minor step, at most (the paper's 8).
     #[serde(default = "d_inner_iters")]
     pub inner_iters: u64,
+    /// With `hyper: learn`: end a minor step at its first line search that fails the strong
+    /// Wolfe conditions (at the best point seen), as the paper's runs did ("more than half of
+    /// the inner loops terminate with a failed line search", §6.1.1), instead of going on from
+    /// the point the line search returned.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stop_on_failed_line_search: bool,
     /// With `hyper: learn`: `paper` (§6.1's priors on v, w and the intercept) or `none`.
     #[serde(default)]
     pub hyper_prior: HyperPrior,
@@ -422,7 +428,9 @@ impl Ivm {
                 .number("bias", learned.bias)
                 .number("criterion", learned.criterion)
                 .number("hyper_evaluations", learned.evaluations as f64)
-                .number("troubled_minor_steps", learned.troubled_minor_steps as f64);
+                .number("troubled_minor_steps", learned.troubled_minor_steps as f64)
+                .number("failed_line_searches", learned.failed_line_searches as f64)
+                .number("minor_steps_with_failed_line_search", learned.minor_steps_with_failed_line_search as f64);
             let spelled = |v: serde_json::Value| v.as_str().unwrap_or_default().to_string();
             diagnostics.note(
                 "model",
