@@ -1,6 +1,7 @@
 //! The one outer optimiser every method uses for hyper-parameters: L-BFGS (argmin, More-Thuente
 //! line search) minimising a cost over log-parameters, a subset of which may be held fixed.
 use super::{FitError, StopReason};
+use crate::linalg::dot;
 use argmin::core::{CostFunction, Executor, Gradient, IterState, LineSearch, Problem as ArgminProblem, Solver, State, KV};
 use argmin::solver::linesearch::MoreThuenteLineSearch;
 use argmin::solver::quasinewton::LBFGS;
@@ -287,7 +288,8 @@ struct WolfeChecked<L> {
     failures: Arc<AtomicUsize>,
     stop: bool,
     direction: Vec<f64>,
-    start: Option<(Vec<f64>, f64, f64)>,
+    /// The start point, its cost and its gradient.
+    start: Option<(Vec<f64>, f64, Vec<f64>)>,
 }
 
 impl<L> WolfeChecked<L> {
@@ -309,10 +311,6 @@ impl<L: LineSearch<Vec<f64>, f64>> LineSearch<Vec<f64>, f64> for WolfeChecked<L>
 
 type LineState = IterState<Vec<f64>, Vec<f64>, (), (), (), f64>;
 
-fn dot(a: &[f64], b: &[f64]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
 impl<O, L: Solver<O, LineState>> Solver<O, LineState> for WolfeChecked<L> {
     fn name(&self) -> &str {
         self.inner.name()
@@ -321,7 +319,7 @@ impl<O, L: Solver<O, LineState>> Solver<O, LineState> for WolfeChecked<L> {
     fn init(&mut self, problem: &mut ArgminProblem<O>, state: LineState) -> Result<(LineState, Option<KV>), argmin::core::Error> {
         // L-BFGS hands the line search its start: the point, its cost and its gradient.
         self.start = match (state.get_param(), state.get_gradient()) {
-            (Some(x), Some(g)) => Some((x.clone(), state.get_cost(), dot(g, &self.direction))),
+            (Some(x), Some(g)) => Some((x.clone(), state.get_cost(), g.clone())),
             _ => None,
         };
         self.inner.init(problem, state)
@@ -329,13 +327,10 @@ impl<O, L: Solver<O, LineState>> Solver<O, LineState> for WolfeChecked<L> {
 
     fn next_iter(&mut self, problem: &mut ArgminProblem<O>, state: LineState) -> Result<(LineState, Option<KV>), argmin::core::Error> {
         let (state, kv) = self.inner.next_iter(problem, state)?;
-        if let (true, Some((x0, f0, slope0)), Some(x), Some(g)) = (state.terminated(), &self.start, state.get_param(), state.get_gradient())
-        {
-            let (f0, slope0) = (*f0, *slope0);
+        if let (true, Some((x0, f0, g0)), Some(x), Some(g)) = (state.terminated(), &self.start, state.get_param(), state.get_gradient()) {
             let step: Vec<f64> = x.iter().zip(x0).map(|(a, b)| a - b).collect();
-            let t = if slope0 != 0.0 { dot(&step, &self.direction) / dot(&self.direction, &self.direction) } else { 0.0 };
-            let decrease = state.get_cost() <= f0 + WOLFE_C1 * t * slope0;
-            let curvature = dot(g, &self.direction).abs() <= WOLFE_C2 * slope0.abs();
+            let decrease = state.get_cost() <= f0 + WOLFE_C1 * dot(&step, g0);
+            let curvature = dot(g, &self.direction).abs() <= WOLFE_C2 * dot(g0, &self.direction).abs();
             if !(decrease && curvature) {
                 self.failures.fetch_add(1, Ordering::Relaxed);
                 if self.stop {
