@@ -448,6 +448,19 @@ fn a_miss_note_needs_a_scored_number_and_a_reason() {
     assert!(e.contains("unknown variant `unexplained`"), "{e}");
 }
 
+#[test]
+fn tolerance_parameters_must_be_finite_and_not_negative() {
+    let table = |tol: &str| format!("{GOOD}tables:\n  - id: t\n    title: T\n    metrics: [error_pct]\n    tolerance: {tol}\n");
+    parse(&table("{ rule: standard_error, k: 3, rounding: 0.5 }"), "good.yaml", &registry()).expect("rounding 0.5 is valid");
+    let e = error_of(&table("{ rule: standard_error, k: 3, rounding: -0.5 }"));
+    assert!(e.contains("tables[0].tolerance.rounding") && e.contains("finite number >= 0, got -0.5"), "{e}");
+    let e = error_of(&table("{ rule: absolute, abs: .nan }"));
+    assert!(e.contains("tables[0].tolerance.abs"), "{e}");
+    // The old name of the standard-error rule's rounding is refused, not silently ignored.
+    let e = error_of(&table("{ rule: standard_error, k: 3, floor: 0.5 }"));
+    assert!(e.contains("floor"), "{e}");
+}
+
 /// `derived_datasets`: class c against the rest of a registry dataset. The problem is binary on
 /// the same rows, its task enters the data hash and so every cell key (another class gives other
 /// keys with everything else equal), and a class the data do not have is a spec error naming

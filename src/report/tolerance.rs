@@ -9,14 +9,14 @@ use crate::spec::{PaperValue, ToleranceRule};
 /// A non-finite run mean never matches.
 pub fn within_tolerance(rule: &ToleranceRule, paper: &PaperValue, run: &Aggregate) -> (bool, f64, String) {
     let (tol, label) = match *rule {
-        ToleranceRule::StandardError { k, rel, floor } => match paper.sd.filter(|sd| sd.is_finite() && *sd >= 0.0) {
+        ToleranceRule::StandardError { k, rel, rounding } => match paper.sd.filter(|sd| sd.is_finite() && *sd >= 0.0) {
             Some(sd_paper) => {
                 // The paper's own n when given, else assume it used as many splits as this run.
                 let n_run = run.n.max(1) as f64;
                 let n_paper = paper.n.filter(|&n| n > 0).map_or(n_run, |n| n as f64);
                 let se = (sd_paper * sd_paper / n_paper + run.sd * run.sd / n_run).sqrt();
-                if floor > k * se {
-                    (floor, format!("±{} (floor above {}·SE)", short(floor), short(k)))
+                if rounding > 0.0 {
+                    (k * se + rounding, format!("{}·SE + {} (rounding)", short(k), short(rounding)))
                 } else {
                     (k * se, format!("{}·SE", short(k)))
                 }
@@ -38,10 +38,14 @@ pub fn within_tolerance(rule: &ToleranceRule, paper: &PaperValue, run: &Aggregat
 /// Describes a table's rule in a sentence, for the text under the table.
 pub fn describe(rule: &ToleranceRule) -> String {
     match *rule {
-        ToleranceRule::StandardError { k, rel, floor } => format!(
-            "{k}·SE: |run − paper| ≤ {k}·√(sd_paper²/n_paper + sd_run²/n_run), with n_paper = the run's n \
-             when the paper does not give it{}; ±{}% of the paper's mean where the paper gives no sd.",
-            if floor > 0.0 { format!(", and never below ±{} (the paper's rounding)", short(floor)) } else { String::new() },
+        ToleranceRule::StandardError { k, rel, rounding } => format!(
+            "{k}·SE: |run − paper| ≤ {k}·√(sd_paper²/n_paper + sd_run²/n_run){}, with n_paper = the run's n \
+             when the paper does not give it; ±{}% of the paper's mean where the paper gives no sd.",
+            if rounding > 0.0 {
+                format!(" + {} (half the paper's last printed digit: a rounded value stands for an interval)", short(rounding))
+            } else {
+                String::new()
+            },
             short(rel * 100.0),
             k = short(k)
         ),
@@ -83,7 +87,7 @@ mod tests {
         Aggregate { mean, sd, se: sd / (n as f64).sqrt(), n, n_nonfinite: 0 }
     }
 
-    const SE3: ToleranceRule = ToleranceRule::StandardError { k: 3.0, rel: 0.1, floor: 0.0 };
+    const SE3: ToleranceRule = ToleranceRule::StandardError { k: 3.0, rel: 0.1, rounding: 0.0 };
 
     #[test]
     fn standard_error_uses_both_sds() {
@@ -103,7 +107,7 @@ mod tests {
     #[test]
     fn standard_error_assumes_run_n_when_paper_n_missing() {
         // paper sd 3, run sd 4, both over n = 25: sqrt(9/25 + 16/25) = 1; k = 2 gives tol 2.
-        let rule = ToleranceRule::StandardError { k: 2.0, rel: 0.1, floor: 0.0 };
+        let rule = ToleranceRule::StandardError { k: 2.0, rel: 0.1, rounding: 0.0 };
         let p = paper(50.0, Some(3.0), None);
         let (ok, tol, label) = within_tolerance(&rule, &p, &run(52.0, 4.0, 25));
         assert_eq!(tol, 2.0);
@@ -133,18 +137,24 @@ mod tests {
     }
 
     #[test]
-    fn a_floor_covers_the_papers_rounding_where_its_sd_is_printed_as_zero() {
-        // "0.33 +- 0.00" over 20 splits: 3 SE is 0 for a run without spread, the floor 0.005 is not.
-        let rule = ToleranceRule::StandardError { k: 3.0, rel: 0.1, floor: 0.005 };
+    fn rounding_adds_half_the_last_printed_digit_to_the_standard_errors() {
+        // "0.33 +- 0.00" over 20 splits stands for a mean in [0.325, 0.335): a run without
+        // spread matches anywhere in it, and nowhere outside.
+        let rule = ToleranceRule::StandardError { k: 3.0, rel: 0.1, rounding: 0.005 };
         let p = paper(0.33, Some(0.0), Some(20));
         let (ok, tol, label) = within_tolerance(&rule, &p, &run(0.334, 0.0, 20));
         assert!(ok);
         assert_eq!(tol, 0.005);
-        assert_eq!(label, "±0.005 (floor above 3·SE)");
+        assert_eq!(label, "3·SE + 0.005 (rounding)");
         assert!(!within_tolerance(&rule, &p, &run(0.336, 0.0, 20)).0);
-        // Where 3 SE is wider, it decides.
-        let wide = paper(0.33, Some(0.1), Some(20));
-        assert_eq!(within_tolerance(&rule, &wide, &run(0.33, 0.1, 20)).2, "3·SE");
+        // With spread, the run may sit 3 SE beyond the interval's end: a run sd of 0.0447 over
+        // 20 splits is an SE of 0.01, so 0.33 + 0.005 + 0.03 = 0.365 is the last match.
+        let spread = 0.01 * 20f64.sqrt();
+        let (ok, tol, _) = within_tolerance(&rule, &p, &run(0.3649, spread, 20));
+        assert!(ok && (tol - 0.035).abs() < 1e-12, "{tol}");
+        assert!(!within_tolerance(&rule, &p, &run(0.3651, spread, 20)).0);
+        // Without rounding the same run is judged by 3 SE alone.
+        assert!(!within_tolerance(&SE3, &p, &run(0.3649, spread, 20)).0);
     }
 
     #[test]

@@ -199,6 +199,9 @@ pub(super) fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
             err(format!("{at}.metrics"), Some(&t.id), "must list at least one metric".into());
         }
         check_refs(&mut err, &at, &t.methods, &names, "methods", "method entry");
+        if let Some((field, v)) = t.tolerance.bad_parameter() {
+            err(format!("{at}.tolerance.{field}"), Some(&t.id), format!("must be a finite number >= 0, got {v}"));
+        }
         // A table may list only the paper's data sets it cannot run (rows of published numbers).
         let known: Vec<String> = raw.datasets.iter().chain(t.paper_only_datasets.keys()).cloned().collect();
         check_refs(&mut err, &at, &t.datasets, &known, "datasets", "dataset of this spec or of the table's paper_only_datasets");

@@ -105,17 +105,19 @@ fn is_true(b: &bool) -> bool {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "rule", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ToleranceRule {
-    /// |run - paper| <= max(k * sqrt(sd_paper^2/n_paper + sd_run^2/n_run), floor) (the default,
-    /// k = 3, floor 0). `floor` is for papers that print their numbers rounded (half the last
-    /// printed digit: a printed "0.33 +- 0.00" still means anything in [0.325, 0.335)). Falls
-    /// back to `relative` with `rel` where the paper gives no sd.
+    /// |run - paper| <= k * sqrt(sd_paper^2/n_paper + sd_run^2/n_run) + rounding (the default,
+    /// k = 3, rounding 0). `rounding` is for papers that print their numbers rounded: half the
+    /// last printed digit, since a printed "0.11 +- 0" stands for any mean in [0.105, 0.115), and
+    /// the run matches when it is within k SE of some value of that interval (the two
+    /// uncertainties add; neither covers the other). Falls back to `relative` with `rel` where
+    /// the paper gives no sd.
     StandardError {
         #[serde(default = "default_k")]
         k: f64,
         #[serde(default = "default_rel")]
         rel: f64,
         #[serde(default, skip_serializing_if = "is_zero")]
-        floor: f64,
+        rounding: f64,
     },
     /// |run - paper| <= max(k * sd_paper, floor): a published spread over folds as the scale
     /// (Galy-Fajou et al.'s success criterion, 2 sd with floors 0.02 error and 0.05 NLL);
@@ -131,6 +133,19 @@ pub enum ToleranceRule {
     Absolute { abs: f64 },
 }
 
+impl ToleranceRule {
+    /// The first parameter that is negative or not finite, as (field, value).
+    pub fn bad_parameter(&self) -> Option<(&'static str, f64)> {
+        let fields: Vec<(&'static str, f64)> = match *self {
+            ToleranceRule::StandardError { k, rel, rounding } => vec![("k", k), ("rel", rel), ("rounding", rounding)],
+            ToleranceRule::Spread { k, floor } => vec![("k", k), ("floor", floor)],
+            ToleranceRule::Relative { rel } => vec![("rel", rel)],
+            ToleranceRule::Absolute { abs } => vec![("abs", abs)],
+        };
+        fields.into_iter().find(|(_, v)| !(v.is_finite() && *v >= 0.0))
+    }
+}
+
 fn default_k() -> f64 {
     3.0
 }
@@ -143,7 +158,7 @@ fn is_zero(v: &f64) -> bool {
 
 impl Default for ToleranceRule {
     fn default() -> Self {
-        ToleranceRule::StandardError { k: default_k(), rel: default_rel(), floor: 0.0 }
+        ToleranceRule::StandardError { k: default_k(), rel: default_rel(), rounding: 0.0 }
     }
 }
 
