@@ -199,7 +199,8 @@ pub(super) fn kron_sandwich_lower(kx: &Mat<f64>, kc: MatRef<'_, f64>, es: &[Mat<
 ///    are Z's (forward substitution), so they need only the trailing triangle L_B[o_i.., o_i..]
 ///    (solved for a group of data at a time): about r^3 / 3 flops.
 /// 2. q = Z (Kx (x) diag(lam)). Z stored column-major as r x nC is, read with rows (c, row), the
-///    rC x n matrix whose product with Kx gives q in the same layout: 2 r C n^2 flops.
+///    rC x n matrix whose product with Kx gives q in the same layout: about r C n^2 flops, as
+///    the rows of datum i need only the columns of data 0..=i.
 pub(super) fn whitened_gram(pr: &Prior, lb: &Chol, cols: &[(usize, Mat<f64>)], offs: &[usize]) -> Vec<f64> {
     const GROUP: usize = 16;
     let (n, c) = (pr.n, pr.c);
@@ -221,10 +222,27 @@ pub(super) fn whitened_gram(pr: &Prior, lb: &Chol, cols: &[(usize, Mat<f64>)], o
             }
         }
     }
+    // Row k of Z (datum i's columns zero above o_i) is zero in the columns of the data after
+    // the one k belongs to, so a block of rows, read as each class's r x n slice, needs only
+    // the leading columns of Kx's rows: half the flops of the dense product.
     let zp = faer::MatRef::from_column_major_slice(&z, r * c, n);
     let mut q = vec![0.0; r * n * c];
     let mut qp = faer::MatMut::from_column_major_slice_mut(&mut q, r * c, n);
-    matmul(qp.as_mut(), Accum::Replace, zp, pr.kx.as_ref(), 1.0, Par::Seq);
+    for i0 in (0..n).step_by(GROUP) {
+        let i1 = (i0 + GROUP).min(n);
+        let (o0, o1) = (offs[i0], offs[i1]);
+        for class in 0..c {
+            let rows = class * r + o0;
+            matmul(
+                qp.as_mut().submatrix_mut(rows, 0, o1 - o0, n),
+                Accum::Replace,
+                zp.submatrix(rows, 0, o1 - o0, i1),
+                pr.kx.as_ref().subrows(0, i1),
+                1.0,
+                Par::Seq,
+            );
+        }
+    }
     for (col, qc) in q.chunks_exact_mut(r).enumerate() {
         let lam = pr.kc_lam[col % c];
         qc.iter_mut().for_each(|v| *v *= lam);
