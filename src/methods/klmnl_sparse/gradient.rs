@@ -32,7 +32,7 @@ pub(super) fn hyper_gradient(pr: &SparsePrior, st: &SState, dkx: &[Mat<f64>]) ->
     let mut what = Mat::<f64>::zeros(s, s);
     for (i, wi) in wf.iter().enumerate() {
         let lb = pr.ltt_block(i);
-        what += lb * wi * lb.transpose();
+        matmul(what.as_mut(), Accum::Add, (lb * wi).as_ref(), lb.transpose(), 1.0, Par::Seq);
     }
     let wr = &what * r;
     let ghat = Mat::from_fn(s, s, |a, b| {

@@ -50,7 +50,8 @@ pub(super) fn newton_direction(pr: &SparsePrior, b: &[f64], terms: &[DatumTerms]
         let ldg = chol(&dg, "I + E_i^T S_i^-1 E_i")?;
         let u = e.transpose() * pr.ltt_block(i).transpose(); // (C-1) x s
         let y = ldg.solve(u.as_ref());
-        core += u.transpose() * &y;
+        // Added in place: an s x s temporary per datum made this loop memory-bound.
+        matmul(core.as_mut(), Accum::Add, u.transpose(), y.as_ref(), 1.0, Par::Seq);
         es.push(e);
         dgs.push(ldg);
         ys.push(y);
