@@ -201,13 +201,17 @@ impl Chol {
             solve_lower_triangular_in_place(l.as_ref(), x.as_mut(), Par::Seq);
             return;
         }
+        // Plain loops on slices (L row-major on the stack): at C x C sizes, called for every
+        // datum in every sweep, indexing overhead is the cost.
+        let lr = small_row_major(l.as_ref());
         for c in 0..x.ncols() {
+            let xc = x.col_mut(c).try_as_col_major_mut().expect("an owned Mat is column-major").as_slice_mut();
             for i in 0..n {
-                let mut s = x[(i, c)];
+                let mut s = xc[i];
                 for k in 0..i {
-                    s -= l[(i, k)] * x[(k, c)];
+                    s -= lr[i * n + k] * xc[k];
                 }
-                x[(i, c)] = s / l[(i, i)];
+                xc[i] = s / lr[i * n + i];
             }
         }
     }
@@ -219,12 +223,15 @@ impl Chol {
             return;
         }
         for c in 0..x.ncols() {
+            let xc = x.col_mut(c).try_as_col_major_mut().expect("an owned Mat is column-major").as_slice_mut();
             for i in (0..n).rev() {
-                let mut s = x[(i, c)];
+                // Column i of L, contiguous in faer's column-major storage.
+                let li = l.col(i).try_as_col_major().expect("an owned Mat is column-major").as_slice();
+                let mut s = xc[i];
                 for k in i + 1..n {
-                    s -= l[(k, i)] * x[(k, c)];
+                    s -= li[k] * xc[k];
                 }
-                x[(i, c)] = s / l[(i, i)];
+                xc[i] = s / li[i];
             }
         }
     }
@@ -324,6 +331,18 @@ pub fn gemm_par() -> Par {
 /// allocate workspace on every call, which dominates for the C x C blocks that KL-MNL
 /// factors per datum and per sweep.
 const SMALL: usize = 12;
+
+/// The lower triangle of a matrix of order <= SMALL, row-major on the stack.
+fn small_row_major(l: MatRef<'_, f64>) -> [f64; SMALL * SMALL] {
+    let n = l.nrows();
+    let mut out = [0.0; SMALL * SMALL];
+    for j in 0..n {
+        for i in j..n {
+            out[i * n + j] = l[(i, j)];
+        }
+    }
+    out
+}
 
 /// In-place lower Cholesky of an SPD matrix: reads the lower triangle, overwrites it with L and
 /// zeroes the strict upper triangle (faer's blocked routine uses it as workspace);
