@@ -21,7 +21,8 @@ impl KlmnlSparse {
 
     /// Maximise log Z~_h* over the kernel's free log-parameters for a fixed set of sites by the
     /// shared L-BFGS (`iters` iterations; 1 = one line search), every evaluation warm-started
-    /// from the last optimum, gradients by App. C.4. Returns the kernel, its prior and fit.
+    /// from the last optimum and fitted with `fp`'s tolerances, gradients by App. C.4. Returns
+    /// the kernel, its prior and fit.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn learn_kernel(
         &self,
@@ -31,6 +32,7 @@ impl KlmnlSparse {
         sites: &[Site],
         warm: WarmStart,
         iters: u64,
+        fp: &KlmnlSparseParams,
         ctx: &FitContext,
         evals: &mut usize,
     ) -> Result<(SqExp, SparsePrior, VarFit, String), FitError> {
@@ -44,7 +46,7 @@ impl KlmnlSparse {
             let dkx = kern.gram_grads(problem.x, &base.kx);
             let pr = SparsePrior::new(base, sites.to_vec())?;
             let w = warm.lock().expect("warm start lock").clone();
-            let fit = fit_variational(&pr, &self.params, Some(&w), Some(ctx))?;
+            let fit = fit_variational(&pr, fp, Some(&w), Some(ctx))?;
             let g = hyper_gradient(&pr, &fit.st, &dkx)?;
             *warm.lock().expect("warm start lock") = fit.warm(&pr)?;
             *count.lock().expect("eval counter") += 1;
@@ -56,7 +58,7 @@ impl KlmnlSparse {
         let kernel = kernel.with_log_params(&res.x);
         let pr = SparsePrior::new(self.base(problem, &kernel, c), sites.to_vec())?;
         let w = warm.into_inner().expect("warm start lock");
-        let fit = fit_variational(&pr, &self.params, Some(&w), Some(ctx))?;
+        let fit = fit_variational(&pr, fp, Some(&w), Some(ctx))?;
         Ok((kernel, pr, fit, res.stop_reason))
     }
 
@@ -74,11 +76,12 @@ impl KlmnlSparse {
         ctx: &mut FitContext,
     ) -> Result<Grown, FitError> {
         let p = &self.params;
+        let growth = p.growth();
         let delta = p.delta.unwrap_or(c);
         let mut kernel = kernel.clone();
         let mut sites = start.to_vec();
         let mut pr = SparsePrior::new(self.base(problem, &kernel, c), sites.clone())?;
-        let mut fit = fit_variational(&pr, p, None, Some(ctx))?;
+        let mut fit = fit_variational(&pr, &growth, None, Some(ctx))?;
         let mut sizes = vec![(pr.s, fit.log_zh)];
         let mut hyper_evals = 0;
         let mut hyper_stop = None;
@@ -89,21 +92,25 @@ impl KlmnlSparse {
             sites.extend(new.iter().map(|&q| (q / c, q % c)));
             let warm = fit.warm(&pr)?;
             pr = SparsePrior::new(pr.base.clone(), sites.clone())?;
-            fit = fit_variational(&pr, p, Some(&warm), Some(ctx))?;
+            fit = fit_variational(&pr, &growth, Some(&warm), Some(ctx))?;
             if learn {
                 let warm = fit.warm(&pr)?;
-                let (kern, pr2, fit2, stop) = self.learn_kernel(problem, &kernel, c, &sites, warm, 1, ctx, &mut hyper_evals)?;
+                let (kern, pr2, fit2, stop) = self.learn_kernel(problem, &kernel, c, &sites, warm, 1, &growth, ctx, &mut hyper_evals)?;
                 (kernel, pr, fit, hyper_stop) = (kern, pr2, fit2, Some(stop));
             }
             sizes.push((pr.s, fit.log_zh));
         }
+        // The final set: its kernel optimised (or kept) and its fit to the full tolerance.
+        let warm = fit.warm(&pr)?;
         if learn {
-            let warm = fit.warm(&pr)?;
-            let (kern, pr2, fit2, stop) = self.learn_kernel(problem, &kernel, c, &sites, warm, p.max_hyper_iters, ctx, &mut hyper_evals)?;
+            let (kern, pr2, fit2, stop) =
+                self.learn_kernel(problem, &kernel, c, &sites, warm, p.max_hyper_iters, p, ctx, &mut hyper_evals)?;
             (kernel, pr, fit, hyper_stop) = (kern, pr2, fit2, Some(stop));
-            if let Some(last) = sizes.last_mut() {
-                last.1 = fit.log_zh;
-            }
+        } else {
+            fit = fit_variational(&pr, p, Some(&warm), Some(ctx))?;
+        }
+        if let Some(last) = sizes.last_mut() {
+            last.1 = fit.log_zh;
         }
         Ok(Grown { pr, fit, kernel, sizes, hyper_evals, hyper_stop })
     }
