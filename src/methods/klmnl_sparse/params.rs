@@ -67,9 +67,9 @@ pub struct KlmnlSparseParams {
     /// gradient's error shrinks with the root of the bound's); the final set's fits use tol.
     /// Those fits only steer the next sites and kernel step, yet at tol = 1e-10 they took about
     /// 10 sweeps each on glass, most of Table 5's sparse fit. growth_tol <= tol keeps every fit
-    /// at tol. At 1e-6 the greedy growth took other sites on 3 of 8 glass fits (final bounds
-    /// 2 nats apart either way); at 1e-7 and 1e-8 it reached the tight run's bound on each
-    /// fit tried (benches/PROFILE.md, session 33).
+    /// at tol. At 1e-6 the greedy growth took other sites on 5 of 9 glass fits (final bounds
+    /// up to 2 nats apart, either way); at 1e-7 and 1e-8 it reached the tight run's bound on
+    /// every fit tried (benches/PROFILE.md, session 33).
     #[serde(default = "d_growth_tol")]
     pub growth_tol: f64,
     /// gamma of the E.3 initialisation W_fi = gamma_w (I/C - 11^T/C^2).
