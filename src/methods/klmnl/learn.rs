@@ -12,7 +12,7 @@ pub(super) fn inner_params(params: &KlmnlParams, bounds: &[f64]) -> KlmnlParams 
     if let [.., a, b] = bounds {
         let rel = 1e-3 * (b - a).abs() / b.abs().max(1.0);
         p.tol = rel.clamp(params.tol, 1e-6f64.max(params.tol));
-        p.b_tol = params.b_tol * (p.tol / params.tol).sqrt();
+        p.b_tol = loosened_b_tol(params.b_tol, params.tol, p.tol);
     }
     p
 }

@@ -38,7 +38,7 @@ pub use params::{Klmnl, KlmnlParams};
 // The per-datum bound h, its S-step and the acceptance rule, shared with the sparse KL-MNL
 // (`klmnl_sparse`), whose per-datum terms are the same with V_fi, m_fi in place of V_i, m_i.
 pub(crate) use datum::{datum_terms, s_sweep, Basis, DatumTerms};
-pub(crate) use state::{accept, chol, FitStats};
+pub(crate) use state::{accept, chol, loosened_b_tol, FitStats};
 pub(crate) use steps::softmax_hessian_factor;
 
 use super::optimize::{false_position, minimize_lbfgs};

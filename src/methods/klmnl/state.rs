@@ -74,6 +74,13 @@ impl FitStats {
     }
 }
 
+/// b_tol for a fit whose tolerance is loosened from `tol` to `looser`: the envelope gradient's
+/// error shrinks with the root of the bound's, so b_tol scales with the root of the ratio.
+/// Shared by the dense search's inner fits (`inner_params`) and the sparse growth's fits.
+pub(crate) fn loosened_b_tol(b_tol: f64, tol: f64, looser: f64) -> f64 {
+    b_tol * (looser / tol).sqrt()
+}
+
 pub(super) fn m_of(pr: &Prior, b: &[f64]) -> Vec<f64> {
     let alpha: Vec<f64> = pr.y1.iter().zip(b).map(|(y, b)| y - b).collect();
     matvec(pr.k.as_ref(), &alpha)

@@ -42,7 +42,9 @@ mod tests;
 pub use model::KlmnlSparseModel;
 pub use params::{KlmnlSparse, KlmnlSparseParams, Selection};
 
-use super::klmnl::{accept, chol, datum_terms, optimise_datum_jitter, s_sweep, softmax_hessian_factor, Basis, DatumTerms, FitStats};
+use super::klmnl::{
+    accept, chol, datum_terms, loosened_b_tol, optimise_datum_jitter, s_sweep, softmax_hessian_factor, Basis, DatumTerms, FitStats,
+};
 use super::optimize::{false_position, minimize_lbfgs};
 use super::{
     parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape, StopReason,

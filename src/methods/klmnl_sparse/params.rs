@@ -200,15 +200,13 @@ impl KlmnlSparseParams {
         }
         Ok(KlmnlSparse { params: self, selection })
     }
-}
 
-impl KlmnlSparseParams {
     /// The settings of the fits at intermediate set sizes (see `growth_tol`).
     pub(super) fn growth(&self) -> KlmnlSparseParams {
         let mut p = self.clone();
         if self.growth_tol > self.tol {
             p.tol = self.growth_tol;
-            p.b_tol = self.b_tol * (self.growth_tol / self.tol).sqrt();
+            p.b_tol = loosened_b_tol(self.b_tol, self.tol, self.growth_tol);
         }
         p
     }
