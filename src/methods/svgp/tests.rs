@@ -327,3 +327,47 @@ fn the_lbfgs_objective_gradient_matches_finite_differences_of_the_full_elbo() {
         crate::testing::assert_gradient_close(&format!("whiten {whiten}, per-class Z {per_class_z}"), &grad, &fd, 1e-5);
     }
 }
+
+/// The configuration vc2017-tables runs (Villacampa-Calvo & Hernandez-Lobato's VI): one
+/// squared-exponential ARD plus white-noise kernel per class, inducing inputs per class, q(u)
+/// unwhitened, the robust-max likelihood. The white term enters K(Z, Z) and k(x, x) but no
+/// cross-covariance, so its gradient is a path the shared-kernel cases above never take.
+#[test]
+fn the_lbfgs_gradient_matches_finite_differences_in_the_vc2017_configuration() {
+    use crate::kernels::{Kernel, Sum, White};
+    use crate::methods::Problem;
+    let method = crate::methods::parse_settings::<SvgpParams>(
+        &serde_json::json!({ "inducing": 4, "optimizer": "lbfgs", "likelihood": "robust_max", "epsilon": 0.001, "inducing_per_class": true, "whiten": false }),
+    )
+    .unwrap()
+    .check()
+    .unwrap();
+    let (base, x, y) = problem_with(false, true, false);
+    let kernels = KernelSet::per_class(
+        (0..3)
+            .map(|c| {
+                let ard = SqExp {
+                    log_variance: (1.0 + 0.4 * c as f64).ln(),
+                    log_lengthscales: vec![0.7f64.ln(), (1.3 + 0.2 * c as f64).ln()],
+                    learn_variance: true,
+                };
+                let white = White { log_variance: (0.05 * (c + 1) as f64).ln(), learn_variance: true };
+                Box::new(Sum::new(vec![Box::new(ard), Box::new(white)])) as Box<dyn Kernel>
+            })
+            .collect(),
+    );
+    let mut start = Sparse::new(kernels, base.zs.clone(), base.q.clone()).unwrap();
+    start.whiten = false;
+    let mut theta = start.kernels.log_params();
+    // The white variances are free parameters: the check must reach them.
+    assert_eq!(theta.len(), 3 * 4, "three classes x (variance, two length-scales, white variance)");
+    theta.extend(flat_zs(&start.zs));
+    for qc in &start.q {
+        theta.extend(qc.sqrt_to_flat());
+    }
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let at = |t: &[f64]| super::fit::sparse_at(&start, t, None, true).unwrap();
+    let (_, grad) = super::lbfgs::elbo_and_grad(&at(&theta), &problem, &method, true, theta.len());
+    let fd = central_differences(&theta, |t| super::lbfgs::elbo_and_grad(&at(t), &problem, &method, true, t.len()).0);
+    crate::testing::assert_gradient_close("vc2017 configuration", &grad, &fd, 1e-5);
+}
