@@ -76,6 +76,12 @@ pub trait Kernel: Send + Sync + std::fmt::Debug {
         self.gram(z)
     }
 
+    /// True when K(X1, X2) between two different point sets is identically zero (white noise,
+    /// which sits on the diagonal of K(X, X) only).
+    fn cross_is_zero(&self) -> bool {
+        false
+    }
+
     /// Reverse-mode gradient of sum_ij kbar_ij K(Z, X)_ij with respect to the log-parameters
     /// (in `log_params` order) and to Z, given k = `cross_many(z, x)`.
     fn cross_vjp(&self, z: &Array2<f64>, x: &Array2<f64>, k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads;

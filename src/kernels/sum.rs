@@ -106,8 +106,22 @@ impl Kernel for Sum {
     fn gram_many(&self, z: &Array2<f64>) -> Mat<f64> {
         self.add(|t| t.gram_many(z))
     }
-    fn cross_vjp(&self, z: &Array2<f64>, x: &Array2<f64>, _k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads {
-        self.concat(z, |t| t.cross_vjp(z, x, &t.cross_many(z, x), kbar))
+    fn cross_is_zero(&self) -> bool {
+        self.terms.iter().all(|t| t.cross_is_zero())
+    }
+    fn cross_vjp(&self, z: &Array2<f64>, x: &Array2<f64>, k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads {
+        // Each term's VJP needs that term's own K(Z, X). When all terms but one have a zero
+        // cross-covariance (a kernel plus white noise, Villacampa-Calvo & Hernandez-Lobato's), the
+        // sum's k is that term's K plus exact zeros, the same values, so it is not rebuilt (the
+        // rebuild costs N M D multiply-adds and N M exps per class and gradient).
+        let one_nonzero = self.terms.iter().filter(|t| !t.cross_is_zero()).count() == 1;
+        self.concat(z, |t| {
+            if one_nonzero || t.cross_is_zero() {
+                t.cross_vjp(z, x, k, kbar)
+            } else {
+                t.cross_vjp(z, x, &t.cross_many(z, x), kbar)
+            }
+        })
     }
     fn gram_vjp(&self, z: &Array2<f64>, _k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads {
         self.concat(z, |t| t.gram_vjp(z, &t.gram_many(z), kbar))

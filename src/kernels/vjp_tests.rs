@@ -25,7 +25,41 @@ fn kernels() -> Vec<Box<dyn Kernel>> {
     let lin = Linear { log_variance: -0.7, learn_variance: true };
     let white = White { log_variance: -1.5, learn_variance: true };
     let sum = Sum::new(vec![Box::new(ard.clone()), Box::new(white.clone()), Box::new(lin.clone())]);
-    vec![Box::new(se), Box::new(ard), Box::new(lin), Box::new(white), Box::new(sum)]
+    // One term with a cross-covariance: the sum's VJP reuses the k it is given.
+    let ard_white = Sum::new(vec![Box::new(ard.clone()), Box::new(white.clone())]);
+    let white_se = Sum::new(vec![Box::new(white.clone()), Box::new(se.clone())]);
+    vec![Box::new(se), Box::new(ard), Box::new(lin), Box::new(white), Box::new(sum), Box::new(ard_white), Box::new(white_se)]
+}
+
+#[test]
+fn a_sum_with_one_cross_term_reuses_k_to_the_last_bit() {
+    // Kernel plus white noise: K(Z, X) of the sum is the kernel's own plus exact zeros, so the
+    // VJP given the sum's k must equal the kernel's VJP given its own rebuilt K, bit for bit.
+    let mut rng = Pcg64::seed_from_u64(7);
+    let (z, x) = (random(5, 3, &mut rng), random(9, 3, &mut rng));
+    let kbar = random_mat(5, 9, false, &mut rng);
+    let ard = SqExp { log_variance: -0.4, log_lengthscales: vec![0.1, -0.3, 0.5], learn_variance: true };
+    let white = White { log_variance: -1.5, learn_variance: true };
+    for sum in
+        [Sum::new(vec![Box::new(ard.clone()), Box::new(white.clone())]), Sum::new(vec![Box::new(white.clone()), Box::new(ard.clone())])]
+    {
+        assert!(!sum.cross_is_zero());
+        let got = sum.cross_vjp(&z, &x, &sum.cross_many(&z, &x), &kbar);
+        let own = ard.cross_vjp(&z, &x, &ard.cross_many(&z, &x), &kbar);
+        let white_params = white.cross_vjp(&z, &x, &ard.cross_many(&z, &x), &kbar).params;
+        assert_eq!(white_params, vec![0.0], "white noise has no cross-covariance gradient");
+        let first_is_white = sum.terms()[0].cross_is_zero();
+        let want: Vec<f64> = if first_is_white {
+            [white_params.clone(), own.params.clone()].concat()
+        } else {
+            [own.params.clone(), white_params.clone()].concat()
+        };
+        assert_eq!(got.params.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        // Z's gradient: the sum adds the terms' into zeros, white noise's being zero.
+        let want_z = &Array2::<f64>::zeros(z.dim()) + &own.z;
+        assert_eq!(got.z.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want_z.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+    }
+    assert!(Sum::new(vec![Box::new(white.clone()), Box::new(white)]).cross_is_zero());
 }
 
 fn assert_close(what: &str, got: &[f64], want: &[f64]) {

@@ -47,6 +47,9 @@ impl Kernel for White {
     fn clone_box(&self) -> Box<dyn Kernel> {
         Box::new(self.clone())
     }
+    fn cross_is_zero(&self) -> bool {
+        true
+    }
     fn cross_vjp(&self, z: &Array2<f64>, _x: &Array2<f64>, _k: &Mat<f64>, _kbar: &Mat<f64>) -> InputGrads {
         InputGrads::zeros(1, z.dim()) // no cross-covariance between two sets of points
     }
