@@ -309,23 +309,28 @@ fn training_raises_the_elbo_and_separates_three_blobs() {
 
 #[test]
 fn the_lbfgs_objective_gradient_matches_finite_differences_of_the_full_elbo() {
-    use crate::methods::Problem;
     let method =
         crate::methods::parse_settings::<SvgpParams>(&serde_json::json!({ "inducing": 4, "optimizer": "lbfgs" })).unwrap().check().unwrap();
     for (whiten, per_class_z) in [(true, false), (false, false), (true, true)] {
         let (mut start, x, y) = problem_with(false, per_class_z, false);
         start.whiten = whiten;
-        let mut theta = start.kernels.log_params();
-        theta.extend(flat_zs(&start.zs));
-        for qc in &start.q {
-            theta.extend(qc.sqrt_to_flat());
-        }
-        let problem = Problem { x: &x, y: &y, n_classes: 3 };
-        let at = |t: &[f64]| super::fit::sparse_at(&start, t, None, true).unwrap();
-        let (_, grad) = super::lbfgs::elbo_and_grad(&at(&theta), &problem, &method, true, theta.len());
-        let fd = central_differences(&theta, |t| super::lbfgs::elbo_and_grad(&at(t), &problem, &method, true, t.len()).0);
-        crate::testing::assert_gradient_close(&format!("whiten {whiten}, per-class Z {per_class_z}"), &grad, &fd, 1e-5);
+        assert_lbfgs_gradient(&format!("whiten {whiten}, per-class Z {per_class_z}"), &start, &x, &y, &method);
     }
+}
+
+/// The L-BFGS objective's gradient over (kernel log-parameters, Z, q's square-root parameters)
+/// at `start` against central differences of the ELBO.
+fn assert_lbfgs_gradient(what: &str, start: &Sparse, x: &Array2<f64>, y: &[usize], method: &Svgp) {
+    let mut theta = start.kernels.log_params();
+    theta.extend(flat_zs(&start.zs));
+    for qc in &start.q {
+        theta.extend(qc.sqrt_to_flat());
+    }
+    let problem = crate::methods::Problem { x, y, n_classes: 3 };
+    let at = |t: &[f64]| super::fit::sparse_at(start, t, None, true).unwrap();
+    let (_, grad) = super::lbfgs::elbo_and_grad(&at(&theta), &problem, method, true, theta.len());
+    let fd = central_differences(&theta, |t| super::lbfgs::elbo_and_grad(&at(t), &problem, method, true, t.len()).0);
+    crate::testing::assert_gradient_close(what, &grad, &fd, 1e-5);
 }
 
 /// The configuration vc2017-tables runs (Villacampa-Calvo & Hernandez-Lobato's VI): one
@@ -335,7 +340,6 @@ fn the_lbfgs_objective_gradient_matches_finite_differences_of_the_full_elbo() {
 #[test]
 fn the_lbfgs_gradient_matches_finite_differences_in_the_vc2017_configuration() {
     use crate::kernels::{Kernel, Sum, White};
-    use crate::methods::Problem;
     let method = crate::methods::parse_settings::<SvgpParams>(
         &serde_json::json!({ "inducing": 4, "optimizer": "lbfgs", "likelihood": "robust_max", "epsilon": 0.001, "inducing_per_class": true, "whiten": false }),
     )
@@ -358,16 +362,7 @@ fn the_lbfgs_gradient_matches_finite_differences_in_the_vc2017_configuration() {
     );
     let mut start = Sparse::new(kernels, base.zs.clone(), base.q.clone()).unwrap();
     start.whiten = false;
-    let mut theta = start.kernels.log_params();
     // The white variances are free parameters: the check must reach them.
-    assert_eq!(theta.len(), 3 * 4, "three classes x (variance, two length-scales, white variance)");
-    theta.extend(flat_zs(&start.zs));
-    for qc in &start.q {
-        theta.extend(qc.sqrt_to_flat());
-    }
-    let problem = Problem { x: &x, y: &y, n_classes: 3 };
-    let at = |t: &[f64]| super::fit::sparse_at(&start, t, None, true).unwrap();
-    let (_, grad) = super::lbfgs::elbo_and_grad(&at(&theta), &problem, &method, true, theta.len());
-    let fd = central_differences(&theta, |t| super::lbfgs::elbo_and_grad(&at(t), &problem, &method, true, t.len()).0);
-    crate::testing::assert_gradient_close("vc2017 configuration", &grad, &fd, 1e-5);
+    assert_eq!(start.kernels.log_params().len(), 3 * 4, "three classes x (variance, two length-scales, white variance)");
+    assert_lbfgs_gradient("vc2017 configuration", &start, &x, &y, &method);
 }
