@@ -93,6 +93,29 @@ pub trait Kernel: Send + Sync + std::fmt::Debug {
     /// Gradient of sum_i dbar_i k(x_i, x_i) with respect to the log-parameters.
     fn diag_vjp(&self, x: &Array2<f64>, dbar: &[f64]) -> Vec<f64>;
 
+    /// `cross_many(z, x)` kept as the matrices `cross_vjp_terms` takes: a sum's terms each
+    /// (a term's VJP needs that term's own K, which `cross_vjp` would rebuild from the inputs),
+    /// one matrix otherwise. `sum_terms` adds them up to `cross_many`'s bits.
+    fn cross_many_terms(&self, z: &Array2<f64>, x: &Array2<f64>) -> Vec<Mat<f64>> {
+        vec![self.cross_many(z, x)]
+    }
+
+    /// `cross_vjp` given `cross_many_terms(z, x)`: nothing is recomputed.
+    fn cross_vjp_terms(&self, z: &Array2<f64>, x: &Array2<f64>, terms: &[Mat<f64>], kbar: &Mat<f64>) -> InputGrads {
+        self.cross_vjp(z, x, &terms[0], kbar)
+    }
+
+    /// K(Z, Z) kept as the matrices `gram_vjp_terms` takes: `gram(z)`, or a sum's terms each
+    /// as `Sum::gram_vjp` builds them.
+    fn gram_terms(&self, z: &Array2<f64>) -> Vec<Mat<f64>> {
+        vec![self.gram(z)]
+    }
+
+    /// `gram_vjp` given `gram_terms(z)`: nothing is recomputed.
+    fn gram_vjp_terms(&self, z: &Array2<f64>, terms: &[Mat<f64>], kbar: &Mat<f64>) -> InputGrads {
+        self.gram_vjp(z, &terms[0], kbar)
+    }
+
     /// The squared-exponential kernel itself, for methods whose mathematics is specific to it
     /// (Girolami & Rogers' VB samples the RBF precisions).
     fn as_sqexp(&self) -> Option<&SqExp> {
@@ -180,6 +203,16 @@ fn class_suffix(name: &str) -> Option<&str> {
 }
 
 /// Symmetrise a square matrix from its lower triangle (K(X, X) must be exactly symmetric).
+/// The sum of kernel matrices kept term by term (`cross_many_terms`), added in term order as
+/// `Sum` adds its terms, so the same bits as `cross_many`.
+pub fn sum_terms(terms: &[Mat<f64>]) -> Mat<f64> {
+    let mut k = terms[0].clone();
+    for t in &terms[1..] {
+        k += t;
+    }
+    k
+}
+
 fn symmetrise_from_lower(k: &mut Mat<f64>) {
     for i in 0..k.nrows() {
         for j in 0..i {

@@ -124,7 +124,23 @@ impl Kernel for Sum {
         })
     }
     fn gram_vjp(&self, z: &Array2<f64>, _k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads {
-        self.concat(z, |t| t.gram_vjp(z, &t.gram_many(z), kbar))
+        self.gram_vjp_terms(z, &self.gram_terms(z), kbar)
+    }
+    fn cross_many_terms(&self, z: &Array2<f64>, x: &Array2<f64>) -> Vec<Mat<f64>> {
+        self.terms.iter().map(|t| t.cross_many(z, x)).collect()
+    }
+    fn cross_vjp_terms(&self, z: &Array2<f64>, x: &Array2<f64>, terms: &[Mat<f64>], kbar: &Mat<f64>) -> InputGrads {
+        assert_eq!(terms.len(), self.terms.len(), "one matrix per term of the sum");
+        let mut k = terms.iter();
+        self.concat(z, |t| t.cross_vjp(z, x, k.next().expect("one matrix per term"), kbar))
+    }
+    fn gram_terms(&self, z: &Array2<f64>) -> Vec<Mat<f64>> {
+        self.terms.iter().map(|t| t.gram_many(z)).collect()
+    }
+    fn gram_vjp_terms(&self, z: &Array2<f64>, terms: &[Mat<f64>], kbar: &Mat<f64>) -> InputGrads {
+        assert_eq!(terms.len(), self.terms.len(), "one matrix per term of the sum");
+        let mut k = terms.iter();
+        self.concat(z, |t| t.gram_vjp(z, k.next().expect("one matrix per term"), kbar))
     }
     fn diag_vjp(&self, x: &Array2<f64>, dbar: &[f64]) -> Vec<f64> {
         self.terms.iter().flat_map(|t| t.diag_vjp(x, dbar)).collect()
@@ -133,7 +149,7 @@ impl Kernel for Sum {
 
 impl Sum {
     /// The terms' gradients: parameters concatenated, Z gradients added.
-    fn concat(&self, z: &Array2<f64>, term: impl Fn(&dyn Kernel) -> InputGrads) -> InputGrads {
+    fn concat(&self, z: &Array2<f64>, mut term: impl FnMut(&dyn Kernel) -> InputGrads) -> InputGrads {
         let mut out = InputGrads { params: Vec::with_capacity(self.n_params()), z: Array2::zeros(z.dim()) };
         for t in &self.terms {
             let g = term(t.as_ref());

@@ -62,6 +62,33 @@ fn a_sum_with_one_cross_term_reuses_k_to_the_last_bit() {
     assert!(Sum::new(vec![Box::new(white.clone()), Box::new(white)]).cross_is_zero());
 }
 
+#[test]
+fn kernel_matrices_kept_term_by_term_give_the_same_bits() {
+    // What the IVM's criterion gradient relies on: keeping a sum's terms (instead of letting
+    // the VJP rebuild them) changes no bit of K, of the parameter gradients or of Z's.
+    let bits = |v: &mut dyn Iterator<Item = f64>| v.map(f64::to_bits).collect::<Vec<_>>();
+    let mut rng = Pcg64::seed_from_u64(11);
+    let (z, x) = (random(4, 3, &mut rng), random(7, 3, &mut rng));
+    let (kbar, sym) = (random_mat(4, 7, false, &mut rng), random_mat(4, 4, true, &mut rng));
+    for k in kernels() {
+        let terms = k.cross_many_terms(&z, &x);
+        let whole = k.cross_many(&z, &x);
+        let summed = sum_terms(&terms);
+        assert_eq!(
+            bits(&mut summed.col_iter().flat_map(|c| c.iter().copied().collect::<Vec<_>>())),
+            bits(&mut whole.col_iter().flat_map(|c| c.iter().copied().collect::<Vec<_>>())),
+            "{}: K",
+            k.kind()
+        );
+        let (got, want) = (k.cross_vjp_terms(&z, &x, &terms, &kbar), k.cross_vjp(&z, &x, &whole, &kbar));
+        assert_eq!(bits(&mut got.params.iter().copied()), bits(&mut want.params.iter().copied()), "{}: cross params", k.kind());
+        assert_eq!(bits(&mut got.z.iter().copied()), bits(&mut want.z.iter().copied()), "{}: cross Z", k.kind());
+        let (got, want) = (k.gram_vjp_terms(&z, &k.gram_terms(&z), &sym), k.gram_vjp(&z, &k.gram(&z), &sym));
+        assert_eq!(bits(&mut got.params.iter().copied()), bits(&mut want.params.iter().copied()), "{}: gram params", k.kind());
+        assert_eq!(bits(&mut got.z.iter().copied()), bits(&mut want.z.iter().copied()), "{}: gram Z", k.kind());
+    }
+}
+
 fn assert_close(what: &str, got: &[f64], want: &[f64]) {
     crate::testing::assert_gradient_close(what, got, want, 1e-6);
 }

@@ -139,7 +139,7 @@ pub(crate) struct PhiGrad {
 pub(crate) fn phi_grad(kernel: &dyn Kernel, x: &Array2<f64>, targets: &[f64], lik: SiteLik, sites: &Sites) -> Result<PhiGrad, FitError> {
     let (x, targets) = sites.view(x, targets);
     let (x, targets) = (x.as_ref(), targets.as_ref());
-    let (state, kc) = IvmState::rebuild(kernel, x, &sites.active, &sites.pi, &sites.b)?;
+    let (state, kc_terms) = IvmState::rebuild(kernel, x, &sites.active, &sites.pi, &sites.b)?;
     let t = state.criterion_terms(lik, targets)?;
     let (n, d) = (x.nrows(), sites.active.len());
     let e2: Vec<f64> = (0..n).map(|j| -0.5 * (t.rho[j] * t.rho[j] - t.delta_l2[j])).collect();
@@ -179,9 +179,11 @@ pub(crate) fn phi_grad(kernel: &dyn Kernel, x: &Array2<f64>, targets: &[f64], li
             }
         }
         let x_act = x.select(Axis(0), act);
-        let cross = kernel.cross_vjp(&x_act, x, &kc, &gt);
+        // gt is zero in the active columns, so the VJP reads kc_terms' entries there (the
+        // cross-covariance's, not the diagonal values the representation put in) only times 0.
+        let cross = kernel.cross_vjp_terms(&x_act, x, &kc_terms, &gt);
         let sym = Mat::from_fn(d, d, |r, l| 0.5 * (g_act[(r, l)] + g_act[(l, r)]));
-        let block = kernel.gram_vjp(&x_act, &kernel.gram(&x_act), &sym);
+        let block = kernel.gram_vjp_terms(&x_act, &kernel.gram_terms(&x_act), &sym);
         for (k, g) in grad.iter_mut().enumerate() {
             *g += cross.params[k] + block.params[k];
         }

@@ -217,21 +217,24 @@ impl IvmState {
     /// The same representation computed from scratch for given active set and sites (dense
     /// algebra on the active set: B, its Cholesky factor with reported jitter, M^T = L^{-1}
     /// Pi^{1/2} K_{I,.}). The check of the incremental updates, and what a minor step (sites
-    /// fixed, kernel changed) rebuilds from. Returns the cross-covariance K(X_I, X) [d, n] too
-    /// (entry (r, I_r) is the kernel's diagonal value, as in `kernel_column`), which the
-    /// criterion's gradient reuses.
+    /// fixed, kernel changed) rebuilds from. Returns the cross-covariance K(X_I, X) [d, n] too,
+    /// as `Kernel::cross_many_terms` keeps it (for a sum, each term's matrix, which the
+    /// criterion's gradient hands to the terms' VJPs instead of rebuilding them); in the
+    /// representation itself entry (r, I_r) is the kernel's diagonal value, as in
+    /// `kernel_column`.
     pub fn rebuild(
         kernel: &dyn Kernel,
         x: &Array2<f64>,
         active: &[usize],
         pi: &[f64],
         b: &[f64],
-    ) -> Result<(IvmState, Mat<f64>), FitError> {
+    ) -> Result<(IvmState, Vec<Mat<f64>>), FitError> {
         let (n, d) = (x.nrows(), active.len());
         assert!(pi.len() == d && b.len() == d, "IvmState::rebuild: sites and active set differ in length");
         let kdiag = kernel.diag(x);
         // One matrix product for the d kernel rows (the minor steps' hot path).
-        let mut kc = kernel.cross_many(&x.select(Axis(0), active), x);
+        let kc_terms = kernel.cross_many_terms(&x.select(Axis(0), active), x);
+        let mut kc = crate::kernels::sum_terms(&kc_terms);
         for (r, &i) in active.iter().enumerate() {
             kc[(r, i)] = kdiag[i];
         }
@@ -257,7 +260,7 @@ impl IvmState {
         let m_cols = (0..d).map(|r| (0..n).map(|j| mt[(r, j)]).collect()).collect();
         let state =
             IvmState { active: active.to_vec(), pi: pi.to_vec(), b: b.to_vec(), chol, m_cols, beta, h, a, kdiag, floor_hits, rows: None };
-        Ok((state, kc))
+        Ok((state, kc_terms))
     }
 
     /// The sites of a fixed active set recomputed at another kernel: ADF inclusions in the
