@@ -202,7 +202,6 @@ fn class_suffix(name: &str) -> Option<&str> {
     (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then_some(rest)
 }
 
-/// Symmetrise a square matrix from its lower triangle (K(X, X) must be exactly symmetric).
 /// The sum of kernel matrices kept term by term (`cross_many_terms`), added in term order as
 /// `Sum` adds its terms, so the same bits as `cross_many`.
 pub fn sum_terms(terms: &[Mat<f64>]) -> Mat<f64> {
@@ -213,6 +212,7 @@ pub fn sum_terms(terms: &[Mat<f64>]) -> Mat<f64> {
     k
 }
 
+/// Symmetrise a square matrix from its lower triangle (K(X, X) must be exactly symmetric).
 fn symmetrise_from_lower(k: &mut Mat<f64>) {
     for i in 0..k.nrows() {
         for j in 0..i {
