@@ -7,6 +7,11 @@
 //! predictive (mean over the 40% held out), and the evidence and learned log-parameters, so
 //! that a change of the code can be checked for the same optimum.
 //!
+//! `MCGP_BENCH_EXPORT=DIR` also writes the four data sets' standardised rows, as the fits see
+//! them, to `DIR/<data set>-train.csv` and `-test.csv` (inputs, then the class index; not the
+//! scaling runs'), so that a peer can be timed on exactly the same problem (benches/peers/sklearn_laplace.py: scikit-learn's
+//! Laplace classifier, side by side with `cargo bench --bench laplace`).
+//!
 //! `cargo bench --bench <method> -- scaling` instead times fits with the kernel fixed at its
 //! defaults (isotropic squared exponential) as n and C grow: random training subsets of
 //! satimage (C = 6, d = 36) of the sizes in `DenseBench::scaling_n`, and the first C classes of
@@ -157,6 +162,11 @@ fn time_case(bench: &DenseBench, method: &dyn Method, case: &Case, detail: bool)
     let standardizer = Standardizer::fit(&train.x);
     let x = standardizer.transform(&train.x);
     let xt = standardizer.transform(&test.x);
+    if let (true, Ok(dir)) = (detail, std::env::var("MCGP_BENCH_EXPORT")) {
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {dir}: {e}"));
+        export_rows(&std::path::Path::new(&dir).join(format!("{}-train.csv", data.name)), &x, &train.y);
+        export_rows(&std::path::Path::new(&dir).join(format!("{}-test.csv", data.name)), &xt, &test.y);
+    }
     let problem = Problem { x: &x, y: &train.y, n_classes: data.n_classes() };
     let kernel = KernelParams { ard: case.ard, ..Default::default() }.build(data.d()).expect("kernel");
     let kernels = KernelSet::shared_se(&kernel);
@@ -188,4 +198,17 @@ fn time_case(bench: &DenseBench, method: &dyn Method, case: &Case, detail: bool)
         println!("    log evidence {:.10}, log-parameters [{}]", fitted.evidence().expect("evidence").value, log_params.join(", "));
         println!("    stop: {:?}", diag.notes);
     }
+}
+
+/// One row per datum: the inputs, then the class index (no header), every number in Rust's
+/// shortest round-trip form, so that a peer reads the same bits.
+fn export_rows(path: &std::path::Path, x: &ndarray::Array2<f64>, y: &[usize]) {
+    let mut out = String::new();
+    for (row, label) in x.rows().into_iter().zip(y) {
+        for v in row {
+            out.push_str(&format!("{v},"));
+        }
+        out.push_str(&format!("{label}\n"));
+    }
+    std::fs::write(path, out).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
 }
