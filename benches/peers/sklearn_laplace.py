@@ -62,9 +62,12 @@ def main():
             model = fit()
             times.append(time.process_time() - start)
         proba = model.predict_proba(xt)
-        # Class labels are 0..C-1 and every class occurs in training, so column k is class k.
-        log_pred = np.log(proba[np.arange(len(yt)), yt])
-        errors = int((proba.argmax(axis=1) != yt).sum())
+        # Column j is class model.classes_[j]; a test class absent from training gets log 0.
+        full = np.zeros((len(yt), max(yt.max(), y.max()) + 1))
+        full[:, model.classes_] = proba
+        with np.errstate(divide="ignore"):
+            log_pred = np.log(full[np.arange(len(yt)), yt])
+        errors = int((full.argmax(axis=1) != yt).sum())
         print(
             f"sklearn-gpc {name} (n = {len(y)}, C = {len(np.unique(y))}), ARD learned: "
             f"{statistics.median(times):.3f} CPU s (median of {reps}), test log pred {log_pred.mean():.6f} "
