@@ -9,8 +9,9 @@
 //!
 //! `MCGP_BENCH_EXPORT=DIR` also writes the four data sets' standardised rows, as the fits see
 //! them, to `DIR/<data set>-train.csv` and `-test.csv` (inputs, then the class index; not the
-//! scaling runs'), so that a peer can be timed on exactly the same problem (benches/peers/sklearn_laplace.py: scikit-learn's
-//! Laplace classifier, side by side with `cargo bench --bench laplace`).
+//! scaling runs'), so that a peer can be timed on exactly the same problem
+//! (benches/peers/sklearn_laplace.py: scikit-learn's Laplace classifier, side by side with
+//! `cargo bench --bench laplace`).
 //!
 //! `cargo bench --bench <method> -- scaling` instead times fits with the kernel fixed at its
 //! defaults (isotropic squared exponential) as n and C grow: random training subsets of

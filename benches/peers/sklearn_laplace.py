@@ -62,7 +62,7 @@ def main():
             model = fit()
             times.append(time.process_time() - start)
         proba = model.predict_proba(xt)
-        # Column j is class model.classes_[j]; a test class absent from training gets log 0.
+        # Column j is class model.classes_[j]; a test class absent from training gets probability 0.
         full = np.zeros((len(yt), max(yt.max(), y.max()) + 1))
         full[:, model.classes_] = proba
         with np.errstate(divide="ignore"):
