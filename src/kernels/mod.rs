@@ -87,8 +87,15 @@ pub trait Kernel: Send + Sync + std::fmt::Debug {
     fn cross_vjp(&self, z: &Array2<f64>, x: &Array2<f64>, k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads;
 
     /// Reverse-mode gradient of sum_ij kbar_ij K(Z, Z)_ij (kbar symmetric) with respect to the
-    /// log-parameters and to Z, given k = `gram(z)`.
+    /// log-parameters and to Z, given k = `gram_many(z)`.
     fn gram_vjp(&self, z: &Array2<f64>, k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads;
+
+    /// This kernel's own `gram_many(z)`, bit for bit, from `k`, a matrix with the same
+    /// off-diagonal entries (this kernel plus white noise, whose off-diagonal zeros add
+    /// nothing), when the diagonal is known without a product; `None` if it is not.
+    fn gram_many_from_off_diagonal(&self, _k: &Mat<f64>) -> Option<Mat<f64>> {
+        None
+    }
 
     /// Gradient of sum_i dbar_i k(x_i, x_i) with respect to the log-parameters.
     fn diag_vjp(&self, x: &Array2<f64>, dbar: &[f64]) -> Vec<f64>;

@@ -160,19 +160,44 @@ impl SqExp {
         let d = a.ncols();
         let w = self.weights(d);
         let (m, n) = (wk.nrows(), wk.ncols());
-        let row: Vec<f64> = (0..m).map(|i| (0..n).map(|j| wk[(i, j)]).sum()).collect();
-        let col: Vec<f64> = (0..n).map(|j| (0..m).map(|i| wk[(i, j)]).sum()).collect();
+        // Every sum below runs over its index in increasing order from -0.0, as `Iterator::sum`
+        // does, but the loops walk the memory in order (wk is column-major, a and b row-major).
+        let mut row = vec![-0.0; m];
+        let mut col = vec![-0.0; n];
+        for j in 0..n {
+            let wk_j = wk.col(j).try_as_col_major().expect("a faer matrix's columns are contiguous").as_slice();
+            for (r, &v) in row.iter_mut().zip(wk_j) {
+                *r += v;
+            }
+            col[j] = wk_j.iter().sum();
+        }
         let mut wb = Mat::zeros(m, d);
         matmul(wb.as_mut(), Accum::Replace, wk.as_ref(), view(b), 1.0, crate::linalg::gemm_par());
-        let per_dim = (0..d)
-            .map(|k| {
-                let aa: f64 = (0..m).map(|i| a[(i, k)] * a[(i, k)] * row[i]).sum();
-                let bb: f64 = (0..n).map(|j| b[(j, k)] * b[(j, k)] * col[j]).sum();
-                let ab: f64 = (0..m).map(|i| a[(i, k)] * wb[(i, k)]).sum();
-                w[k] * (aa + bb - 2.0 * ab)
-            })
-            .collect();
+        let (mut aa, mut bb, mut ab) = (vec![-0.0; d], vec![-0.0; d], vec![-0.0; d]);
+        for (a_i, &row_i) in a.rows().into_iter().zip(&row) {
+            for (acc, &v) in aa.iter_mut().zip(a_i) {
+                *acc += v * v * row_i;
+            }
+        }
+        for (b_j, &col_j) in b.rows().into_iter().zip(&col) {
+            for (acc, &v) in bb.iter_mut().zip(b_j) {
+                *acc += v * v * col_j;
+            }
+        }
+        for (k, acc) in ab.iter_mut().enumerate() {
+            let wb_k = wb.col(k).try_as_col_major().expect("a faer matrix's columns are contiguous").as_slice();
+            *acc = a.column(k).iter().zip(wb_k).fold(-0.0, |s, (&x, &y)| s + x * y);
+        }
+        let per_dim = (0..d).map(|k| w[k] * (aa[k] + bb[k] - 2.0 * ab[k])).collect();
         (row.iter().sum(), per_dim, wb, row)
+    }
+
+    /// `gram_many`'s diagonal: s2, as r2 = 0 exactly there.
+    fn set_diagonal(&self, k: &mut Mat<f64>) {
+        let s2 = self.log_variance.exp();
+        for i in 0..k.nrows() {
+            k[(i, i)] = s2;
+        }
     }
 
     fn param_grads(&self, dlog_s2: f64, per_dim: &[f64]) -> Vec<f64> {
@@ -184,6 +209,19 @@ impl SqExp {
         }
         g
     }
+}
+
+/// The gradient in Z, -sides w_d (z_id rowsum_i - (W B)_id), entry by entry; walked down the
+/// columns of W B (column-major) into a row-major result.
+fn input_gradient(z: &Array2<f64>, w: &[f64], row: &[f64], wb: &Mat<f64>, sides: f64) -> Array2<f64> {
+    let mut gz = Array2::zeros(z.dim());
+    for (d, (mut gz_d, z_d)) in gz.columns_mut().into_iter().zip(z.columns()).enumerate() {
+        let wb_d = wb.col(d).try_as_col_major().expect("a faer matrix's columns are contiguous").as_slice();
+        for (((g, &zi), &ri), &wbi) in gz_d.iter_mut().zip(z_d).zip(row).zip(wb_d) {
+            *g = -sides * w[d] * (zi * ri - wbi);
+        }
+    }
+    gz
 }
 
 fn hadamard(a: &Mat<f64>, b: &Mat<f64>) -> Mat<f64> {
@@ -227,17 +265,20 @@ impl Kernel for SqExp {
     fn gram_many(&self, z: &Array2<f64>) -> Mat<f64> {
         let mut k = self.cross_gemm(z, z);
         super::symmetrise_from_lower(&mut k);
-        for i in 0..z.nrows() {
-            k[(i, i)] = self.log_variance.exp(); // r2 = 0 exactly on the diagonal
-        }
+        self.set_diagonal(&mut k);
         k
+    }
+    fn gram_many_from_off_diagonal(&self, k: &Mat<f64>) -> Option<Mat<f64>> {
+        let mut own = k.clone();
+        self.set_diagonal(&mut own);
+        Some(own)
     }
     fn cross_vjp(&self, z: &Array2<f64>, x: &Array2<f64>, k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads {
         // dK_ij/dlog l_d = K_ij w_d (z_id - x_jd)^2; dK_ij/dz_id = -K_ij w_d (z_id - x_jd).
         let wk = hadamard(kbar, k);
         let (dlog_s2, per_dim, wx, row) = self.weighted_sq_dists(z, x, &wk);
         let w = self.weights(z.ncols());
-        let gz = Array2::from_shape_fn(z.dim(), |(i, d)| -w[d] * (z[(i, d)] * row[i] - wx[(i, d)]));
+        let gz = input_gradient(z, &w, &row, &wx, 1.0);
         InputGrads { params: self.param_grads(dlog_s2, &per_dim), z: gz }
     }
     fn gram_vjp(&self, z: &Array2<f64>, k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads {
@@ -245,7 +286,7 @@ impl Kernel for SqExp {
         let wk = hadamard(kbar, k);
         let (dlog_s2, per_dim, wz, row) = self.weighted_sq_dists(z, z, &wk);
         let w = self.weights(z.ncols());
-        let gz = Array2::from_shape_fn(z.dim(), |(i, d)| -2.0 * w[d] * (z[(i, d)] * row[i] - wz[(i, d)]));
+        let gz = input_gradient(z, &w, &row, &wz, 2.0);
         InputGrads { params: self.param_grads(dlog_s2, &per_dim), z: gz }
     }
     fn diag_vjp(&self, _x: &Array2<f64>, dbar: &[f64]) -> Vec<f64> {

@@ -123,8 +123,21 @@ impl Kernel for Sum {
             }
         })
     }
-    fn gram_vjp(&self, z: &Array2<f64>, _k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads {
-        self.gram_vjp_terms(z, &self.gram_terms(z), kbar)
+    fn gram_vjp(&self, z: &Array2<f64>, k: &Mat<f64>, kbar: &Mat<f64>) -> InputGrads {
+        // As in `cross_vjp`: with one term that is not white noise, the sum's off-diagonal
+        // entries are that term's bits, and where its diagonal is known in closed form (the
+        // squared exponential's s2) its K(Z, Z) is taken from k instead of rebuilt (M^2 D
+        // multiply-adds and M^2 exps per class and gradient).
+        let one_nonzero = self.terms.iter().filter(|t| !t.cross_is_zero()).count() == 1;
+        let terms: Vec<Mat<f64>> = self
+            .terms
+            .iter()
+            .map(|t| {
+                let reused = if one_nonzero && !t.cross_is_zero() { t.gram_many_from_off_diagonal(k) } else { None };
+                reused.unwrap_or_else(|| t.gram_many(z))
+            })
+            .collect();
+        self.gram_vjp_terms(z, &terms, kbar)
     }
     fn cross_many_terms(&self, z: &Array2<f64>, x: &Array2<f64>) -> Vec<Mat<f64>> {
         self.terms.iter().map(|t| t.cross_many(z, x)).collect()

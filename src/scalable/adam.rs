@@ -72,13 +72,16 @@ impl Adam {
         self.t += 1;
         let lr = self.rate.at(self.t);
         let (c1, c2) = (1.0 - self.beta1.powi(self.t as i32), 1.0 - self.beta2.powi(self.t as i32));
-        for i in 0..x.len() {
-            if !free[i] {
-                continue;
+        let (b1, b2, eps) = (self.beta1, self.beta2, self.eps);
+        // Zipped slices (no bounds checks, so the loop vectorises: sparse methods move 10^6
+        // inducing-input coordinates per step); every element's arithmetic is as written.
+        let params = x.iter_mut().zip(self.m.iter_mut()).zip(self.v.iter_mut()).zip(grad).zip(free);
+        for ((((x, m), v), &g), &free) in params {
+            if free {
+                *m = b1 * *m + (1.0 - b1) * g;
+                *v = b2 * *v + (1.0 - b2) * g * g;
+                *x -= lr * (*m / c1) / ((*v / c2).sqrt() + eps);
             }
-            self.m[i] = self.beta1 * self.m[i] + (1.0 - self.beta1) * grad[i];
-            self.v[i] = self.beta2 * self.v[i] + (1.0 - self.beta2) * grad[i] * grad[i];
-            x[i] -= lr * (self.m[i] / c1) / ((self.v[i] / c2).sqrt() + self.eps);
         }
     }
 

@@ -110,6 +110,7 @@ impl State {
     /// SEP's class cavities: the tied site scaled by 1 - 1/n_c.
     fn cavities(&self) -> Result<Vec<ClassPosterior>, FitError> {
         (0..self.n_classes())
+            .into_par_iter()
             .map(|k| {
                 let keep = 1.0 - 1.0 / self.n_factors[k].max(1.0);
                 ClassPosterior::new(&self.priors[k], &self.sums[k].scaled(keep), k)
@@ -193,6 +194,7 @@ impl State {
         let new = stored.damped(&sw.sites, rho);
         let sums: Vec<SiteSums> = match &self.factors {
             Some(store) => (0..c)
+                .into_par_iter()
                 .map(|k| {
                     let m = self.priors[k].m();
                     let (prec_new, mean_new): (Vec<f64>, Vec<f64>) = (0..nb).map(|j| new.on_class(j, yb[j], k)).unzip();
@@ -212,6 +214,7 @@ impl State {
             None => {
                 let batch_factors = factors_per_class(yb, c);
                 (0..c)
+                    .into_par_iter()
                     .map(|k| {
                         let (prec, mean): (Vec<f64>, Vec<f64>) = (0..nb).map(|j| sw.sites.on_class(j, yb[j], k)).unzip();
                         let fresh = SiteSums::from_directions(views[k].rows.dirs.as_ref(), &prec, &mean);
@@ -320,13 +323,14 @@ impl State {
         let n_kern = self.kernels.n_params();
         let kernels = self.kernels.with_log_params(&theta[..n_kern]);
         let mut at = n_kern;
-        let mut priors = Vec::with_capacity(self.n_classes());
-        for (k, p) in self.priors.iter().enumerate() {
+        let mut zs = Vec::with_capacity(self.n_classes());
+        for p in &self.priors {
             let len = p.z.len();
-            let z = Array2::from_shape_vec(p.z.dim(), theta[at..at + len].to_vec()).expect("Z shape");
+            zs.push(Array2::from_shape_vec(p.z.dim(), theta[at..at + len].to_vec()).expect("Z shape"));
             at += len;
-            priors.push(ClassPrior::new(kernels.class(k), z, k)?);
         }
+        let priors: Vec<ClassPrior> =
+            zs.into_par_iter().enumerate().map(|(k, z)| ClassPrior::new(kernels.class(k), z, k)).collect::<Result<_, _>>()?;
         let posts =
             (0..self.n_classes()).into_par_iter().map(|k| ClassPosterior::new(&priors[k], &self.sums[k], k)).collect::<Result<_, _>>()?;
         self.kernels = kernels;
