@@ -1,17 +1,18 @@
 //! Speed of one SC-MGPC SVI step at Galy-Fajou et al.'s MNIST sizes: M = 200 inducing inputs
 //! per class, minibatch |S| = 100, C = 10 classes, D = 784 inputs, one SE kernel per class
 //! learned by Adam every step (adjoint-form gradient), and without kernel learning. The step
-//! time is the difference of two fits with iteration budgets 20 and 120, over 100 steps, so
-//! initialisation (class-weighted k-means, cut short here) and the final full-data ELBO are
-//! not counted. `cargo bench --bench scmgpc` (set RAYON_NUM_THREADS to compare thread counts).
+//! time is the difference of two fits with iteration budgets 20 and 120, over 100 steps
+//! (benches/steps), so initialisation (class-weighted k-means, cut short here) and the final
+//! full-data ELBO are not counted. `cargo bench --bench scmgpc` (set RAYON_NUM_THREADS to compare thread counts).
 //! Both wall and process CPU time are printed: on a shared machine the CPU time is the
 //! measure (with one thread it does not grow with other work), the wall time what a user waits.
+mod steps;
+
 use mcgp::kernels::{Kernel, KernelSet, SqExp};
-use mcgp::methods::{self, Budget, FitContext, HyperPolicy, Problem};
+use mcgp::methods::{self, HyperPolicy, Problem};
 use ndarray::Array2;
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64;
-use std::time::Instant;
 
 fn main() {
     mcgp::tune_allocator();
@@ -30,15 +31,7 @@ fn main() {
     println!("scmgpc SVI step, M = 200, |S| = 100, C = {c}, D = {d}, {} threads:", rayon::current_num_threads());
     for (label, hyper) in [("kernels learned every step", HyperPolicy::Learn), ("kernels fixed", HyperPolicy::Fixed)] {
         let method = methods::build("scmgpc", &settings).expect("scmgpc");
-        let time = |steps: u64| {
-            let (start, cpu) = (Instant::now(), cpu_time::ProcessTime::now());
-            let mut rng = Pcg64::seed_from_u64(0);
-            let mut ctx = FitContext::new(&mut rng, None).with_budget(Some(Budget { iterations: Some(steps), ..Budget::default() }));
-            method.fit(&problem, &kernels, hyper, &mut ctx).expect("fit");
-            [start.elapsed().as_secs_f64(), cpu.elapsed().as_secs_f64()]
-        };
-        let (long, short) = (time(120), time(20));
-        let [wall, cpu] = [0, 1].map(|k| 1e3 * (long[k] - short[k]) / 100.0);
+        let [wall, cpu] = steps::seconds_per_step(method.as_ref(), &problem, &kernels, hyper).map(|t| 1e3 * t);
         println!("  {label}: {wall:.1} ms wall, {cpu:.1} ms process CPU per step");
     }
 }

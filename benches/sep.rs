@@ -2,8 +2,8 @@
 //! MNIST sizes: M = 200 inducing inputs per class, minibatch |B| = 200, C = 10 classes,
 //! D = 784 inputs, one squared-exponential ARD plus white-noise kernel per class, kernels and
 //! Z learned by Adam. The step time is the difference of two fits with iteration budgets 20
-//! and 120, over 100 steps, so initialisation and the final log Z_q are not counted; in a pool
-//! of one thread and in one of every core. `cargo bench --bench sep`.
+//! and 120, over 100 steps (benches/steps), so initialisation and the final log Z_q are not
+//! counted; in a pool of one thread and in one of every core. `cargo bench --bench sep`.
 //!
 //! Flop model per class and step (multiply-adds x 2, M = |B|): four [M, D] x [D, M] products
 //! (K(Z, X_B), K(Z, Z), and the two kernel VJPs' kbar-weighted products), 8 M^2 D; and about
@@ -12,12 +12,13 @@
 //! gradient's outer product and the two inverses its prior part needs, the Cholesky of K).
 //! The target, SEP below 2.5% test error within 20 minutes on 2 cores, is measured by
 //! experiments/vc2017-fig5-2cores.yaml; this bench is the step time that target rests on.
+mod steps;
+
 use mcgp::kernels::{Kernel, KernelSet, SqExp, Sum, White};
-use mcgp::methods::{self, Budget, FitContext, HyperPolicy, Problem};
+use mcgp::methods::{self, HyperPolicy, Problem};
 use ndarray::Array2;
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64;
-use std::time::Instant;
 
 fn main() {
     mcgp::tune_allocator();
@@ -40,17 +41,7 @@ fn main() {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     for threads in [1, cores].into_iter().collect::<std::collections::BTreeSet<_>>() {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
-        let time = |steps: u64| {
-            pool.install(|| {
-                let (start, cpu) = (Instant::now(), cpu_time::ProcessTime::now());
-                let mut rng = Pcg64::seed_from_u64(0);
-                let mut ctx = FitContext::new(&mut rng, None).with_budget(Some(Budget { iterations: Some(steps), ..Budget::default() }));
-                method.fit(&problem, &kernels, HyperPolicy::Learn, &mut ctx).expect("fit");
-                [start.elapsed().as_secs_f64(), cpu.elapsed().as_secs_f64()]
-            })
-        };
-        let (long, short) = (time(120), time(20));
-        let [wall, cpu] = [0, 1].map(|k| (long[k] - short[k]) / 100.0);
+        let [wall, cpu] = pool.install(|| steps::seconds_per_step(method.as_ref(), &problem, &kernels, HyperPolicy::Learn));
         println!(
             "  {threads} thread(s): {:.1} ms wall, {:.1} ms process CPU per step; {:.1} GFlop/s counted (wall)",
             1e3 * wall,

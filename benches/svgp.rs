@@ -1,15 +1,16 @@
 //! Speed of one SVI-MGPC step at the MNIST spec's sizes: M = 200 inducing inputs, minibatch
 //! |B| = 200, C = 10 latent GPs, D = 784 inputs, kernel and Z learned, natural gradients for
 //! q(u) (and, for comparison, Adam alone and the softmax likelihood). The step time is the
-//! difference of two fits with iteration budgets 20 and 120, over 100 steps, so
+//! difference of two fits with iteration budgets 20 and 120, over 100 steps (benches/steps), so
 //! initialisation is not counted. `cargo bench --bench svgp` (all cores of the machine; set
 //! RAYON_NUM_THREADS to compare).
+mod steps;
+
 use mcgp::kernels::{KernelSet, SqExp};
-use mcgp::methods::{self, Budget, FitContext, HyperPolicy, Problem};
+use mcgp::methods::{self, HyperPolicy, Problem};
 use ndarray::Array2;
 use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64;
-use std::time::Instant;
 
 fn main() {
     mcgp::tune_allocator();
@@ -36,14 +37,7 @@ fn main() {
         ),
     ] {
         let method = methods::build("svgp", &settings).expect("svgp");
-        let time = |steps: u64| {
-            let start = Instant::now();
-            let mut rng = Pcg64::seed_from_u64(0);
-            let mut ctx = FitContext::new(&mut rng, None).with_budget(Some(Budget { iterations: Some(steps), ..Budget::default() }));
-            method.fit(&problem, &kernels, HyperPolicy::Learn, &mut ctx).expect("fit");
-            start.elapsed().as_secs_f64()
-        };
-        let per_step = (time(120) - time(20)) / 100.0;
-        println!("  {label}: {:.1} ms per step", 1e3 * per_step);
+        let [wall, cpu] = steps::seconds_per_step(method.as_ref(), &problem, &kernels, HyperPolicy::Learn);
+        println!("  {label}: {:.1} ms wall, {:.1} ms process CPU per step", 1e3 * wall, 1e3 * cpu);
     }
 }
