@@ -81,6 +81,15 @@ pub enum FitError {
     Unsupported(String),
 }
 
+impl FitError {
+    /// Results computed in parallel (per class, say), failing with the first error in their
+    /// order: rayon's own `collect` into a `Result` returns whichever error a thread met first,
+    /// so the message a failed cell stores would depend on the thread count.
+    pub fn first_in_order<T>(results: Vec<Result<T, FitError>>) -> Result<Vec<T>, FitError> {
+        results.into_iter().collect()
+    }
+}
+
 /// An approximate-inference method (checked configuration, shared by many cells).
 pub trait Method: Send + Sync {
     /// The method's short name (its module and YAML `method:` value).
@@ -329,5 +338,39 @@ impl Diagnostics {
             out.insert("stop_reason".into(), s.to_string());
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FitError;
+    use rayon::prelude::*;
+
+    #[test]
+    fn parallel_failures_report_the_first_in_order_on_any_thread_count() {
+        // Items 3, 10, 17, ... fail; the later ones fail at once, item 3 only after some work,
+        // so a thread can meet a later failure first. The error is item 3's on 1 to 4 threads.
+        for threads in 1..=4 {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let results: Vec<Result<usize, FitError>> = pool.install(|| {
+                (0..64usize)
+                    .into_par_iter()
+                    .map(|k| {
+                        if k == 3 {
+                            std::thread::sleep(std::time::Duration::from_millis(20));
+                        }
+                        if k % 7 == 3 {
+                            Err(FitError::Numerical(format!("item {k}")))
+                        } else {
+                            Ok(k)
+                        }
+                    })
+                    .collect()
+            });
+            let err = FitError::first_in_order(results).expect_err("items fail");
+            assert_eq!(err.to_string(), "item 3", "{threads} threads");
+        }
+        let all = FitError::first_in_order((0..5usize).map(Ok).collect()).unwrap();
+        assert_eq!(all, vec![0, 1, 2, 3, 4]);
     }
 }

@@ -109,14 +109,15 @@ impl State {
 
     /// SEP's class cavities: the tied site scaled by 1 - 1/n_c.
     fn cavities(&self) -> Result<Vec<ClassPosterior>, FitError> {
-        (0..self.n_classes())
+        let cavities = (0..self.n_classes())
             .into_par_iter()
             .map(|k| {
                 let keep = 1.0 - 1.0 / self.n_factors[k].max(1.0);
                 ClassPosterior::new(&self.priors[k], &self.sums[k].scaled(keep), k)
                     .map_err(|e| FitError::Numerical(format!("sep: the cavity of class {} is not positive definite ({e})", k + 1)))
             })
-            .collect()
+            .collect::<Vec<_>>();
+        FitError::first_in_order(cavities)
     }
 
     /// The block of training rows `rows` under the current kernels and inducing inputs.
@@ -168,7 +169,7 @@ impl State {
             })
             .collect();
         let posts: Vec<ClassPosterior> =
-            (0..c).into_par_iter().map(|k| ClassPosterior::new(&self.priors[k], &sums[k], k)).collect::<Result<_, _>>()?;
+            FitError::first_in_order((0..c).into_par_iter().map(|k| ClassPosterior::new(&self.priors[k], &sums[k], k)).collect())?;
         for (k, dirs) in store.dirs.iter_mut().enumerate() {
             let cur = &block.prior_rows[k].dirs;
             for (j, &i) in block.rows.iter().enumerate() {
@@ -226,7 +227,7 @@ impl State {
             }
         };
         let posts: Vec<ClassPosterior> =
-            (0..c).into_par_iter().map(|k| ClassPosterior::new(&self.priors[k], &sums[k], k)).collect::<Result<_, _>>()?;
+            FitError::first_in_order((0..c).into_par_iter().map(|k| ClassPosterior::new(&self.priors[k], &sums[k], k)).collect())?;
         let change = match &self.factors {
             Some(_) => [(&new.c1y, &stored.c1y), (&new.c2y, &stored.c2y), (&new.c1k, &stored.c1k), (&new.c2k, &stored.c2k)]
                 .iter()
@@ -330,9 +331,10 @@ impl State {
             at += len;
         }
         let priors: Vec<ClassPrior> =
-            zs.into_par_iter().enumerate().map(|(k, z)| ClassPrior::new(kernels.class(k), z, k)).collect::<Result<_, _>>()?;
-        let posts =
-            (0..self.n_classes()).into_par_iter().map(|k| ClassPosterior::new(&priors[k], &self.sums[k], k)).collect::<Result<_, _>>()?;
+            FitError::first_in_order(zs.into_par_iter().enumerate().map(|(k, z)| ClassPrior::new(kernels.class(k), z, k)).collect())?;
+        let posts = FitError::first_in_order(
+            (0..self.n_classes()).into_par_iter().map(|k| ClassPosterior::new(&priors[k], &self.sums[k], k)).collect(),
+        )?;
         self.kernels = kernels;
         self.priors = priors;
         self.posts = posts;

@@ -136,7 +136,8 @@ fn classes_at(
             z
         })
         .collect();
-    let classes = zs.into_par_iter().enumerate().map(|(k, z)| ClassFitc::new(kernels.class(k), z, x, k)).collect::<Result<Vec<_>, _>>()?;
+    let classes =
+        FitError::first_in_order(zs.into_par_iter().enumerate().map(|(k, z)| ClassFitc::new(kernels.class(k), z, x, k)).collect())?;
     Ok((kernels, classes))
 }
 
