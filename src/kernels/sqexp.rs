@@ -165,7 +165,7 @@ impl SqExp {
         let mut row = vec![-0.0; m];
         let mut col = vec![-0.0; n];
         for j in 0..n {
-            let wk_j = wk.col(j).try_as_col_major().expect("a faer matrix's columns are contiguous").as_slice();
+            let wk_j = crate::linalg::col_slice(wk, j);
             for (r, &v) in row.iter_mut().zip(wk_j) {
                 *r += v;
             }
@@ -185,7 +185,7 @@ impl SqExp {
             }
         }
         for (k, acc) in ab.iter_mut().enumerate() {
-            let wb_k = wb.col(k).try_as_col_major().expect("a faer matrix's columns are contiguous").as_slice();
+            let wb_k = crate::linalg::col_slice(&wb, k);
             *acc = a.column(k).iter().zip(wb_k).fold(-0.0, |s, (&x, &y)| s + x * y);
         }
         let per_dim = (0..d).map(|k| w[k] * (aa[k] + bb[k] - 2.0 * ab[k])).collect();
@@ -216,7 +216,7 @@ impl SqExp {
 fn input_gradient(z: &Array2<f64>, w: &[f64], row: &[f64], wb: &Mat<f64>, sides: f64) -> Array2<f64> {
     let mut gz = Array2::zeros(z.dim());
     for (d, (mut gz_d, z_d)) in gz.columns_mut().into_iter().zip(z.columns()).enumerate() {
-        let wb_d = wb.col(d).try_as_col_major().expect("a faer matrix's columns are contiguous").as_slice();
+        let wb_d = crate::linalg::col_slice(wb, d);
         for (((g, &zi), &ri), &wbi) in gz_d.iter_mut().zip(z_d).zip(row).zip(wb_d) {
             *g = -sides * w[d] * (zi * ri - wbi);
         }

@@ -226,7 +226,7 @@ impl Chol {
             let xc = x.col_mut(c).try_as_col_major_mut().expect("an owned Mat is column-major").as_slice_mut();
             for i in (0..n).rev() {
                 // Column i of L, contiguous in faer's column-major storage.
-                let li = l.col(i).try_as_col_major().expect("an owned Mat is column-major").as_slice();
+                let li = col_slice(l, i);
                 let mut s = xc[i];
                 for k in i + 1..n {
                     s -= li[k] * xc[k];
@@ -438,6 +438,11 @@ pub fn axpy(y: &mut [f64], a: f64, x: &[f64]) {
 pub fn dot(a: &[f64], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// Column j of an owned matrix as a slice (faer stores a `Mat` column-major).
+pub fn col_slice(a: &Mat<f64>, j: usize) -> &[f64] {
+    a.col(j).try_as_col_major().expect("an owned Mat is column-major").as_slice()
 }
 
 /// A v for a vector v.

@@ -73,8 +73,9 @@ impl Adam {
         let lr = self.rate.at(self.t);
         let (c1, c2) = (1.0 - self.beta1.powi(self.t as i32), 1.0 - self.beta2.powi(self.t as i32));
         let (b1, b2, eps) = (self.beta1, self.beta2, self.eps);
-        // Zipped slices (no bounds checks, so the loop vectorises: sparse methods move 10^6
-        // inducing-input coordinates per step); every element's arithmetic is as written.
+        // Zipped slices, no bounds checks: sparse methods move 10^6 inducing-input
+        // coordinates a step (the indexed loop was about 3% of an SEP MNIST step); each
+        // element's arithmetic is as before.
         let params = x.iter_mut().zip(self.m.iter_mut()).zip(self.v.iter_mut()).zip(grad).zip(free);
         for ((((x, m), v), &g), &free) in params {
             if free {
