@@ -22,7 +22,6 @@ use rand::SeedableRng;
 use std::time::Instant;
 
 fn main() {
-    mcgp::tune_allocator();
     let registry = Registry::load(&default_data_dir()).expect("data registry");
     let data = registry.load_dataset("glass").expect("glass");
     // The first 128 rows of a fixed permutation (60% of 214), standardised.

@@ -16,7 +16,6 @@ use rand::SeedableRng;
 use std::time::Instant;
 
 fn main() {
-    mcgp::tune_allocator();
     faer::set_global_parallelism(faer::Par::Seq);
     let registry = Registry::load(&default_data_dir()).expect("registry");
     let glass = registry.load_dataset("glass").expect("glass");

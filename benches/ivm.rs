@@ -12,7 +12,6 @@ use rand::SeedableRng;
 use std::time::Instant;
 
 fn main() {
-    mcgp::tune_allocator();
     faer::set_global_parallelism(faer::Par::Seq);
     let c: String = std::env::args().skip(1).find(|a| !a.starts_with('-')).unwrap_or_else(|| "2".into());
     let registry = Registry::load(&default_data_dir()).expect("registry");

@@ -15,7 +15,6 @@ use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64;
 
 fn main() {
-    mcgp::tune_allocator();
     faer::set_global_parallelism(faer::Par::Seq);
     let (n, d, c) = (2000, 784, 10);
     let mut rng = Pcg64::seed_from_u64(1);

@@ -68,7 +68,6 @@ struct Case<'a> {
 }
 
 pub fn run(bench: &DenseBench) {
-    mcgp::tune_allocator();
     faer::set_global_parallelism(faer::Par::Seq);
     let registry = Registry::load(&default_data_dir()).expect("registry");
     // The default settings; MCGP_BENCH_SETTINGS (JSON) overrides them for experiments.

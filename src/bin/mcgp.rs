@@ -131,7 +131,6 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    mcgp::tune_allocator();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
