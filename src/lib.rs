@@ -31,8 +31,9 @@ pub(crate) mod testing;
 /// dense methods allocate and free millions of small 64-byte-aligned matrices (faer's C x C
 /// blocks) and, every sweep, matrices of several MB: glibc served the first through memalign
 /// and its bins (malloc / free about 13% of a KL-MNL fit on glass) and returned the second to
-/// the OS unless tuned by mallopt; mimalloc keeps both in its own pages (KL-MNL glass learned
-/// 3.0 -> 2.6 CPU s, SEP's MNIST step 5% faster, the numbers bit for bit the same).
+/// the OS unless tuned by mallopt; mimalloc keeps both in its own pages. Measured by interleaved
+/// runs (benches/PROFILE.md, session 39): KL-MNL on glass with ARD learning 14% less CPU, an IVM
+/// fit 6%, SEP's MNIST step about 5%; every number bit for bit the same.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
