@@ -23,7 +23,7 @@
 //!   max  m sum alpha - 1/2 sum_ij K_ij beta_i . beta_j  [- 1/(4C) sum_i alpha_i^T M_i^{-1} alpha_i]
 //! with m = 1 (WW, CS) or 1/(Q-1) (LLW, MSVM2), subject to sum_i beta_i = 0 and per datum
 //! 0 <= alpha_ik <= C (WW, LLW), alpha_ik >= 0 with sum_k alpha_ik <= C (CS), alpha_ik >= 0 (MSVM2).
-use super::block::{solve_block, BlockBounds, BlockVec};
+use super::block::{solve_block, with_scratch, BlockBounds};
 use serde::{Deserialize, Serialize};
 
 /// Which machine (`formulation:` in the settings).
@@ -106,7 +106,6 @@ impl Formulation {
         //   WW, CS:     u . beta = sum_k (u_y - u_k) alpha_k,  |beta|^2 = |alpha|^2 + (sum alpha)^2;
         //   LLW, MSVM2: u . beta = sum_k (mean(u) - u_k) alpha_k, |beta|^2 = |alpha|^2 - (sum alpha)^2 / Q.
         let shift = if self.centred() { u.iter().sum::<f64>() / q as f64 } else { u[y] };
-        let g: BlockVec = (0..q).filter(|&k| k != y).map(|k| m - (shift - u[k])).collect();
         let (mut a, mut b) = if self.centred() { (d, -d / q as f64) } else { (d, d) };
         let bounds = match self {
             Formulation::Ww | Formulation::Llw => BlockBounds { lo: 0.0, hi: c, cap: None },
@@ -117,20 +116,25 @@ impl Formulation {
                 BlockBounds { lo: 0.0, hi: f64::INFINITY, cap: None }
             }
         };
-        // Every formulation's block has lower bounds 0 (and a cap that 0 satisfies), so x = 0 is
-        // its minimiser exactly when no coordinate's gradient -g_k points inward (g <= 0), the
-        // KKT conditions at 0. Most data end as non-support vectors with such blocks: the test
-        // costs Q operations where the piecewise-linear root costs O(Q^2).
-        if g.iter().all(|&gk| gk <= 0.0) {
-            alpha.iter_mut().for_each(|ak| *ak = 0.0);
-            return;
-        }
-        let mut x = BlockVec::from_elem(0.0, q - 1);
-        solve_block(a, b, &g, bounds, &mut x);
-        let mut it = x.iter().copied();
-        for (k, ak) in alpha.iter_mut().enumerate() {
-            *ak = if k == y { 0.0 } else { it.next().expect("Q - 1 values") };
-        }
+        with_scratch(2 * (q - 1), |scratch| {
+            let (g, x) = scratch.split_at_mut(q - 1);
+            for (gk, k) in g.iter_mut().zip((0..q).filter(|&k| k != y)) {
+                *gk = m - (shift - u[k]);
+            }
+            // Every formulation's block has lower bounds 0 (and a cap that 0 satisfies), so x = 0
+            // is its minimiser exactly when no coordinate's gradient -g_k points inward (g <= 0),
+            // the KKT conditions at 0. Most data end as non-support vectors with such blocks: the
+            // test costs Q operations where the piecewise-linear root costs O(Q^2).
+            if g.iter().all(|&gk| gk <= 0.0) {
+                alpha.iter_mut().for_each(|ak| *ak = 0.0);
+                return;
+            }
+            solve_block(a, b, g, bounds, x);
+            let mut it = x.iter().copied();
+            for (k, ak) in alpha.iter_mut().enumerate() {
+                *ak = if k == y { 0.0 } else { it.next().expect("Q - 1 values") };
+            }
+        })
     }
 
     /// The primal loss of datum i, given its outputs h_i (length Q): sum_k xi_ik (WW, LLW),

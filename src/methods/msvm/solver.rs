@@ -55,8 +55,9 @@ pub(crate) fn solve(
 ) -> Result<DualSolution, FitError> {
     let n = y.len();
     assert_eq!((k.nrows(), k.ncols()), (n, n));
-    let mut alpha = vec![vec![0.0; q]; n];
-    let mut beta = vec![vec![0.0; q]; n];
+    // alpha and beta datum-major in one buffer each (alpha[i * q + c]), rows at the end.
+    let mut alpha = vec![0.0; n * q];
+    let mut beta = vec![0.0; n * q];
     // F class-major in one buffer (f[c * n + j] = F_jc): a block's update of F is then Q
     // contiguous axpys down column i of K, the bulk of a sweep, vectorised (rows as separate
     // vectors cost a pointer chase per datum).
@@ -93,15 +94,16 @@ pub(crate) fn solve(
         for &i in &order {
             let kii = k[(i, i)];
             let d = kii + rho;
+            let (alpha_i, beta_i) = (&mut alpha[i * q..(i + 1) * q], &mut beta[i * q..(i + 1) * q]);
             for c in 0..q {
-                u[c] = f[c * n + i] - kii * beta[i][c] + bias[c] + rho * (sum_beta[c] - beta[i][c]);
+                u[c] = f[c * n + i] - kii * beta_i[c] + bias[c] + rho * (sum_beta[c] - beta_i[c]);
             }
             form.solve_datum(&u, d, y[i], s.c, &mut new_alpha);
             form.beta(&new_alpha, y[i], &mut new_beta);
             let mut change = 0.0f64;
             for c in 0..q {
-                delta[c] = new_beta[c] - beta[i][c];
-                change = change.max((new_alpha[c] - alpha[i][c]).abs());
+                delta[c] = new_beta[c] - beta_i[c];
+                change = change.max((new_alpha[c] - alpha_i[c]).abs());
             }
             moved = moved.max(d * change);
             if delta.iter().all(|v| *v == 0.0) {
@@ -112,8 +114,8 @@ pub(crate) fn solve(
                 axpy(f_c, dc, k_col);
             }
             sum_beta.iter_mut().zip(&delta).for_each(|(sc, dc)| *sc += dc);
-            alpha[i].copy_from_slice(&new_alpha);
-            beta[i].copy_from_slice(&new_beta);
+            alpha_i.copy_from_slice(&new_alpha);
+            beta_i.copy_from_slice(&new_beta);
         }
         sweeps += 1;
         if let Some(reason) = ctx.and_then(|ctx| ctx.budget_stop(sweeps)) {
@@ -129,7 +131,15 @@ pub(crate) fn solve(
         if step <= s.tol && moved <= s.tol {
             // The certificate: at this bias, the primal at w(alpha) exceeds the dual with the
             // bias term by a gap that is zero only at the optimum of the fixed-bias problem.
-            let obj = objectives_of(form, &alpha, &beta, &rows(&f, n, q), &bias, y, s.c);
+            let obj = objectives_of(
+                form,
+                &alpha.chunks(q).collect::<Vec<_>>(),
+                &beta.chunks(q).collect::<Vec<_>>(),
+                &rows(&f, n, q),
+                &bias,
+                y,
+                s.c,
+            );
             let dual_b = obj.dual - bias.iter().zip(&sum_beta).map(|(b, sc)| b * sc).sum::<f64>();
             if obj.primal - dual_b <= s.tol * obj.primal.abs().max(1.0) {
                 stop = StopReason::Converged;
@@ -138,6 +148,7 @@ pub(crate) fn solve(
         }
     }
     let f = rows(&f, n, q);
+    let (alpha, beta) = (alpha.chunks(q).map(<[f64]>::to_vec).collect(), beta.chunks(q).map(<[f64]>::to_vec).collect());
     Ok(DualSolution { alpha, beta, bias, f, sweeps, stop })
 }
 
@@ -159,10 +170,10 @@ pub(crate) fn objectives(form: Formulation, sol: &DualSolution, y: &[usize], c: 
     objectives_of(form, &sol.alpha, &sol.beta, &sol.f, &sol.bias, y, c)
 }
 
-fn objectives_of(
+fn objectives_of<R: AsRef<[f64]>>(
     form: Formulation,
-    alpha: &[Vec<f64>],
-    beta: &[Vec<f64>],
+    alpha: &[R],
+    beta: &[R],
     f: &[Vec<f64>],
     bias: &[f64],
     y: &[usize],
@@ -171,9 +182,9 @@ fn objectives_of(
     let q = bias.len();
     let m = form.margin(q);
     // |w|^2 = sum_i beta_i . (K beta)_i.
-    let w2: f64 = beta.iter().zip(f).map(|(b, f)| b.iter().zip(f).map(|(x, y)| x * y).sum::<f64>()).sum();
-    let linear: f64 = alpha.iter().flatten().sum::<f64>() * m;
-    let slack_q: f64 = alpha.iter().zip(y).map(|(a, &yi)| form.slack_quadratic(a, yi, c)).sum();
+    let w2: f64 = beta.iter().zip(f).map(|(b, f)| b.as_ref().iter().zip(f).map(|(x, y)| x * y).sum::<f64>()).sum();
+    let linear: f64 = alpha.iter().flat_map(AsRef::as_ref).sum::<f64>() * m;
+    let slack_q: f64 = alpha.iter().zip(y).map(|(a, &yi)| form.slack_quadratic(a.as_ref(), yi, c)).sum();
     let loss: f64 = f
         .iter()
         .zip(y)
@@ -182,6 +193,6 @@ fn objectives_of(
             form.loss(&h, yi)
         })
         .sum();
-    let infeasibility = (0..q).map(|c| beta.iter().map(|b| b[c]).sum::<f64>().abs()).fold(0.0, f64::max);
+    let infeasibility = (0..q).map(|c| beta.iter().map(|b| b.as_ref()[c]).sum::<f64>().abs()).fold(0.0, f64::max);
     Objectives { dual: linear - 0.5 * w2 - slack_q, primal: 0.5 * w2 + c * loss, infeasibility }
 }
