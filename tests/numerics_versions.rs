@@ -12,7 +12,7 @@ use rand_pcg::Pcg64;
 /// (method, numerics version, fingerprint of its outputs below).
 const RECORDED: &[(&str, &str, &str)] = &[
     ("klmnl", "klmnl=2", "ce81e9e810470c08"),
-    ("klmnl_sparse", "klmnl_sparse=2,klmnl=1", "fea47b7b563e8027"),
+    ("klmnl_sparse", "klmnl_sparse=3,klmnl=1", "3479ad1d7c214633"),
     ("mc_mnl", "importance=1,klmnl=2", "1186f118c5c1ea3f"),
     ("mc_mnp", "importance=1,klmnl=2", "4b0c6972a550be37"),
     ("laplace", "laplace=3", "8659a7bd7b32093b"),

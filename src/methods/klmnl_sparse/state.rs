@@ -31,24 +31,48 @@ pub(super) fn r_state(pr: &SparsePrior, r: Mat<f64>) -> Result<RState, FitError>
 }
 
 /// The fixed point R = (I + L~^T W_f L~)^{-1} of V = (K^{-1} + K^{-1} K_f W_f K_f^T K^{-1})^{-1}
-/// (eq. 33, E.2.2) for PSD blocks W_fi = F_i F_i^T. B = I + L~^T W_f L~ has eigenvalues >= 1,
-/// so its explicit inverse is well conditioned (B is no kernel matrix).
-pub(super) fn r_from_w(pr: &SparsePrior, w: &[Mat<f64>]) -> Result<Mat<f64>, FitError> {
+/// (eq. 33, E.2.2) for PSD blocks W_fi = F_i F_i^T, with its RState. B = I + L~^T W_f L~ has
+/// eigenvalues >= 1, so its explicit inverse is well conditioned (B is no kernel matrix). From
+/// B = L_B L_B^T the RState's terms need no product with R: log|R| = -log|B| and
+/// L~_i^T R L~_i = Z_i^T Z_i with Z = L_B^{-1} L~^T (one triangular solve, half the
+/// multiply-adds of R L~^T, and no second factorisation).
+pub(super) fn r_fixed_point(pr: &SparsePrior, w: &[Mat<f64>]) -> Result<RState, FitError> {
+    let lb = b_factor(pr, w)?;
+    let r = lb.inverse();
+    let tr_r = (0..pr.s).map(|k| r[(k, k)]).sum();
+    let z = lb.solve_l(pr.ltt.as_ref());
+    let c = pr.c();
+    let blocks = (0..pr.n())
+        .map(|i| {
+            let (li, zi) = (pr.ltt_block(i), z.as_ref().subcols(i * c, c));
+            sym(&(pr.kff_block(i) - li.transpose() * li + zi.transpose() * zi))
+        })
+        .collect();
+    Ok(RState { r, logdet_r: -lb.log_det(), tr_r, blocks })
+}
+
+/// The factor of B = I + L~^T W_f L~ = I + U U^T, U = [L~_i F_i]_i.
+fn b_factor(pr: &SparsePrior, w: &[Mat<f64>]) -> Result<Chol, FitError> {
     let fs: Vec<Mat<f64>> = w.iter().map(psd_factor).collect::<Result<_, _>>()?;
     let rank: usize = fs.iter().map(|f| f.ncols()).sum();
-    let mut u = Mat::<f64>::zeros(pr.s, rank);
+    // U^T (rank x s), so that U U^T is one symmetric product (lower triangle only: all the
+    // Cholesky factorisation reads).
+    let mut ut = Mat::<f64>::zeros(rank, pr.s);
     let mut off = 0;
     for (i, f) in fs.iter().enumerate() {
-        let ui = pr.ltt_block(i) * f;
-        u.as_mut().subcols_mut(off, f.ncols()).copy_from(&ui);
+        let ui_t = f.transpose() * pr.ltt_block(i).transpose();
+        ut.as_mut().subrows_mut(off, f.ncols()).copy_from(&ui_t);
         off += f.ncols();
     }
-    let mut b = &u * u.transpose();
-    for k in 0..pr.s {
-        b[(k, k)] += 1.0;
-    }
-    let lb = Chol::factor_owned(b, "B = I + L~^T W_f L~")?;
-    Ok(lb.inverse())
+    let mut b = eye(pr.s);
+    add_gram_lower(b.as_mut(), ut.as_ref(), 1.0);
+    Ok(Chol::factor_owned(b, "B = I + L~^T W_f L~")?)
+}
+
+/// R of [`r_fixed_point`] alone.
+#[cfg(test)]
+pub(super) fn r_from_w(pr: &SparsePrior, w: &[Mat<f64>]) -> Result<Mat<f64>, FitError> {
+    Ok(b_factor(pr, w)?.inverse())
 }
 
 /// The variational parameters: b (nC, datum-major; m = K_f (y - b)), S_i and V.
@@ -124,7 +148,7 @@ pub(super) struct WarmStart {
 }
 
 pub(super) fn warm_state(pr: &SparsePrior, warm: &WarmStart) -> Result<SState, FitError> {
-    let v = r_state(pr, r_from_w(pr, &warm.w)?)?;
+    let v = r_fixed_point(pr, &warm.w)?;
     let s = s_from_w(pr, &v, &warm.w)?;
     Ok(SState { b: warm.b.clone(), s, v })
 }
@@ -137,7 +161,7 @@ pub(super) fn init_state(pr: &SparsePrior, gamma_w: f64, gamma_a: f64) -> Result
     let cf = c as f64;
     let w1 = Mat::from_fn(c, c, |p, q| gamma_w * ((if p == q { 1.0 / cf } else { 0.0 }) - 1.0 / (cf * cf)));
     let w = vec![w1.clone(); n];
-    let v = r_state(pr, r_from_w(pr, &w)?)?;
+    let v = r_fixed_point(pr, &w)?;
     let y1 = pr.y1();
     let a: Vec<f64> = y1.iter().map(|&y| gamma_a * (y + (y - 1.0) / (cf - 1.0).max(1.0))).collect();
     let wa = block_times(&w, &a, c);

@@ -382,6 +382,24 @@ fn learning_raises_the_bound_and_the_predictive_matches_the_dense_one_with_every
 }
 
 #[test]
+fn the_fixed_point_state_from_b_equals_the_one_from_r() {
+    // r_fixed_point takes log|R|, tr R and the V_fi blocks from B = R^{-1}'s factor; r_state
+    // from R itself (R L~^T and a factorisation of R).
+    let (x, y) = problem(9, 3, 82);
+    let pr = prior(&x, &y, &kernel(0.7, -0.2), 3, 1e-3, random_sites(9, 3, 11, 83));
+    let params = KlmnlSparseParams { max_sweeps: 2, ..Default::default() };
+    let st = fit_variational(&pr, &params, None, None).unwrap().st;
+    let w: Vec<Mat<f64>> = current_w(&pr, &st).unwrap().iter().map(|w| w * faer::Scale(2.3)).collect();
+    let (fast, direct) = (r_fixed_point(&pr, &w).unwrap(), r_state(&pr, r_from_w(&pr, &w).unwrap()).unwrap());
+    assert!((fast.logdet_r - direct.logdet_r).abs() < 1e-10 * (1.0 + direct.logdet_r.abs()), "{} vs {}", fast.logdet_r, direct.logdet_r);
+    assert!((fast.tr_r - direct.tr_r).abs() < 1e-10 * direct.tr_r);
+    assert!((&fast.r - &direct.r).norm_max() < 1e-12);
+    for (a, b) in fast.blocks.iter().zip(&direct.blocks) {
+        assert!((a - b).norm_max() < 1e-10 * (1.0 + b.norm_max()), "{a:?} vs {b:?}");
+    }
+}
+
+#[test]
 fn the_line_search_slopes_are_the_derivatives_of_the_bound() {
     let (x, y) = problem(9, 3, 80);
     let pr = prior(&x, &y, &kernel(0.7, -0.2), 3, 1e-3, random_sites(9, 3, 7, 81));
@@ -407,9 +425,10 @@ fn the_line_search_slopes_are_the_derivatives_of_the_bound() {
         let re = &st.v.r * faer::Scale(1.0 - eta) + &vnew.r * faer::Scale(eta);
         bound_at(&pr, &r_state(&pr, re).unwrap(), &st.s, &st.b).unwrap().value
     };
+    let mix = VMix::new(&pr, &st, &vnew).unwrap();
     for eta in [0.1, 0.5, 0.9] {
         let fd = (along_v(eta + e) - along_v(eta - e)) / (2.0 * e);
-        let slope = v_mix_slope(&pr, &st, &vnew, eta).unwrap();
+        let slope = mix.slope(&pr, &st, eta).unwrap();
         assert!((fd - slope).abs() < 1e-6 * (1.0 + fd.abs()), "V at eta {eta}: slope {slope} vs fd {fd}");
     }
 }
