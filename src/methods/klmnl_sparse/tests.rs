@@ -381,14 +381,21 @@ fn learning_raises_the_bound_and_the_predictive_matches_the_dense_one_with_every
     }
 }
 
+/// A prior with `sites` random sites on 9 points in 3 classes (problem `seed`) and the state
+/// after two sweeps from the E.3 start: away from the optimum, where every step moves.
+fn two_sweeps_in(sites: usize, seed: u64) -> (SparsePrior, SState) {
+    let (x, y) = problem(9, 3, seed);
+    let pr = prior(&x, &y, &kernel(0.7, -0.2), 3, 1e-3, random_sites(9, 3, sites, seed + 1));
+    let params = KlmnlSparseParams { max_sweeps: 2, ..Default::default() };
+    let st = fit_variational(&pr, &params, None, None).unwrap().st;
+    (pr, st)
+}
+
 #[test]
 fn the_fixed_point_state_from_b_equals_the_one_from_r() {
     // r_fixed_point takes log|R|, tr R and the V_fi blocks from B = R^{-1}'s factor; r_state
     // from R itself (R L~^T and a factorisation of R).
-    let (x, y) = problem(9, 3, 82);
-    let pr = prior(&x, &y, &kernel(0.7, -0.2), 3, 1e-3, random_sites(9, 3, 11, 83));
-    let params = KlmnlSparseParams { max_sweeps: 2, ..Default::default() };
-    let st = fit_variational(&pr, &params, None, None).unwrap().st;
+    let (pr, st) = two_sweeps_in(11, 82);
     let w: Vec<Mat<f64>> = current_w(&pr, &st).unwrap().iter().map(|w| w * faer::Scale(2.3)).collect();
     let (fast, direct) = (r_fixed_point(&pr, &w).unwrap(), r_state(&pr, r_from_w(&pr, &w).unwrap()).unwrap());
     assert!((fast.logdet_r - direct.logdet_r).abs() < 1e-10 * (1.0 + direct.logdet_r.abs()), "{} vs {}", fast.logdet_r, direct.logdet_r);
@@ -401,10 +408,7 @@ fn the_fixed_point_state_from_b_equals_the_one_from_r() {
 
 #[test]
 fn the_line_search_slopes_are_the_derivatives_of_the_bound() {
-    let (x, y) = problem(9, 3, 80);
-    let pr = prior(&x, &y, &kernel(0.7, -0.2), 3, 1e-3, random_sites(9, 3, 7, 81));
-    let params = KlmnlSparseParams { max_sweeps: 2, ..Default::default() };
-    let st = fit_variational(&pr, &params, None, None).unwrap().st;
+    let (pr, st) = two_sweeps_in(7, 80);
     let bt = bound(&pr, &st).unwrap();
     let e = 1e-5;
     // b along the Newton direction.
