@@ -5,9 +5,10 @@
 //! with t = sum_k x_k, so the whole block reduces to one monotone piecewise-linear equation in a
 //! scalar, solved exactly between its breakpoints (no iteration, no tolerance).
 
-/// Runs `f` on `n` zeroed scratch values: on the stack up to 32 (every block of up to 17
-/// classes; the allocations of plain vectors here were a third of a grid search's time on glass,
-/// and a returned small vector's copies another tenth), on the heap beyond.
+/// Runs `f` on `n` zeroed scratch values: on the stack up to 32 (a block's g and x up to Q = 17
+/// classes, its breakpoints and chi values up to Q = 9; the allocations of plain vectors here
+/// were a third of a grid search's time on glass, and a returned small vector's copies another
+/// tenth), on the heap beyond.
 pub(crate) fn with_scratch<R>(n: usize, f: impl FnOnce(&mut [f64]) -> R) -> R {
     const STACK: usize = 32;
     if n <= STACK {
@@ -217,8 +218,9 @@ mod tests {
     fn root_gives_the_sorted_scans_bits_and_a_zero_of_chi() {
         let mut rng = Pcg64::seed_from_u64(11);
         for case in 0..20_000 {
-            let len = 1 + case % 20; // up to 40 breakpoints: the heap path too
-                                     // Values on a coarse grid tie often (equal breakpoints, chi exactly 0 at one).
+            // Up to 40 breakpoints (the heap path too); values on a coarse grid tie often
+            // (equal breakpoints, chi exactly 0 at one).
+            let len = 1 + case % 20;
             let coarse = case % 3 == 0;
             let g: Vec<f64> =
                 (0..len).map(|_| if coarse { (rng.random_range(-4..5) as f64) * 0.5 } else { rng.random::<f64>() * 6.0 - 3.0 }).collect();
