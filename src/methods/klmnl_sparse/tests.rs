@@ -393,14 +393,12 @@ fn two_sweeps_in(sites: usize, seed: u64) -> (SparsePrior, SState) {
 
 #[test]
 fn the_fixed_point_state_from_b_equals_the_one_from_r() {
-    // r_fixed_point takes log|R|, tr R and the V_fi blocks from B = R^{-1}'s factor; r_state
-    // from R itself (R L~^T and a factorisation of R).
+    // r_fixed_point takes log|R| and the V_fi blocks from B = R^{-1}'s factor; r_state from R
+    // itself (R L~^T and a factorisation of R). R and tr R are the same code on both sides.
     let (pr, st) = two_sweeps_in(11, 82);
     let w: Vec<Mat<f64>> = current_w(&pr, &st).unwrap().iter().map(|w| w * faer::Scale(2.3)).collect();
     let (fast, direct) = (r_fixed_point(&pr, &w).unwrap(), r_state(&pr, r_from_w(&pr, &w).unwrap()).unwrap());
     assert!((fast.logdet_r - direct.logdet_r).abs() < 1e-10 * (1.0 + direct.logdet_r.abs()), "{} vs {}", fast.logdet_r, direct.logdet_r);
-    assert!((fast.tr_r - direct.tr_r).abs() < 1e-10 * direct.tr_r);
-    assert!((&fast.r - &direct.r).norm_max() < 1e-12);
     for (a, b) in fast.blocks.iter().zip(&direct.blocks) {
         assert!((a - b).norm_max() < 1e-10 * (1.0 + b.norm_max()), "{a:?} vs {b:?}");
     }
