@@ -11,10 +11,10 @@ use rand_pcg::Pcg64;
 
 /// (method, numerics version, fingerprint of its outputs below).
 const RECORDED: &[(&str, &str, &str)] = &[
-    ("klmnl", "klmnl=2", "ce81e9e810470c08"),
-    ("klmnl_sparse", "klmnl_sparse=3,klmnl=1", "3479ad1d7c214633"),
-    ("mc_mnl", "importance=1,klmnl=2", "1186f118c5c1ea3f"),
-    ("mc_mnp", "importance=1,klmnl=2", "4b0c6972a550be37"),
+    ("klmnl", "klmnl=3", "8cbb6e74a2fb9133"),
+    ("klmnl_sparse", "klmnl_sparse=3,klmnl=2", "ccc1d965405f461c"),
+    ("mc_mnl", "importance=1,klmnl=3", "9c1f2dc7b7eed202"),
+    ("mc_mnp", "importance=1,klmnl=3", "d47254229715371e"),
     ("laplace", "laplace=3", "8659a7bd7b32093b"),
     ("vbmnp", "vbmnp=1", "0d16a0079d243cbe"),
     ("vbmnp_sparse", "vbmnp_sparse=1", "5b8c172000bc4340"),

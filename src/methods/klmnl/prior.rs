@@ -75,7 +75,7 @@ impl Prior {
         let (mut kc_lam, kc_u) = if diagonal {
             ((0..c).map(|i| kc[(i, i)]).collect::<Vec<_>>(), None)
         } else {
-            let (lam, u) = jacobi_eigh(&kc)?;
+            let (lam, u) = eigh(&kc)?;
             (lam, Some(u))
         };
         let floor = KC_EIG_FLOOR * kc_lam.iter().copied().fold(0.0, f64::max);
