@@ -46,6 +46,25 @@ impl LearningRate {
     }
 }
 
+/// The element-wise update of [`Adam::step`], `k` = [beta1, beta2, eps, rate, c1, c2]. Frozen
+/// parameters are kept by a select rather than a branch, so that the loop vectorises (sparse
+/// methods move 10^6 inducing-input coordinates a step: the branchy scalar loop was 7% of an
+/// SEP MNIST step); each element's arithmetic is the same sequence of IEEE operations, so the
+/// results are the scalar loop's to the bit.
+#[multiversion::multiversion(targets("x86_64+avx512f", "x86_64+avx2"))]
+fn adam_update(x: &mut [f64], m: &mut [f64], v: &mut [f64], grad: &[f64], free: &[bool], k: [f64; 6]) {
+    let [b1, b2, eps, lr, c1, c2] = k;
+    let params = x.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(grad).zip(free);
+    for ((((x, m), v), &g), &free) in params {
+        let m_new = b1 * *m + (1.0 - b1) * g;
+        let v_new = b2 * *v + (1.0 - b2) * g * g;
+        let x_new = *x - lr * (m_new / c1) / ((v_new / c2).sqrt() + eps);
+        *m = if free { m_new } else { *m };
+        *v = if free { v_new } else { *v };
+        *x = if free { x_new } else { *x };
+    }
+}
+
 /// Adam state for n parameters; `step` descends (minimises).
 #[derive(Clone, Debug)]
 pub struct Adam {
@@ -72,18 +91,7 @@ impl Adam {
         self.t += 1;
         let lr = self.rate.at(self.t);
         let (c1, c2) = (1.0 - self.beta1.powi(self.t as i32), 1.0 - self.beta2.powi(self.t as i32));
-        let (b1, b2, eps) = (self.beta1, self.beta2, self.eps);
-        // Zipped slices, no bounds checks: sparse methods move 10^6 inducing-input
-        // coordinates a step (the indexed loop was about 3% of an SEP MNIST step); each
-        // element's arithmetic is as before.
-        let params = x.iter_mut().zip(self.m.iter_mut()).zip(self.v.iter_mut()).zip(grad).zip(free);
-        for ((((x, m), v), &g), &free) in params {
-            if free {
-                *m = b1 * *m + (1.0 - b1) * g;
-                *v = b2 * *v + (1.0 - b2) * g * g;
-                *x -= lr * (*m / c1) / ((*v / c2).sqrt() + eps);
-            }
-        }
+        adam_update(x, &mut self.m, &mut self.v, grad, free, [self.beta1, self.beta2, self.eps, lr, c1, c2]);
     }
 
     pub fn steps_done(&self) -> u64 {
@@ -102,6 +110,34 @@ mod tests {
         let mut x = [1.0, -2.0, 5.0];
         adam.step(&mut x, &[3.0, -0.01, 7.0], &[true, true, false]);
         assert!((x[0] - 0.9).abs() < 1e-8 && (x[1] + 1.9).abs() < 1e-6 && x[2] == 5.0);
+    }
+
+    /// The vectorised update against the plain per-element loop with a branch, bit for bit,
+    /// over mixed free and frozen parameters (gradients of every sign and scale, zeros).
+    #[test]
+    fn the_vectorised_update_is_the_scalar_loop_to_the_bit() {
+        let n = 1003;
+        let grad: Vec<f64> = (0..n).map(|i| ((i * 37 % 101) as f64 - 50.0) * 10f64.powi(i as i32 % 7 - 3)).collect();
+        let free: Vec<bool> = (0..n).map(|i| i % 5 != 2).collect();
+        let mut adam = Adam::new(n, LearningRate::Constant(0.01));
+        let mut x: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin()).collect();
+        let (mut x_ref, mut m_ref, mut v_ref) = (x.clone(), vec![0.0; n], vec![0.0; n]);
+        for t in 1..=3 {
+            adam.step(&mut x, &grad, &free);
+            let (c1, c2) = (1.0 - 0.9f64.powi(t), 1.0 - 0.999f64.powi(t));
+            for i in 0..n {
+                if free[i] {
+                    m_ref[i] = 0.9 * m_ref[i] + (1.0 - 0.9) * grad[i];
+                    v_ref[i] = 0.999 * v_ref[i] + (1.0 - 0.999) * grad[i] * grad[i];
+                    x_ref[i] -= 0.01 * (m_ref[i] / c1) / ((v_ref[i] / c2).sqrt() + 1e-8);
+                }
+            }
+        }
+        for i in 0..n {
+            assert_eq!(x[i].to_bits(), x_ref[i].to_bits(), "x[{i}]");
+            assert_eq!(adam.m[i].to_bits(), m_ref[i].to_bits(), "m[{i}]");
+            assert_eq!(adam.v[i].to_bits(), v_ref[i].to_bits(), "v[{i}]");
+        }
     }
 
     #[test]
