@@ -148,16 +148,18 @@ pub(crate) fn train(
         if moves {
             let scale = n as f64 / rows.len() as f64;
             let grad = if p.scheme == Scheme::InnerExact { state.exact_gradient(&block)? } else { state.gradient(&block, scale)? };
-            let before = theta.clone();
             if !use_adam {
                 rates.step(&mut theta, &grad, &free);
             } else {
-                let descent: Vec<f64> = grad.iter().map(|g| -g).collect();
+                let mut descent = grad;
+                descent.iter_mut().for_each(|g| *g = -*g);
                 adam.step(&mut theta, &descent, &free);
             }
             if state.set_theta(&theta).is_err() {
-                // A step to kernels or inducing inputs whose matrices fail: stay, smaller steps.
-                theta = before;
+                // A step to kernels or inducing inputs whose matrices fail: stay, smaller steps
+                // (a failed `set_theta` leaves the state as it was, so its theta is the old one;
+                // no copy of theta is kept per step: 1.6 million numbers on MNIST).
+                theta = state.theta();
                 rates.halve();
                 rollbacks += 1;
             }
