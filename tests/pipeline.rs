@@ -813,6 +813,41 @@ fn a_numerics_bump_recomputes_exactly_that_method_and_its_dependants() {
     assert_eq!(numbers(&before, "lap-from-kl"), numbers(&recomputed, "lap-from-kl"));
 }
 
+/// A run that recomputes only part of a spec after a numerics bump (here `--entries lap` on a
+/// fresh clone, which holds only the committed archive) rewrites the archive; the records of the
+/// cells it did not recompute must stay in it (stale, not missing), or their last results would
+/// be lost from the next commit.
+#[test]
+fn a_partial_run_after_a_bump_keeps_the_stale_records_in_the_archive() {
+    let dir = workdir("bump-keeps-stale");
+    let spec = dir.join("mixed.yaml");
+    std::fs::write(
+        &spec,
+        "name: mixed\nseed: 3\ndatasets: [iris]\nsplits: { protocol: random, train_fraction: 0.6, repeats: 2 }\nmethods:\n\
+         \x20 - { name: lap, method: laplace, settings: { mc_samples: 200 } }\n\
+         \x20 - { name: kl, method: klmnl, kernel: { lengthscale: 2.0 } }\n",
+    )
+    .unwrap();
+    let spec = spec.to_str().unwrap();
+    let (ok, stderr, _) = mcgp_in(&dir, &["run", spec], &[]);
+    assert!(ok, "{stderr}");
+    let fresh = dir.join("fresh");
+    std::fs::create_dir_all(fresh.join("results/mixed")).unwrap();
+    std::fs::copy(dir.join("results/mixed/cells.jsonl.zst"), fresh.join("results/mixed/cells.jsonl.zst")).unwrap();
+    let bump = [("MCGP_TEST_BUMP_NUMERICS", "klmnl")];
+    let (ok, stderr, _) = mcgp_in(&fresh, &["run", spec, "--entries", "lap"], &bump);
+    assert!(ok, "{stderr}");
+    assert_eq!(computed_count(&stderr), 0, "the lap cells are current in the archive: {stderr}");
+    let (ok, stdout_err, stdout) = mcgp_in(&fresh, &["status", spec], &bump);
+    assert!(ok, "{stdout_err}");
+    assert!(stdout.contains("4 cells: 2 stored, 0 missing, 2 stale"), "{stdout}");
+    // `mcgp report` rewrites the archive too, and keeps them as well.
+    let (ok, stderr, _) = mcgp_in(&fresh, &["report", spec], &bump);
+    assert!(ok, "{stderr}");
+    let (_, _, stdout) = mcgp_in(&fresh, &["status", spec], &bump);
+    assert!(stdout.contains("4 cells: 2 stored, 0 missing, 2 stale"), "after report: {stdout}");
+}
+
 #[test]
 fn edited_data_and_timeouts_are_recomputed() {
     let dir = workdir("identity");

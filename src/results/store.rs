@@ -262,6 +262,36 @@ impl Store {
         }
     }
 
+    /// The stored records (cell files, then the committed archive) of the cells `wanted`
+    /// (dataset, entry, setting, split) that `current` holds no record of: older keys of those
+    /// cells (another numerics version, data or spec entry). `write_tables_keeping` puts them
+    /// back into the archive, so that a partial run or a report after a numerics bump does not
+    /// drop the last results of the cells it did not recompute.
+    pub fn superseded(&self, wanted: &[(String, String, String, usize)], current: &[CellRecord]) -> Result<Vec<CellRecord>, StoreError> {
+        type Id = (String, String, String, usize);
+        let id = |r: &CellRecord| -> Id { (r.dataset.clone(), r.method.clone(), r.setting.clone(), r.split) };
+        let have: std::collections::BTreeSet<Id> = current.iter().map(id).collect();
+        let open: std::collections::BTreeSet<&Id> = wanted.iter().filter(|w| !have.contains(*w)).collect();
+        let mut out: BTreeMap<Id, CellRecord> = BTreeMap::new();
+        for r in self.all_cells()?.into_iter().chain(self.archived_cells()) {
+            if open.contains(&id(&r)) {
+                out.entry(id(&r)).or_insert(r);
+            }
+        }
+        Ok(out.into_values().collect())
+    }
+
+    /// `write_tables` for `cells`, with the archive also keeping `superseded` (see
+    /// [`Store::superseded`]); the tables hold `cells` only.
+    pub fn write_tables_keeping(&self, cells: &[CellRecord], superseded: &[CellRecord]) -> Result<(), StoreError> {
+        self.write_tables(cells)?;
+        if superseded.is_empty() {
+            return Ok(());
+        }
+        let all: Vec<CellRecord> = cells.iter().chain(superseded).cloned().collect();
+        self.write_archive(&all)
+    }
+
     /// Write results.parquet / results.csv (long: one row per cell x metric), traces.csv and
     /// summary.csv for `cells` (in the order given).
     pub fn write_tables(&self, cells: &[CellRecord]) -> Result<(), StoreError> {

@@ -433,7 +433,8 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
         let manifest = manifest(spec, code, &cells, started, wall.elapsed().as_secs_f64(), threads, counts);
         return Ok(RunSummary { manifest, cells });
     }
-    store.write_tables(&cells)?;
+    let superseded = store.superseded(&cell_ids(&prepared), &cells)?;
+    store.write_tables_keeping(&cells, &superseded)?;
     let missing = prepared.cells.len() - cells.len();
     let this_commit = code.label();
     let older_code = cells.iter().filter(|c| c.commit.is_some() && c.commit != this_commit).count();
@@ -597,6 +598,11 @@ pub fn report(spec: &Spec, manifest: &Manifest, cells: &[CellRecord], opts: &Run
 /// cell file is written whole, by rename) and leaves the folder's tables, archive and manifest
 /// to the run, which writes them and the report again when it ends; with `wait` it waits for
 /// the run to end instead and then writes them itself.
+/// (dataset, entry, setting, split) of every cell of a prepared spec.
+fn cell_ids(prepared: &Prepared) -> Vec<(String, String, String, usize)> {
+    prepared.cells.iter().map(|c| (c.dataset.clone(), c.entry.name.clone(), c.setting.clone(), c.split)).collect()
+}
+
 pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions, wait: bool) -> anyhow::Result<RunSummary> {
     let store = Store::new(&opts.results_root, spec.name());
     let lock = if wait { Some(store.lock()?) } else { store.try_lock()? };
@@ -659,7 +665,8 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions, wait: bo
         }
     };
     if !snapshot {
-        store.write_tables(&cells)?;
+        let superseded = store.superseded(&cell_ids(&prepared), &cells)?;
+        store.write_tables_keeping(&cells, &superseded)?;
         store.write_manifest(&manifest)?;
     }
     report(spec, &manifest, &cells, opts)?;
