@@ -264,7 +264,7 @@ impl Store {
 
     /// The stored records (cell files, then the committed archive) of the cells `wanted`
     /// (dataset, entry, setting, split) that `current` holds no record of: older keys of those
-    /// cells (another numerics version, data or spec entry). `write_tables_keeping` puts them
+    /// cells (another numerics version, data or spec entry). `write_tables` puts them
     /// back into the archive, so that a partial run or a report after a numerics bump does not
     /// drop the last results of the cells it did not recompute.
     pub fn superseded(&self, wanted: &[(String, String, String, usize)], current: &[CellRecord]) -> Result<Vec<CellRecord>, StoreError> {
@@ -281,27 +281,26 @@ impl Store {
         Ok(out.into_values().collect())
     }
 
-    /// `write_tables` for `cells`, with the archive also keeping `superseded` (see
-    /// [`Store::superseded`]); the tables hold `cells` only.
-    pub fn write_tables_keeping(&self, cells: &[CellRecord], superseded: &[CellRecord]) -> Result<(), StoreError> {
-        self.write_tables(cells)?;
+    /// Write results.parquet / results.csv (long: one row per cell x metric), traces.csv and
+    /// summary.csv for `cells` (in the order given), and the archive of `cells` and `superseded`
+    /// (see [`Store::superseded`]).
+    pub fn write_tables(&self, cells: &[CellRecord], superseded: &[CellRecord]) -> Result<(), StoreError> {
+        self.write_frames(cells)?;
         if superseded.is_empty() {
-            return Ok(());
+            return self.write_archive(cells);
         }
         let all: Vec<CellRecord> = cells.iter().chain(superseded).cloned().collect();
         self.write_archive(&all)
     }
 
-    /// Write results.parquet / results.csv (long: one row per cell x metric), traces.csv and
-    /// summary.csv for `cells` (in the order given).
-    pub fn write_tables(&self, cells: &[CellRecord]) -> Result<(), StoreError> {
+    /// The tables of `write_tables`, without the archive.
+    fn write_frames(&self, cells: &[CellRecord]) -> Result<(), StoreError> {
         let mut df = long_table(cells).map_err(|source| StoreError::Polars { path: self.dir.join("results.parquet"), source })?;
         self.write_frame(&mut df, "results")?;
         let mut tr = trace_table(cells).map_err(|source| StoreError::Polars { path: self.dir.join("traces.parquet"), source })?;
         self.write_frame(&mut tr, "traces")?;
         let mut summary = summary_table(cells).map_err(|source| StoreError::Polars { path: self.dir.join("summary.csv"), source })?;
-        self.write_csv(&mut summary, "summary.csv")?;
-        self.write_archive(cells)
+        self.write_csv(&mut summary, "summary.csv")
     }
 
     fn write_frame(&self, df: &mut DataFrame, stem: &str) -> Result<(), StoreError> {

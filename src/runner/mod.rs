@@ -434,7 +434,7 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
         return Ok(RunSummary { manifest, cells });
     }
     let superseded = store.superseded(&cell_ids(&prepared), &cells)?;
-    store.write_tables_keeping(&cells, &superseded)?;
+    store.write_tables(&cells, &superseded)?;
     let missing = prepared.cells.len() - cells.len();
     let this_commit = code.label();
     let older_code = cells.iter().filter(|c| c.commit.is_some() && c.commit != this_commit).count();
@@ -592,17 +592,17 @@ pub fn report(spec: &Spec, manifest: &Manifest, cells: &[CellRecord], opts: &Run
     Ok(())
 }
 
+/// (dataset, entry, setting, split) of every cell of a prepared spec.
+fn cell_ids(prepared: &Prepared) -> Vec<(String, String, String, usize)> {
+    prepared.cells.iter().map(|c| (c.dataset.clone(), c.entry.name.clone(), c.setting.clone(), c.split)).collect()
+}
+
 /// Re-render the report of a spec from its stored cells (no computation). Works on an
 /// interrupted run too: the report then says how many cells are not stored yet. While a run
 /// or shards of the spec are under way it renders a snapshot of the cells stored so far (each
 /// cell file is written whole, by rename) and leaves the folder's tables, archive and manifest
 /// to the run, which writes them and the report again when it ends; with `wait` it waits for
 /// the run to end instead and then writes them itself.
-/// (dataset, entry, setting, split) of every cell of a prepared spec.
-fn cell_ids(prepared: &Prepared) -> Vec<(String, String, String, usize)> {
-    prepared.cells.iter().map(|c| (c.dataset.clone(), c.entry.name.clone(), c.setting.clone(), c.split)).collect()
-}
-
 pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions, wait: bool) -> anyhow::Result<RunSummary> {
     let store = Store::new(&opts.results_root, spec.name());
     let lock = if wait { Some(store.lock()?) } else { store.try_lock()? };
@@ -666,7 +666,7 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions, wait: bo
     };
     if !snapshot {
         let superseded = store.superseded(&cell_ids(&prepared), &cells)?;
-        store.write_tables_keeping(&cells, &superseded)?;
+        store.write_tables(&cells, &superseded)?;
         store.write_manifest(&manifest)?;
     }
     report(spec, &manifest, &cells, opts)?;

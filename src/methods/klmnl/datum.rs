@@ -115,7 +115,7 @@ pub(crate) fn s_step(
 /// settle, but every sweep of the fit comes back to it with b and V moved, so solving it
 /// exactly in between buys nothing. Measured on the dense glass / thyroid / wine / iris
 /// searches (benches/PROFILE.md, session 41): up to five rounds (to 1e-13) against one, the
-/// fits' optima within 4e-4 nats and 10-40% less CPU.
+/// fits' optima within 4e-4 nats and 6-40% less CPU.
 /// `what` names V's blocks in a factorisation error.
 pub(crate) fn s_sweep(
     v_blocks: &[Mat<f64>],
