@@ -224,8 +224,15 @@ fn input_gradient(z: &Array2<f64>, w: &[f64], row: &[f64], wb: &Mat<f64>, sides:
     gz
 }
 
+/// a o b, column by column over slices.
 fn hadamard(a: &Mat<f64>, b: &Mat<f64>) -> Mat<f64> {
-    Mat::from_fn(a.nrows(), a.ncols(), |i, j| a[(i, j)] * b[(i, j)])
+    assert_eq!((a.nrows(), a.ncols()), (b.nrows(), b.ncols()), "hadamard of different shapes");
+    let mut out = Mat::<f64>::zeros(a.nrows(), a.ncols());
+    for j in 0..a.ncols() {
+        let (aj, bj) = (crate::linalg::col_slice(a, j), crate::linalg::col_slice(b, j));
+        crate::linalg::col_slice_mut(&mut out, j).iter_mut().zip(aj.iter().zip(bj)).for_each(|(o, (x, y))| *o = x * y);
+    }
+    out
 }
 
 impl Kernel for SqExp {

@@ -101,7 +101,17 @@ impl Kernel for Sum {
         Box::new(self.clone())
     }
     fn cross_many(&self, z: &Array2<f64>, x: &Array2<f64>) -> Mat<f64> {
-        self.add(|t| t.cross_many(z, x))
+        // A term with no cross-covariance (white noise) contributes exact zeros: they are
+        // neither built nor added (adding +0 changes no value; it only turned a -0 entry into
+        // +0). With the paper's SE + white per class this is one [M, N] matrix and pass fewer
+        // per class and step.
+        let mut nonzero = self.terms.iter().filter(|t| !t.cross_is_zero());
+        let Some(first) = nonzero.next() else { return Mat::zeros(z.nrows(), x.nrows()) };
+        let mut k = first.cross_many(z, x);
+        for t in nonzero {
+            k += t.cross_many(z, x);
+        }
+        k
     }
     fn gram_many(&self, z: &Array2<f64>) -> Mat<f64> {
         self.add(|t| t.gram_many(z))

@@ -445,6 +445,11 @@ pub fn col_slice(a: &Mat<f64>, j: usize) -> &[f64] {
     a.col(j).try_as_col_major().expect("an owned Mat is column-major").as_slice()
 }
 
+/// Column j of an owned matrix as a mutable slice.
+pub fn col_slice_mut(a: &mut Mat<f64>, j: usize) -> &mut [f64] {
+    a.col_mut(j).try_as_col_major_mut().expect("an owned Mat is column-major").as_slice_mut()
+}
+
 /// A v for a vector v.
 pub fn matvec(a: MatRef<'_, f64>, v: &[f64]) -> Vec<f64> {
     assert_eq!(a.ncols(), v.len());

@@ -15,7 +15,7 @@
 use super::sparse::{ClassPosterior, ClassPrior};
 use super::sweep::{ClassView, GradScalars};
 use crate::kernels::{InputGrads, Kernel};
-use crate::linalg::matmul_par;
+use crate::linalg::{col_slice, col_slice_mut, matmul_par};
 use faer::Mat;
 use ndarray::Array2;
 
@@ -25,7 +25,7 @@ pub(crate) struct ClassTerms<'a> {
     pub kernel: &'a dyn Kernel,
     pub prior: &'a ClassPrior,
     pub post: &'a ClassPosterior,
-    pub view: &'a ClassView,
+    pub view: &'a ClassView<'a>,
     pub x: &'a Array2<f64>,
     pub g: &'a GradScalars,
     pub class: usize,
@@ -37,17 +37,30 @@ pub(crate) fn class_gradient(t: &ClassTerms, scale: f64) -> InputGrads {
     let ClassTerms { kernel, prior, post, view, x, g, class } = *t;
     let (m, n) = (prior.m(), x.nrows());
     let u = &view.rows.dirs;
-    let col = |a: &Array2<f64>, j: usize| a[(j, class)];
     let ainv = view.ainv.as_ref().expect("a gradient needs a view built for it (ViewFor::Gradient)");
-    let ko = |r: usize, j: usize| ainv.ko.as_ref().map_or(0.0, |k| k[(r, j)]);
-    let p = Mat::from_fn(m, n, |r, j| col(&g.ga, j) * view.beta[r] + col(&g.ga_cm, j) * ko(r, j));
-    let w = Mat::from_fn(m, n, |r, j| col(&g.gb, j) * ainv.k[(r, j)] + col(&g.gb_cw, j) * ko(r, j));
-    let kmn_bar = Mat::from_fn(m, n, |r, j| scale * (p[(r, j)] + 2.0 * (w[(r, j)] - col(&g.gb, j) * u[(r, j)])));
-    let rr = Mat::from_fn(m, n, |r, j| scale * (0.5 * p[(r, j)] + w[(r, j)] - 0.5 * col(&g.gb, j) * u[(r, j)]));
+    // Column by column over slices (faer stores columns contiguously): P and W are formed per
+    // entry and never stored. SEP has no stored directions; its A^{-1} k_o is a column of
+    // zeros, kept in the sums so that every entry is the same expression as EP's.
+    let zeros = vec![0.0; m];
+    let mut kmn_bar = Mat::<f64>::zeros(m, n);
+    let mut rr = Mat::<f64>::zeros(m, n);
+    for j in 0..n {
+        let (ga, ga_cm, gb, gb_cw) = (g.ga[(j, class)], g.ga_cm[(j, class)], g.gb[(j, class)], g.gb_cw[(j, class)]);
+        let ko = ainv.ko.as_ref().map_or(&zeros[..], |k| col_slice(k, j));
+        let (ak, uj) = (col_slice(&ainv.k, j), col_slice(u, j));
+        let kbar = col_slice_mut(&mut kmn_bar, j);
+        let rbar = col_slice_mut(&mut rr, j);
+        for r in 0..m {
+            let p = ga * view.beta[r] + ga_cm * ko[r];
+            let w = gb * ak[r] + gb_cw * ko[r];
+            kbar[r] = scale * (p + 2.0 * (w - gb * uj[r]));
+            rbar[r] = scale * (0.5 * p + w - 0.5 * gb * uj[r]);
+        }
+    }
     let ur = matmul_par(u.as_ref(), rr.transpose());
     let prior_bar = prior_adjoint(prior, post);
     let kmm_bar = Mat::from_fn(m, m, |a, b| -(ur[(a, b)] + ur[(b, a)]) + prior_bar[(a, b)]);
-    let knn_bar: Vec<f64> = (0..n).map(|j| scale * col(&g.gb, j)).collect();
+    let knn_bar: Vec<f64> = (0..n).map(|j| scale * g.gb[(j, class)]).collect();
     kernel_vjps(kernel, prior, view, x, &kmm_bar, &kmn_bar, &knn_bar)
 }
 

@@ -9,7 +9,7 @@
 //!     q(fbar) = N(m, V),  m = K beta,  V = K A^{-1} K,
 //! and the projections the EP updates need are k^T A^{-1} k = u^T V u and k^T beta = u^T m.
 use crate::kernels::Kernel;
-use crate::linalg::{matmul_par, Chol};
+use crate::linalg::{col_slice_mut, matmul_par, Chol};
 use crate::methods::FitError;
 use faer::{Mat, MatRef};
 use ndarray::Array2;
@@ -95,10 +95,17 @@ impl SiteSums {
     /// Sum over the columns j of `dirs` of (prec_j u_j u_j^T, mean_j u_j).
     pub fn from_directions(dirs: MatRef<'_, f64>, prec: &[f64], mean: &[f64]) -> SiteSums {
         let (m, n) = (dirs.nrows(), dirs.ncols());
-        let weighted = Mat::from_fn(m, n, |a, j| dirs[(a, j)] * prec[j]);
+        let mut weighted = Mat::<f64>::zeros(m, n);
+        // mu~_a = sum_j dirs[a, j] mean_j, accumulated column by column: each entry sees the
+        // same terms in the same order (j ascending, from the empty sum) as a per-row sum.
+        let mut natural_mean = vec![std::iter::empty::<f64>().sum::<f64>(); m];
+        for j in 0..n {
+            let d = dirs.col(j).try_as_col_major().expect("the directions are column-major").as_slice();
+            col_slice_mut(&mut weighted, j).iter_mut().zip(d).for_each(|(w, v)| *w = v * prec[j]);
+            natural_mean.iter_mut().zip(d).for_each(|(acc, v)| *acc += v * mean[j]);
+        }
         let mut precision = matmul_par(weighted.as_ref(), dirs.transpose());
         symmetrise(&mut precision);
-        let natural_mean = (0..m).map(|a| (0..n).map(|j| dirs[(a, j)] * mean[j]).sum()).collect();
         SiteSums { precision, natural_mean }
     }
 }

@@ -6,7 +6,7 @@
 //! touching class c, (N - N_c) + N_c (C - 1): its cavity takes 1 - 1/n_c of the tied site.
 use super::gradient::{class_gradient, class_gradient_exact, ClassTerms};
 use super::sparse::{ClassPosterior, ClassPrior, PriorRows, SiteSums};
-use super::sweep::{sweep, ClassView, Sweep, ViewFor};
+use super::sweep::{sweep, Adjoints, ClassView, Sweep, ViewFor};
 use crate::kernels::InputGrads;
 use crate::kernels::KernelSet;
 use crate::likelihoods::pairwise_step::PairSites;
@@ -128,7 +128,7 @@ impl State {
     }
 
     /// Every class's view of a block, and the block's stored sites.
-    pub fn views(&self, block: &Block, purpose: ViewFor) -> Result<(Vec<ClassView>, PairSites), FitError> {
+    pub fn views<'b>(&self, block: &'b Block, purpose: ViewFor) -> Result<(Vec<ClassView<'b>>, PairSites), FitError> {
         let (c, rows) = (self.n_classes(), &block.rows);
         match &self.factors {
             Some(store) => {
@@ -137,7 +137,7 @@ impl State {
                     .map(|k| {
                         let p = &self.priors[k];
                         let old = Mat::from_fn(p.m(), rows.len(), |a, j| store.dirs[k][(rows[j], a)]);
-                        ClassView::per_factor(p, block.prior_rows[k].clone(), &self.posts[k], &old, purpose)
+                        ClassView::per_factor(p, &block.prior_rows[k], &self.posts[k], &old, purpose)
                     })
                     .collect();
                 let pick = |a: &Array2<f64>| a.select(Axis(0), rows);
@@ -146,10 +146,8 @@ impl State {
             }
             None => {
                 let cavities = self.cavities()?;
-                let views = (0..c)
-                    .into_par_iter()
-                    .map(|k| ClassView::tied(&self.priors[k], block.prior_rows[k].clone(), &cavities[k], purpose))
-                    .collect();
+                let views =
+                    (0..c).into_par_iter().map(|k| ClassView::tied(&self.priors[k], &block.prior_rows[k], &cavities[k], purpose)).collect();
                 Ok((views, PairSites::zeros(rows.len(), c)))
             }
         }
@@ -189,7 +187,7 @@ impl State {
     pub fn refine(&mut self, block: &Block, rho: f64, purpose: ViewFor) -> Result<f64, FitError> {
         let (rows, yb, n) = (&block.rows, &block.y, self.n_rows());
         let (views, stored) = self.views(block, purpose)?;
-        let sw = sweep(&views, yb, &stored)?;
+        let sw = sweep(&views, yb, &stored, Adjoints::None)?;
         let c = self.n_classes();
         let nb = rows.len();
         let new = stored.damped(&sw.sites, rho);
@@ -267,7 +265,7 @@ impl State {
     /// d log Z_q / d theta at the rows `rows` (likelihood part scaled by `scale`), theta = the
     /// kernels' log-parameters then each class's Z (row-major): eq. 10, the cavities held fixed.
     pub fn gradient(&self, block: &Block, scale: f64) -> Result<Vec<f64>, FitError> {
-        self.class_gradients(block, |t| class_gradient(t, scale))
+        self.class_gradients(block, Adjoints::Eq10, |t| class_gradient(t, scale))
     }
 
     /// EP-inner-exact: the full d log Z_q / d theta with the sites held fixed in inducing-value
@@ -276,18 +274,25 @@ impl State {
         if self.is_tied() || block.rows.len() != self.n_rows() {
             return Err(FitError::Unsupported("ep: the exact gradient needs per-factor sites and every row".into()));
         }
-        self.class_gradients(block, class_gradient_exact)
+        self.class_gradients(block, Adjoints::Exact, class_gradient_exact)
     }
 
-    /// One sweep over `block` at the current q, then `per_class` for every class, assembled.
-    fn class_gradients(&self, block: &Block, per_class: impl Fn(&ClassTerms) -> InputGrads + Sync) -> Result<Vec<f64>, FitError> {
+    /// One sweep over `block` at the current q accumulating `adjoints`, then `per_class` for
+    /// every class, assembled.
+    fn class_gradients(
+        &self,
+        block: &Block,
+        adjoints: Adjoints,
+        per_class: impl Fn(&ClassTerms) -> InputGrads + Sync,
+    ) -> Result<Vec<f64>, FitError> {
         let (views, stored) = self.views(block, ViewFor::Gradient)?;
-        let sw = sweep(&views, &block.y, &stored)?;
+        let sw = sweep(&views, &block.y, &stored, adjoints)?;
+        let g = sw.grad.as_ref().expect("a gradient sweep accumulates its adjoints");
         let per: Vec<_> = (0..self.n_classes())
             .into_par_iter()
             .map(|k| {
                 let (prior, post, view) = (&self.priors[k], &self.posts[k], &views[k]);
-                per_class(&ClassTerms { kernel: self.kernels.class(k), prior, post, view, x: &block.x, g: &sw.grad, class: k })
+                per_class(&ClassTerms { kernel: self.kernels.class(k), prior, post, view, x: &block.x, g, class: k })
             })
             .collect();
         self.assemble(&per)
@@ -357,7 +362,7 @@ impl State {
             let rows: Vec<usize> = (start..(start + BLOCK_ROWS).min(n)).collect();
             let block = self.block(x, y, &rows);
             let (views, stored) = self.views(&block, ViewFor::Sweep)?;
-            let Sweep { log_z, removal_gain, .. } = sweep(&views, &block.y, &stored)?;
+            let Sweep { log_z, removal_gain, .. } = sweep(&views, &block.y, &stored, Adjoints::None)?;
             total += log_z + if self.is_tied() { 0.0 } else { removal_gain };
         }
         Ok(total)

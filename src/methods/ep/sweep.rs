@@ -11,6 +11,7 @@
 //! C1 = C2 = 0 on the cavity's own projections.
 use super::sparse::{ClassPosterior, ClassPrior, PriorRows};
 use crate::likelihoods::pairwise_step::{PairSites, Side, Site1d, Tilted};
+use crate::linalg::col_slice;
 use crate::methods::FitError;
 use faer::Mat;
 use ndarray::Array2;
@@ -98,9 +99,9 @@ pub(crate) struct AinvDirs {
     pub ko: Option<Mat<f64>>,
 }
 
-/// Class c's view of a block of rows.
-pub(crate) struct ClassView {
-    pub rows: PriorRows,
+/// Class c's view of a block of rows (borrowing the block's prior rows).
+pub(crate) struct ClassView<'a> {
+    pub rows: &'a PriorRows,
     /// `Some` for a view built `ViewFor::Gradient`.
     pub ainv: Option<AinvDirs>,
     /// K^{-1} m of the posterior (EP) or of SEP's cavity.
@@ -108,16 +109,23 @@ pub(crate) struct ClassView {
     pub proj: Vec<Proj>,
 }
 
-impl ClassView {
+impl<'a> ClassView<'a> {
     /// EP: projections on the posterior `post`, with the stored directions `old_dirs` [M, n]
     /// (f-bar space; zero columns for rows without sites yet).
-    pub fn per_factor(prior: &ClassPrior, rows: PriorRows, post: &ClassPosterior, old_dirs: &Mat<f64>, purpose: ViewFor) -> ClassView {
+    pub fn per_factor(
+        prior: &ClassPrior,
+        rows: &'a PriorRows,
+        post: &ClassPosterior,
+        old_dirs: &Mat<f64>,
+        purpose: ViewFor,
+    ) -> ClassView<'a> {
         let ko = crate::linalg::matmul_par(prior.k().as_ref(), old_dirs.as_ref());
         let e_o = post.a_chol.solve_l_par(ko.as_ref());
         let n = rows.kmn.ncols();
-        let m = prior.m();
-        let col = |a: &Mat<f64>, b: &Mat<f64>, j: usize| (0..m).map(|r| a[(r, j)] * b[(r, j)]).sum::<f64>();
-        let t_o = |j: usize| (0..m).map(|r| ko[(r, j)] * post.beta[r]).sum::<f64>();
+        debug_assert_eq!(ko.nrows(), prior.m());
+        // Sums in index order over contiguous columns.
+        let col = |a: &Mat<f64>, b: &Mat<f64>, j: usize| col_slice(a, j).iter().zip(col_slice(b, j)).map(|(x, y)| x * y).sum::<f64>();
+        let t_o = |j: usize| col_slice(&ko, j).iter().zip(&post.beta).map(|(x, y)| x * y).sum::<f64>();
         if purpose == ViewFor::SweepAlongStored {
             // Only the stored directions: the current ones' triangular solve is skipped.
             let proj = (0..n)
@@ -134,7 +142,7 @@ impl ClassView {
                 d_uu: col(&e_u, &e_u, j),
                 d_uo: col(&e_u, &e_o, j),
                 d_oo: col(&e_o, &e_o, j),
-                t_u: (0..m).map(|r| rows.kmn[(r, j)] * post.beta[r]).sum(),
+                t_u: col_slice(&rows.kmn, j).iter().zip(&post.beta).map(|(x, y)| x * y).sum(),
                 t_o: t_o(j),
             })
             .collect();
@@ -144,14 +152,13 @@ impl ClassView {
     }
 
     /// SEP: projections on the class cavity `cavity`.
-    pub fn tied(prior: &ClassPrior, rows: PriorRows, cavity: &ClassPosterior, purpose: ViewFor) -> ClassView {
+    pub fn tied(prior: &ClassPrior, rows: &'a PriorRows, cavity: &ClassPosterior, purpose: ViewFor) -> ClassView<'a> {
         let e_u = cavity.a_chol.solve_l_par(rows.kmn.as_ref());
-        let m = prior.m();
+        debug_assert_eq!(e_u.nrows(), prior.m());
         let proj = (0..rows.kmn.ncols())
-            .map(|j| Proj {
-                d_uu: (0..m).map(|r| e_u[(r, j)] * e_u[(r, j)]).sum(),
-                t_u: (0..m).map(|r| rows.kmn[(r, j)] * cavity.beta[r]).sum(),
-                ..Proj::default()
+            .map(|j| {
+                let (e, k) = (col_slice(&e_u, j), col_slice(&rows.kmn, j));
+                Proj { d_uu: e.iter().map(|v| v * v).sum(), t_u: k.iter().zip(&cavity.beta).map(|(a, b)| a * b).sum(), ..Proj::default() }
             })
             .collect();
         let ainv = (purpose == ViewFor::Gradient).then(|| AinvDirs { k: cavity.a_chol.solve_lt_par(e_u.as_ref()), ko: None });
@@ -174,6 +181,15 @@ pub(crate) struct GradScalars {
     pub exact_to: Array2<f64>,
 }
 
+/// Which per-row gradient scalars a sweep accumulates: a refinement and the evidence need none,
+/// eq. 10's gradient the first four of `GradScalars`, EP-inner-exact all seven.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Adjoints {
+    None,
+    Eq10,
+    Exact,
+}
+
 /// What a sweep gives back.
 pub(crate) struct Sweep {
     /// The new sites of every factor of the block (undamped).
@@ -182,16 +198,27 @@ pub(crate) struct Sweep {
     pub log_z: f64,
     /// EP: sum over the block's factors of the two removal gains (log s~ - log Z).
     pub removal_gain: f64,
-    pub grad: GradScalars,
+    /// `None` for `Adjoints::None`; for `Adjoints::Eq10` the exact-only arrays are empty.
+    pub grad: Option<GradScalars>,
 }
 
-/// Cavities, tilted moments and new sites of every factor of the rows with classes `y`.
-pub(crate) fn sweep(views: &[ClassView], y: &[usize], stored: &PairSites) -> Result<Sweep, FitError> {
+/// Cavities, tilted moments and new sites of every factor of the rows with classes `y`, and
+/// the gradient scalars `adjoints` asks for.
+pub(crate) fn sweep(views: &[ClassView<'_>], y: &[usize], stored: &PairSites, adjoints: Adjoints) -> Result<Sweep, FitError> {
     let (n, c) = (y.len(), views.len());
     let mut sites = PairSites::zeros(n, c);
     let zeros = || Array2::<f64>::zeros((n, c));
-    let mut grad =
-        GradScalars { ga: zeros(), ga_cm: zeros(), gb: zeros(), gb_cw: zeros(), exact_uo: zeros(), exact_oo: zeros(), exact_to: zeros() };
+    let exact = adjoints == Adjoints::Exact;
+    let exact_zeros = || if exact { zeros() } else { Array2::zeros((0, 0)) };
+    let mut grad = (adjoints != Adjoints::None).then(|| GradScalars {
+        ga: zeros(),
+        ga_cm: zeros(),
+        gb: zeros(),
+        gb_cw: zeros(),
+        exact_uo: exact_zeros(),
+        exact_oo: exact_zeros(),
+        exact_to: exact_zeros(),
+    });
     let (mut log_z, mut removal_gain) = (0.0, 0.0);
     let fail =
         |j: usize, k: usize, what: &str| FitError::Numerical(format!("ep: {what} for the factor of row {} against class {}", j + 1, k + 1));
@@ -212,16 +239,19 @@ pub(crate) fn sweep(views: &[ClassView], y: &[usize], stored: &PairSites) -> Res
             sites.c2k[(j, k)] = h_k;
             log_z += t.log_z;
             removal_gain += py.removal_gain(c1y, c2y) + pk.removal_gain(c1k, c2k);
+            let Some(grad) = grad.as_mut() else { continue };
             let (ga, gb) = (t.d_mean(), t.d_var());
             for (class, sign, cav, proj, c1, c2) in [(yj, 1.0, cav_y, py, c1y, c2y), (k, -1.0, cav_k, pk, c1k, c2k)] {
                 grad.ga[(j, class)] += sign * ga;
                 grad.ga_cm[(j, class)] += sign * ga * cav.c_m;
                 grad.gb[(j, class)] += gb;
                 grad.gb_cw[(j, class)] += gb * cav.c_w;
-                let (uo, oo, to) = proj.exact_adjoints(c1, c2, sign * ga, gb);
-                grad.exact_uo[(j, class)] += uo;
-                grad.exact_oo[(j, class)] += oo;
-                grad.exact_to[(j, class)] += to;
+                if exact {
+                    let (uo, oo, to) = proj.exact_adjoints(c1, c2, sign * ga, gb);
+                    grad.exact_uo[(j, class)] += uo;
+                    grad.exact_oo[(j, class)] += oo;
+                    grad.exact_to[(j, class)] += to;
+                }
             }
         }
     }
