@@ -318,6 +318,21 @@ pub fn neg_d2_log_normal_cdf(x: f64) -> f64 {
     }
 }
 
+/// ln Phi(x), r = phi(x) / Phi(x) and W = r (x + r) together, the three an EP moment match
+/// needs per factor: the same bits as `log_normal_cdf`, `d_log_normal_cdf` and
+/// `neg_d2_log_normal_cdf`, with Phi(x) and phi(x) evaluated once where those evaluate them up
+/// to three and two times (x > -5; the lower tail calls the three).
+pub fn log_normal_cdf_and_derivatives(x: f64) -> (f64, f64, f64) {
+    if x > -5.0 {
+        let cdf = normal_cdf(x);
+        let log = if x > 0.0 { (-0.5 * erfc(x * FRAC_1_SQRT_2)).ln_1p() } else { cdf.ln() };
+        let r = normal_pdf(x) / cdf;
+        (log, r, r * (x + r))
+    } else {
+        (log_normal_cdf(x), d_log_normal_cdf(x), neg_d2_log_normal_cdf(x))
+    }
+}
+
 /// d^3/dx^3 ln Phi(x) = W (x + r) - r (1 - W) with r and W as in `neg_d2_log_normal_cdf`;
 /// accurate to a few ulps relative everywhere (the lower tail uses the continued fraction,
 /// where the same expression cancels to ~2/|x|^3).
@@ -491,6 +506,22 @@ mod tests {
         ];
         for (x, want) in cases {
             assert!(rel_err(log_normal_cdf(x), want) < 1e-13, "log Phi({x}) = {} want {want}", log_normal_cdf(x));
+        }
+    }
+
+    #[test]
+    fn the_combined_log_normal_cdf_and_derivatives_are_the_separate_functions_bit_for_bit() {
+        // Both sides of each branch point (0, -5), the tails and a dense grid between.
+        let mut xs: Vec<f64> = (0..20_001).map(|i| -60.0 + i as f64 * 0.0049).collect();
+        for b in [0.0f64, -5.0] {
+            xs.extend([b, b.next_up(), b.next_down(), b + 1e-9, b - 1e-9]);
+        }
+        xs.extend([-1e4, -40.0, 8.3, 30.0, 40.0, 1e3]);
+        for x in xs {
+            let (log, r, w) = log_normal_cdf_and_derivatives(x);
+            assert_eq!(log.to_bits(), log_normal_cdf(x).to_bits(), "ln Phi at {x}");
+            assert_eq!(r.to_bits(), d_log_normal_cdf(x).to_bits(), "r at {x}");
+            assert_eq!(w.to_bits(), neg_d2_log_normal_cdf(x).to_bits(), "W at {x}");
         }
     }
 

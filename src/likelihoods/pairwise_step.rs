@@ -10,7 +10,7 @@
 //!
 //! beta = phi(alpha) / Phi(alpha) and gamma B = beta (beta + alpha) come from the stable
 //! log Phi derivatives of `special`, so neither cancels in the lower tail.
-use crate::special::{d_log_normal_cdf, log_normal_cdf, neg_d2_log_normal_cdf};
+use crate::special::log_normal_cdf_and_derivatives;
 use ndarray::Array2;
 
 /// One side of the factor as its cavity sees it.
@@ -59,13 +59,8 @@ impl Tilted {
         if !alpha.is_finite() {
             return None;
         }
-        Some(Tilted {
-            log_z: log_normal_cdf(alpha),
-            alpha,
-            total_var,
-            beta: d_log_normal_cdf(alpha),
-            gamma: neg_d2_log_normal_cdf(alpha) / total_var,
-        })
+        let (log_z, beta, w) = log_normal_cdf_and_derivatives(alpha);
+        Some(Tilted { log_z, alpha, total_var, beta, gamma: w / total_var })
     }
 
     /// d log Z / d a_y (the k-side derivative is its negative).

@@ -22,6 +22,9 @@ pub(crate) struct ClassPrior {
     pub kmm: Mat<f64>,
     /// Factor of K(Z, Z) plus any ladder jitter it needed.
     pub chol: Chol,
+    /// K(Z, Z) plus that jitter, the matrix `chol` factors (built once; every q and cavity
+    /// of the class is formed from it).
+    k: Mat<f64>,
 }
 
 /// What class c's prior gives at a block of rows.
@@ -39,7 +42,9 @@ impl ClassPrior {
     pub fn new(kernel: &dyn Kernel, z: Array2<f64>, class: usize) -> Result<ClassPrior, FitError> {
         let kmm = kernel.gram_many(&z);
         let chol = Chol::factor_with_jitter(kmm.as_ref(), &format!("K(Z, Z) of class {}", class + 1))?;
-        Ok(ClassPrior { z, kmm, chol })
+        let j = chol.jitter();
+        let k = Mat::from_fn(kmm.nrows(), kmm.ncols(), |a, b| kmm[(a, b)] + if a == b { j } else { 0.0 });
+        Ok(ClassPrior { z, kmm, chol, k })
     }
 
     pub fn m(&self) -> usize {
@@ -47,9 +52,8 @@ impl ClassPrior {
     }
 
     /// K(Z, Z) + jitter, the matrix `chol` factors.
-    pub fn k(&self) -> Mat<f64> {
-        let j = self.chol.jitter();
-        Mat::from_fn(self.m(), self.m(), |a, b| self.kmm[(a, b)] + if a == b { j } else { 0.0 })
+    pub fn k(&self) -> &Mat<f64> {
+        &self.k
     }
 
     pub fn rows(&self, kernel: &dyn Kernel, x: &Array2<f64>) -> PriorRows {
@@ -125,7 +129,7 @@ impl ClassPosterior {
         let k = prior.k();
         let ks = matmul_par(k.as_ref(), sums.precision.as_ref());
         let mut a = matmul_par(ks.as_ref(), k.as_ref());
-        a += &k;
+        a += k;
         symmetrise(&mut a);
         let a_chol = Chol::factor(a.as_ref(), &format!("the posterior of class {}", class + 1))?;
         let k_mu = crate::linalg::matvec(k.as_ref(), &sums.natural_mean);

@@ -55,6 +55,10 @@ impl Proj {
     /// g(theta\) - g(theta) of removing the site (c1, c2) stored along u_o: the part of
     /// log s~ besides log Z (notes §2.5, the corrected eq. 61), for one side.
     pub fn removal_gain(&self, c1: f64, c2: f64) -> f64 {
+        if c1 == 0.0 && c2 == 0.0 {
+            // No site to remove (SEP's factors, or one not yet refined): the gain is exactly 0.
+            return 0.0;
+        }
         let keep = 1.0 - c1 * self.d_oo;
         -0.5 * keep.ln() + (c1 * self.t_o * self.t_o - 2.0 * c2 * self.t_o + c2 * c2 * self.d_oo) / (2.0 * keep)
     }

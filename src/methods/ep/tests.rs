@@ -172,7 +172,7 @@ struct Frozen {
 fn dense_posterior(prior: &ClassPrior, post: &ClassPosterior) -> (Vec<f64>, Mat<f64>) {
     let k = prior.k();
     let ainv = inverse(&post.a_chol.reconstruct());
-    let v = &k * &ainv * &k;
+    let v = k * &ainv * k;
     let m = (0..k.nrows()).map(|i| (0..k.nrows()).map(|j| k[(i, j)] * post.beta[j]).sum()).collect();
     (m, v)
 }
@@ -568,7 +568,7 @@ fn site_directions_agree_at_rest_and_project_where_they_say_after_a_step() {
     let store = a.factors.as_ref().unwrap();
     for k in 0..3 {
         let prior = &a.priors[k];
-        let kinv = inverse(&prior.k());
+        let kinv = inverse(prior.k());
         let dirs = &block.prior_rows[k].dirs;
         let mm = kinv.nrows();
         let mut lam = kinv.clone();
