@@ -146,6 +146,7 @@ fn tables() -> Vec<TableSpec> {
             ],
             paired_with: None,
             note: Some("Synthetic numbers with hand-computed expectations.".into()),
+            mean_row: false,
         },
         TableSpec {
             id: "tab-evidence".into(),
@@ -175,6 +176,7 @@ fn tables() -> Vec<TableSpec> {
             ],
             paired_with: None,
             note: None,
+            mean_row: false,
         },
     ]
 }
@@ -457,6 +459,7 @@ fn grid_settings_become_columns_and_an_x_axis() {
         ],
         paired_with: None,
         note: None,
+        mean_row: false,
     };
     // A table of only a data set the harness cannot run (the IVM paper's pumadyn rows): the
     // paper's numbers under the columns of their own settings, and no run rows.
@@ -561,6 +564,7 @@ fn a_paired_table_shows_per_split_differences_and_compares_them_with_the_paper()
         paper: vec![paper("alpha", "laplace", "error_pct", 2.0, None, None), paper("beta", "laplace", "error_pct", 12.0, None, None)],
         paired_with: Some("ep".into()),
         note: None,
+        mean_row: false,
     };
     let (manifest, datasets, methods) = (manifest(), strings(&DATASETS), strings(&METHODS));
     let tables = [table];
@@ -575,6 +579,44 @@ fn a_paired_table_shows_per_split_differences_and_compares_them_with_the_paper()
     assert!(html.contains("n = 5 pairs, &gt; 0 on 5") || html.contains("n = 5 pairs, > 0 on 5"), "pairs and positives");
     assert!(html.contains("n = 4 pairs"), "gamma: the failed split has no pair");
     assert!(html.contains("Paired with ep"));
+}
+
+#[test]
+fn a_mean_row_averages_each_split_over_the_data_sets_and_meets_the_papers_average() {
+    let cells = synthetic_cells();
+    // error_pct per split: ep 10 / 20 / 30 + offset on alpha / beta / gamma, so the per-split
+    // mean over the three is 20 + offset: 20 ± √2.5 = 1.58 over 5 splits; laplace 12 / 22 / 32
+    // + offset with gamma's split 4 failed, so splits 0-3 only: 22 + (-2, -1, 0, 1), mean 21.5.
+    let table = TableSpec {
+        id: "tab-mean".into(),
+        title: "With a mean row".into(),
+        metrics: vec!["error_pct".into()],
+        methods: vec![],
+        datasets: vec![],
+        tolerance: ToleranceRule::Absolute { abs: 0.01 },
+        paper_only: vec![],
+        paper_only_datasets: Default::default(),
+        paper: vec![
+            paper("mean", "laplace", "error_pct", 21.5, None, None),
+            // Another machine's time-like number: shown, not scored.
+            PaperValue { scored: false, ..paper("mean", "ep", "error_pct", 25.0, None, None) },
+        ],
+        paired_with: None,
+        note: None,
+        mean_row: true,
+    };
+    let (manifest, datasets, methods) = (manifest(), strings(&DATASETS), strings(&METHODS));
+    let tables = [table];
+    let input = ReportInput { manifest: &manifest, tables: &tables, figures: &[], datasets: &datasets, methods: &methods, cells: &cells };
+    let reports = tempfile::tempdir().unwrap();
+    let score = render_experiment(&input, &reports.path().join("mean")).unwrap();
+    assert_eq!((score.matched, score.compared), (1, 1), "21.5 is laplace's mean over the complete splits");
+    let html = std::fs::read_to_string(reports.path().join("mean/index.html")).unwrap();
+    assert!(html.contains("mean over the data sets"));
+    assert!(html.contains("20.00 ± 1.58"), "ep's mean row");
+    assert!(html.contains("21.50 ± 1.29"), "laplace's mean row: sd of 20, 21, 22, 23");
+    assert!(html.contains("n = 4"), "gamma's failed split is left out of the mean row");
+    assert!(!html.contains("outside this table"), "the mean row's paper values are inside the table");
 }
 
 #[test]
@@ -603,6 +645,7 @@ fn a_labels_only_method_shows_no_probabilities_in_a_likelihood_row() {
         paper: vec![],
         paired_with: None,
         note: None,
+        mean_row: false,
     };
     let manifest = Manifest { title: "Labels only".into(), ..manifest() };
     let (datasets, methods) = (strings(&["alpha"]), strings(&["gp", "svm"]));

@@ -527,3 +527,15 @@ fn a_derived_dataset_without_a_task_is_the_same_rows_with_its_own_splits() {
     let hash = |d: &str| prepared.cells.iter().find(|c| c.dataset == d).unwrap().data_hash.clone();
     assert_ne!(hash("iris"), hash("iris-small"));
 }
+
+#[test]
+fn a_mean_row_paper_value_needs_the_mean_row_and_no_pairing() {
+    let table = |extra: &str| {
+        format!("{GOOD}tables:\n  - id: t\n    title: T\n    metrics: [time_train]\n{extra}    paper:\n      - {{ dataset: mean, method: lap, metric: time_train, mean: 3.0, scored: false }}\n")
+    };
+    parse(&table("    mean_row: true\n"), "good.yaml", &registry()).expect("a mean row with its paper value");
+    let e = error_of(&table(""));
+    assert!(e.contains("tables[0].paper[0].dataset") && e.contains("set mean_row: true"), "{e}");
+    let e = error_of(&table("    mean_row: true\n    paired_with: lap\n"));
+    assert!(e.contains("tables[0].mean_row") && e.contains("a paired table"), "{e}");
+}

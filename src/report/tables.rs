@@ -2,7 +2,7 @@
 use super::format::{mean_sd, method_label, metric_label, num, sd_units, setting_cmp, settings_equal};
 use super::tolerance::{describe, within_tolerance};
 use super::ReportInput;
-use crate::results::{paired_aggregate, Aggregate, CellRecord, EvidenceKind, GroupKey, Status};
+use crate::results::{mean_over_datasets, paired_aggregate, Aggregate, CellRecord, EvidenceKind, GroupKey, Status, MEAN_OVER_DATASETS};
 use crate::runner::{is_labels_only, PROBABILITY_METRICS};
 use crate::spec::{MissClass, PaperValue, TableSpec};
 use serde::Serialize;
@@ -290,11 +290,19 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
     let paired_means: Option<BTreeMap<GroupKey, Aggregate>> =
         paired.as_ref().map(|p| p.iter().map(|(k, (a, _))| (k.clone(), *a)).collect());
     let aggregates = paired_means.as_ref().unwrap_or(aggregates);
+    // The mean row: its summaries join the others under the data-set key `mean`.
+    let with_mean: Option<BTreeMap<GroupKey, Aggregate>> = (spec.mean_row && spec.paired_with.is_none()).then(|| {
+        let mut all = aggregates.clone();
+        all.extend(mean_over_datasets(input.cells, &datasets));
+        all
+    });
+    let aggregates = with_mean.as_ref().unwrap_or(aggregates);
+    let row_datasets: Vec<String> = datasets.iter().cloned().chain(with_mean.as_ref().map(|_| MEAN_OVER_DATASETS.to_string())).collect();
     let comparisons = compare(spec, input.cells, aggregates);
 
     // One row per (dataset, metric); the dataset's name spans its metrics' rows.
     let row = |dataset: &String, i: usize, metric: &String, cells: Vec<CellView>| RowView {
-        dataset: dataset.clone(),
+        dataset: if dataset == MEAN_OVER_DATASETS { "mean over the data sets".into() } else { dataset.clone() },
         dataset_rowspan: if i == 0 { spec.metrics.len() } else { 0 },
         metric: metric.clone(),
         metric_label: metric_label(metric),
@@ -304,7 +312,7 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
         spec.paper.iter().find(|p| &p.dataset == dataset && &p.method == method && &p.metric == metric)
     };
     let mut rows = Vec::new();
-    for dataset in &datasets {
+    for dataset in &row_datasets {
         for (i, metric) in spec.metrics.iter().enumerate() {
             let cells = columns
                 .iter()
@@ -348,7 +356,7 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
 
     let outside = comparisons
         .iter()
-        .filter(|c| !datasets.contains(&c.paper.dataset) || !spec.metrics.contains(&c.paper.metric) || !methods.contains(&c.method))
+        .filter(|c| !row_datasets.contains(&c.paper.dataset) || !spec.metrics.contains(&c.paper.metric) || !methods.contains(&c.method))
         .map(|c| {
             let p = c.paper;
             let what = format!(

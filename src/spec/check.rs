@@ -209,6 +209,9 @@ pub(super) fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
         if t.datasets.is_empty() || !run.is_empty() {
             check_coverage(&mut err, &at, &t.methods, t.paired_with.as_deref(), &run, raw);
         }
+        if t.mean_row && t.paired_with.is_some() {
+            err(format!("{at}.mean_row"), None, "a paired table (paired_with) has no mean row".into());
+        }
         if let Some(base) = &t.paired_with {
             if !names.contains(base) {
                 err(format!("{at}.paired_with"), Some(base), format!("\"{base}\" is not a method entry{}", suggest(base, &names)));
@@ -239,11 +242,20 @@ pub(super) fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
                     format!("no method entry or paper_only column named \"{}\"{}", p.method, suggest(&p.method, &known)),
                 );
             }
-            if !raw.datasets.contains(&p.dataset) && !t.paper_only_datasets.contains_key(&p.dataset) {
+            let mean_row = t.mean_row && p.dataset == crate::results::MEAN_OVER_DATASETS;
+            if !raw.datasets.contains(&p.dataset) && !t.paper_only_datasets.contains_key(&p.dataset) && !mean_row {
                 err(
                     format!("{at}.paper[{k}].dataset"),
                     Some(&p.dataset),
-                    format!("\"{}\" is neither a dataset of this spec nor one of the table's paper_only_datasets", p.dataset),
+                    format!(
+                        "\"{}\" is neither a dataset of this spec nor one of the table's paper_only_datasets{}",
+                        p.dataset,
+                        if p.dataset == crate::results::MEAN_OVER_DATASETS {
+                            " (\"mean\" names the mean row: set mean_row: true)"
+                        } else {
+                            ""
+                        }
+                    ),
                 );
             }
             for (j, a) in p.also.iter().enumerate() {

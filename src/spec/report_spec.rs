@@ -40,6 +40,13 @@ pub struct TableSpec {
     /// Free text shown under the table (e.g. why a column is expected to differ).
     #[serde(default)]
     pub note: Option<String>,
+    /// Add, after the data sets' rows, a row per metric with each column's mean over the
+    /// table's data sets, as papers do for training times (Villacampa-Calvo et al.'s "Avg.
+    /// Time"): per split the mean over the data sets, then mean ± sd over the splits every data
+    /// set finished (`results::mean_over_datasets`). Paper values for it name the data set
+    /// `mean`. Not with `paired_with`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub mean_row: bool,
 }
 
 /// One published number: the mean (and sd over `n` splits, when the paper gives it)
@@ -99,6 +106,10 @@ fn yes() -> bool {
 
 fn is_true(b: &bool) -> bool {
     *b
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// The rule deciding whether this run's mean matches a published one.
