@@ -1,7 +1,8 @@
 //! Machinery shared by the scalable (sparse, stochastic) methods, one place each:
 //! inducing-input initialisation ([`inducing`], with [`kmeans`]), minibatch streams
 //! ([`minibatch`]), Adam with learning-rate schedules ([`adam`]), Ranganath et al.'s adaptive
-//! SVI step ([`adaptive_rate`]), and natural-gradient steps
+//! SVI step ([`adaptive_rate`]), averages of an optimiser's iterates ([`iterate_average`]),
+//! and natural-gradient steps
 //! for a Gaussian q(u) ([`natgrad`]), marginals of whitened q(v) at a block of rows
 //! ([`projection`]), and the fitted model of the sparse arg-max-likelihood methods
 //! ([`argmax_model`]).
@@ -9,6 +10,7 @@ pub mod adam;
 pub mod adaptive_rate;
 pub mod argmax_model;
 pub mod inducing;
+pub mod iterate_average;
 pub mod kmeans;
 pub mod minibatch;
 pub mod natgrad;
@@ -16,5 +18,6 @@ pub mod projection;
 
 pub use adam::{Adam, LearningRate};
 pub use inducing::{class_weighted_inducing, inducing_sets, initial_kernels, InducingInit};
+pub use iterate_average::IterateAverage;
 pub use minibatch::Minibatches;
 pub use natgrad::NaturalGaussian;

@@ -6,7 +6,7 @@ use super::sweep::ViewFor;
 use super::{Ep, Scheme};
 use crate::kernels::KernelSet;
 use crate::methods::{Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Method, Problem, StopReason};
-use crate::scalable::{inducing_sets, initial_kernels, Adam, Minibatches};
+use crate::scalable::{inducing_sets, initial_kernels, Adam, IterateAverage, Minibatches};
 use rand::Rng;
 
 /// App. G's adaptive rates: one per parameter, x1.02 while the gradient's sign holds, x0.5
@@ -95,7 +95,14 @@ pub(crate) fn train(
     let (mut rollbacks, mut skipped, mut total_sweeps) = (0u64, 0u64, 0u64);
     let mut stop = StopReason::MaxIterations;
     let mut t = 0u64;
-    let snapshot = |s: &State| -> Result<Box<dyn Fitted>, FitError> { Ok(Box::new(s.model(None, Diagnostics::default()))) };
+    // Predictions at the average of the iterates when asked for (training never reads it).
+    let mut average = p.average_decay.filter(|_| moves).map(|d| IterateAverage::new(d, &free));
+    let snapshot = |s: &State, average: &Option<IterateAverage>| -> Result<Box<dyn Fitted>, FitError> {
+        Ok(Box::new(match average {
+            Some(a) => s.model_at(&a.average(&s.theta()), None, Diagnostics::default())?,
+            None => s.model(None, Diagnostics::default()),
+        }))
+    };
 
     while t < p.max_iters {
         ctx.check_deadline()?;
@@ -163,11 +170,14 @@ pub(crate) fn train(
                 rates.halve();
                 rollbacks += 1;
             }
+            if let Some(a) = &mut average {
+                a.update(&theta);
+            }
         }
         if full && p.scheme != Scheme::Outer {
             damping *= p.damping_decay;
         }
-        ctx.checkpoint_with(t, || state.log_z_q(x, y).ok(), || snapshot(&state))?;
+        ctx.checkpoint_with(t, || state.log_z_q(x, y).ok(), || snapshot(&state, &average))?;
         if let Some(reason) = ctx.budget_stop(t) {
             stop = reason;
             break;
@@ -189,5 +199,12 @@ pub(crate) fn train(
     diagnostics.number("state_bytes", state.site_bytes() as f64);
     diagnostics.note("batch", if full { "full (parallel updates, damped)".to_string() } else { format!("{} (undamped)", p.batch.rows(n)) });
     diagnostics.note("step", if use_adam { format!("Adam {:?}", p.adam_lr) } else { format!("adaptive rates from {}", p.rate) });
-    Ok(Box::new(state.model(Some(evidence), diagnostics)))
+    match &average {
+        Some(a) => {
+            diagnostics
+                .note("predicts_at", format!("the iterates' moving average (decay {} a step); log Z_q at the last iterate", a.decay()));
+            Ok(Box::new(state.model_at(&a.average(&theta), Some(evidence), diagnostics)?))
+        }
+        None => Ok(Box::new(state.model(Some(evidence), diagnostics))),
+    }
 }

@@ -176,6 +176,13 @@ pub struct EpParams {
     /// notes call it a quirk). Amplitudes, noises and Z follow their own signs either way.
     #[serde(default, skip_serializing_if = "LengthscaleSign::is_own")]
     pub lengthscale_sign: LengthscaleSign,
+    /// Predict (at the checkpoints and at the end) at an exponential moving average of the
+    /// kernels' log-parameters and Z over the steps (`scalable::IterateAverage`, weights
+    /// decaying by this factor a step: 0.999 is a time constant of 1,000 steps) instead of at
+    /// the last step's, with the current sites. Training itself is unchanged, step for step.
+    /// Off by default (the paper predicts at the last iterate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub average_decay: Option<f64>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -243,6 +250,11 @@ impl EpParams {
         let adaptive = self.step.map_or(self.batch.is_full(), |s| s == Step::Adaptive);
         if !self.lengthscale_sign.is_own() && !adaptive {
             return Err("settings.lengthscale_sign: summed changes App. G's adaptive rates, so it needs step: adaptive (the default with batch: full)".into());
+        }
+        if let Some(d) = self.average_decay {
+            if !(0.0..1.0).contains(&d) {
+                return Err(format!("settings.average_decay: in [0, 1), got {d}"));
+            }
         }
         if !(self.outer_tol > 0.0) || self.outer_max_sweeps == 0 {
             return Err("settings.outer_tol: positive; settings.outer_max_sweeps: at least 1".into());

@@ -94,13 +94,19 @@ impl State {
 
     /// The fitted model of the current state.
     pub fn model(&self, evidence: Option<f64>, diagnostics: crate::methods::Diagnostics) -> ArgmaxModel {
-        let classes = self
-            .priors
-            .iter()
-            .zip(&self.posts)
-            .map(|(p, q)| ArgmaxClass { z: p.z.clone(), k_chol: p.chol.clone(), a_chol: q.a_chol.clone(), beta: q.beta.clone() })
-            .collect();
-        ArgmaxModel { kernels: self.kernels.clone(), classes, evidence, diagnostics }
+        model_of(&self.kernels, &self.priors, &self.posts, evidence, diagnostics)
+    }
+
+    /// The fitted model at kernels and inducing inputs `theta` (see `gradient`) with the current
+    /// sites, the state unchanged: predictions at an average of the iterates.
+    pub fn model_at(
+        &self,
+        theta: &[f64],
+        evidence: Option<f64>,
+        diagnostics: crate::methods::Diagnostics,
+    ) -> Result<ArgmaxModel, FitError> {
+        let (kernels, priors, posts) = self.at_theta(theta)?;
+        Ok(model_of(&kernels, &priors, &posts, evidence, diagnostics))
     }
 
     pub fn is_tied(&self) -> bool {
@@ -326,6 +332,15 @@ impl State {
     /// space (the prior swapped under them, as the authors' code does). On error the state is
     /// unchanged.
     pub fn set_theta(&mut self, theta: &[f64]) -> Result<(), FitError> {
+        let (kernels, priors, posts) = self.at_theta(theta)?;
+        self.kernels = kernels;
+        self.priors = priors;
+        self.posts = posts;
+        Ok(())
+    }
+
+    /// Kernels, priors and posteriors (of the current site sums) at `theta`.
+    fn at_theta(&self, theta: &[f64]) -> Result<(KernelSet, Vec<ClassPrior>, Vec<ClassPosterior>), FitError> {
         let n_kern = self.kernels.n_params();
         let kernels = self.kernels.with_log_params(&theta[..n_kern]);
         let mut at = n_kern;
@@ -340,10 +355,7 @@ impl State {
         let posts = FitError::first_in_order(
             (0..self.n_classes()).into_par_iter().map(|k| ClassPosterior::new(&priors[k], &self.sums[k], k)).collect(),
         )?;
-        self.kernels = kernels;
-        self.priors = priors;
-        self.posts = posts;
-        Ok(())
+        Ok((kernels, priors, posts))
     }
 
     /// The estimate log Z_q of log p(y) (eq. 9) over all rows: EP, sum_c [g(theta_c) -
@@ -367,4 +379,20 @@ impl State {
         }
         Ok(total)
     }
+}
+
+/// The fitted model of kernels, priors and posteriors.
+fn model_of(
+    kernels: &KernelSet,
+    priors: &[ClassPrior],
+    posts: &[ClassPosterior],
+    evidence: Option<f64>,
+    diagnostics: crate::methods::Diagnostics,
+) -> ArgmaxModel {
+    let classes = priors
+        .iter()
+        .zip(posts)
+        .map(|(p, q)| ArgmaxClass { z: p.z.clone(), k_chol: p.chol.clone(), a_chol: q.a_chol.clone(), beta: q.beta.clone() })
+        .collect();
+    ArgmaxModel { kernels: kernels.clone(), classes, evidence, diagnostics }
 }

@@ -481,6 +481,31 @@ fn learning_raises_log_z_q_in_batch_and_minibatch_mode() {
     }
 }
 
+/// `average_decay`: training is untouched (the same log Z_q, bit for bit); decay 0 averages
+/// nothing (the last iterate's predictions, bit for bit); a positive decay predicts elsewhere.
+#[test]
+fn predicting_at_the_iterates_average_leaves_training_alone() {
+    let (x, y) = toy(60, 2, 3, 9);
+    let kernels = se_ard_plus_white(2, 3, 1.0);
+    let run = |average: Option<f64>| {
+        let mut settings = serde_json::json!({ "inducing": 5, "max_iters": 200, "batch": 10, "adam_lr": 0.01 });
+        if let Some(d) = average {
+            settings["average_decay"] = serde_json::json!(d);
+        }
+        let model = fit("sep", settings, &x, &y, &kernels, HyperPolicy::Learn);
+        let probs = model.predict(&x, &mut Pcg64::seed_from_u64(0)).unwrap().probs;
+        (model.evidence().unwrap().value, probs)
+    };
+    let (z_last, p_last) = run(None);
+    let (z_zero, p_zero) = run(Some(0.0));
+    let (z_avg, p_avg) = run(Some(0.95));
+    assert_eq!(z_last.to_bits(), z_zero.to_bits());
+    assert_eq!(z_last.to_bits(), z_avg.to_bits(), "the average must not feed back into training");
+    assert!(p_last.iter().zip(p_zero.iter()).all(|(a, b)| a.to_bits() == b.to_bits()), "decay 0 is the last iterate");
+    let gap = p_last.iter().zip(p_avg.iter()).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    assert!(gap > 1e-6 && gap < 0.2, "the average's predictions differ from the last iterate's by {gap}");
+}
+
 #[test]
 fn sep_memory_does_not_grow_with_n_and_ep_memory_does() {
     let kernels = se_ard_plus_white(2, 3, 0.5);
@@ -504,6 +529,7 @@ fn settings_are_checked_with_the_field_named() {
         (serde_json::json!({ "site_directions": "lagged" }), "site_directions"),
         (serde_json::json!({ "lengthscale_sign": "summed", "batch": 10 }), "lengthscale_sign"),
         (serde_json::json!({ "lengthscale_sign": "summed", "step": "adam" }), "lengthscale_sign"),
+        (serde_json::json!({ "average_decay": 1.0 }), "average_decay"),
     ] {
         let err = match serde_json::from_value::<EpParams>(bad).map_err(|e| e.to_string()).and_then(|p| p.check(true).map(|_| ())) {
             Err(e) => e,
