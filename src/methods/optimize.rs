@@ -2,7 +2,9 @@
 //! line search) minimising a cost over log-parameters, a subset of which may be held fixed.
 use super::{FitError, StopReason};
 use crate::linalg::dot;
-use argmin::core::{CostFunction, Executor, Gradient, IterState, LineSearch, Problem as ArgminProblem, Solver, State, KV};
+use argmin::core::{
+    CostFunction, Executor, Gradient, IterState, LineSearch, Problem as ArgminProblem, Solver, State, TerminationReason, KV,
+};
 use argmin::solver::linesearch::MoreThuenteLineSearch;
 use argmin::solver::quasinewton::LBFGS;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -170,11 +172,39 @@ pub struct LbfgsOptions {
     /// best point seen), as an L-BFGS driver that reports the failure does, instead of going on
     /// from the point the line search returned.
     pub stop_on_failed_line_search: bool,
+    pub line_search: LineSearchKind,
 }
 
-/// The message a line search failing the strong Wolfe conditions ends the search with, under
-/// `stop_on_failed_line_search` (the stop reason contains it).
-pub const FAILED_LINE_SEARCH: &str = "line search failed the strong Wolfe conditions";
+/// How each L-BFGS iteration searches along its direction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LineSearchKind {
+    /// More-Thuente (MINPACK's), steered by the gradient at every trial point; each ending is
+    /// checked against the strong Wolfe conditions ([`WolfeChecked`]).
+    #[default]
+    MoreThuente,
+    /// Cost values only ([`DecreaseOnly`]): the trial steps 1, 1/2, 1/4, ... of the direction,
+    /// the first with a lower cost than the start's taken; none in `DECREASE_TRIALS` trials is a
+    /// failed line search, which ends the search at the best point seen.
+    Decrease,
+}
+
+impl LineSearchKind {
+    /// For `skip_serializing_if`: settings mention the line search only where a spec chose
+    /// the non-default one, so the cells' keys of every other spec stay as they were.
+    pub fn is_default(&self) -> bool {
+        *self == LineSearchKind::default()
+    }
+}
+
+/// What the stop reason of a search ended by a failed line search contains (under
+/// `stop_on_failed_line_search`, or any failure of a `Decrease` search).
+pub const FAILED_LINE_SEARCH: &str = "line search failed";
+/// The message of a More-Thuente search that fails the strong Wolfe conditions.
+const FAILED_WOLFE: &str = "line search failed the strong Wolfe conditions";
+/// Trial steps of a `Decrease` line search before it fails: the last is 2^-19 of the direction
+/// (L-BFGS's first direction is the gradient itself, of any length).
+const DECREASE_TRIALS: usize = 20;
 
 /// `minimize_lbfgs` with every option of [`LbfgsOptions`].
 pub fn minimize_lbfgs_opts(
@@ -224,7 +254,14 @@ pub fn minimize_lbfgs_opts(
     let mut stopped_by = None;
     let failed_line_searches = Arc::new(AtomicUsize::new(0));
     let stop_reason = loop {
-        let line_search = WolfeChecked::new(MoreThuenteLineSearch::new(), failed_line_searches.clone(), opts.stop_on_failed_line_search);
+        let line_search = match opts.line_search {
+            LineSearchKind::MoreThuente => Search::MoreThuente(Box::new(WolfeChecked::new(
+                MoreThuenteLineSearch::new(),
+                failed_line_searches.clone(),
+                opts.stop_on_failed_line_search,
+            ))),
+            LineSearchKind::Decrease => Search::Decrease(DecreaseOnly::new(failed_line_searches.clone())),
+        };
         let solver = LBFGS::new(line_search, 10)
             .with_tolerance_grad(1e-6)
             .and_then(|s| s.with_tolerance_cost(tol_cost))
@@ -334,7 +371,7 @@ impl<O, L: Solver<O, LineState>> Solver<O, LineState> for WolfeChecked<L> {
             if !(decrease && curvature) {
                 self.failures.fetch_add(1, Ordering::Relaxed);
                 if self.stop {
-                    return Err(argmin::core::Error::msg(FAILED_LINE_SEARCH));
+                    return Err(argmin::core::Error::msg(FAILED_WOLFE));
                 }
             }
         }
@@ -343,6 +380,134 @@ impl<O, L: Solver<O, LineState>> Solver<O, LineState> for WolfeChecked<L> {
 
     fn terminate(&mut self, state: &LineState) -> argmin::core::TerminationStatus {
         self.inner.terminate(state)
+    }
+}
+
+/// A line search that reads cost values only. Why not argmin's `BacktrackingLineSearch`: its
+/// Armijo condition reads the start's gradient, and it has no limit on its trials (it halves
+/// until the condition holds). Where the gradient is not the cost's (the IVM's exact strategy:
+/// its cost recomputes the sites, its gradient holds them frozen), Seeger et al. (§3.3) call
+/// for "special 'robust' line search code which neglects gradient information"; this is the
+/// simplest such search. The direction still comes from L-BFGS's (gradient-based) memory.
+#[derive(Clone)]
+struct DecreaseOnly {
+    failures: Arc<AtomicUsize>,
+    direction: Vec<f64>,
+    /// The start point and its cost.
+    start: Option<(Vec<f64>, f64)>,
+    step: f64,
+    trials: usize,
+}
+
+impl DecreaseOnly {
+    fn new(failures: Arc<AtomicUsize>) -> Self {
+        DecreaseOnly { failures, direction: Vec::new(), start: None, step: 1.0, trials: 0 }
+    }
+}
+
+impl LineSearch<Vec<f64>, f64> for DecreaseOnly {
+    fn search_direction(&mut self, direction: Vec<f64>) {
+        self.direction = direction;
+    }
+
+    fn initial_step_length(&mut self, step_length: f64) -> Result<(), argmin::core::Error> {
+        self.step = step_length;
+        Ok(())
+    }
+}
+
+impl<O: CostFunction<Param = Vec<f64>, Output = f64>> Solver<O, LineState> for DecreaseOnly {
+    fn name(&self) -> &str {
+        "decrease-only backtracking"
+    }
+
+    fn init(&mut self, _problem: &mut ArgminProblem<O>, state: LineState) -> Result<(LineState, Option<KV>), argmin::core::Error> {
+        let x = state.get_param().ok_or_else(|| argmin::core::Error::msg("line search without a start point"))?;
+        // L-BFGS's memory without the curvature condition (which this search does not enforce)
+        // can turn its direction uphill; as with More-Thuente, that error restarts L-BFGS.
+        if state.get_gradient().is_some_and(|g| dot(g, &self.direction) >= 0.0) {
+            return Err(argmin::core::Error::msg("the search direction is not a descent direction"));
+        }
+        self.start = Some((x.clone(), state.get_cost()));
+        (self.step, self.trials) = (1.0, 0);
+        Ok((state, None))
+    }
+
+    fn next_iter(&mut self, problem: &mut ArgminProblem<O>, state: LineState) -> Result<(LineState, Option<KV>), argmin::core::Error> {
+        let (x0, f0) = self.start.as_ref().expect("init sets the start");
+        let x: Vec<f64> = x0.iter().zip(&self.direction).map(|(a, d)| a + self.step * d).collect();
+        self.trials += 1;
+        // A failed evaluation (too far out) counts as no decrease; the optimiser's cache keeps
+        // a budget's or a timeout's error for the caller.
+        if let Ok(f) = problem.cost(&x) {
+            if f < *f0 {
+                return Ok((state.param(x).cost(f).terminate_with(TerminationReason::SolverConverged), None));
+            }
+        }
+        if self.trials == DECREASE_TRIALS {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+            return Err(argmin::core::Error::msg(format!("{FAILED_LINE_SEARCH}: no decrease in {DECREASE_TRIALS} trial steps")));
+        }
+        self.step *= 0.5;
+        Ok((state, None))
+    }
+}
+
+type MoreThuente = MoreThuenteLineSearch<Vec<f64>, Vec<f64>, f64>;
+
+/// The line search of one L-BFGS run, either kind (argmin's L-BFGS takes one line-search type).
+#[derive(Clone)]
+enum Search {
+    MoreThuente(Box<WolfeChecked<MoreThuente>>),
+    Decrease(DecreaseOnly),
+}
+
+impl LineSearch<Vec<f64>, f64> for Search {
+    fn search_direction(&mut self, direction: Vec<f64>) {
+        match self {
+            Search::MoreThuente(s) => s.search_direction(direction),
+            Search::Decrease(s) => s.search_direction(direction),
+        }
+    }
+
+    fn initial_step_length(&mut self, step_length: f64) -> Result<(), argmin::core::Error> {
+        match self {
+            Search::MoreThuente(s) => s.initial_step_length(step_length),
+            Search::Decrease(s) => s.initial_step_length(step_length),
+        }
+    }
+}
+
+impl<O> Solver<O, LineState> for Search
+where
+    O: CostFunction<Param = Vec<f64>, Output = f64> + Gradient<Param = Vec<f64>, Gradient = Vec<f64>>,
+{
+    fn name(&self) -> &str {
+        match self {
+            Search::MoreThuente(s) => Solver::<O, LineState>::name(s.as_ref()),
+            Search::Decrease(s) => Solver::<O, LineState>::name(s),
+        }
+    }
+
+    fn init(&mut self, problem: &mut ArgminProblem<O>, state: LineState) -> Result<(LineState, Option<KV>), argmin::core::Error> {
+        match self {
+            Search::MoreThuente(s) => s.as_mut().init(problem, state),
+            Search::Decrease(s) => s.init(problem, state),
+        }
+    }
+
+    fn next_iter(&mut self, problem: &mut ArgminProblem<O>, state: LineState) -> Result<(LineState, Option<KV>), argmin::core::Error> {
+        match self {
+            Search::MoreThuente(s) => s.as_mut().next_iter(problem, state),
+            Search::Decrease(s) => s.next_iter(problem, state),
+        }
+    }
+
+    fn terminate(&mut self, state: &LineState) -> argmin::core::TerminationStatus {
+        match self {
+            Search::MoreThuente(s) => Solver::<O, LineState>::terminate(s.as_mut(), state),
+            Search::Decrease(s) => Solver::<O, LineState>::terminate(s, state),
+        }
     }
 }
 
@@ -502,6 +667,38 @@ mod tests {
         let checked = minimize_lbfgs_opts(&f, &[-1.2, 1.0], &[true, true], 30, 1e-10, opts).unwrap();
         assert_eq!(plain.failed_line_searches, 0, "{plain:?}");
         assert_eq!((plain.x, plain.value, plain.evaluations), (checked.x, checked.value, checked.evaluations));
+    }
+
+    #[test]
+    fn the_decrease_line_search_reads_costs_only_and_fails_where_nothing_decreases() {
+        // A cost whose stated gradient points uphill (f = x^2, "gradient" -2x): every trial step
+        // along its L-BFGS direction raises the cost, so the first line search fails after its
+        // trials and the search ends at the start.
+        let uphill = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> { Ok((x[0] * x[0], vec![-2.0 * x[0]])) };
+        let opts = LbfgsOptions { line_search: LineSearchKind::Decrease, ..Default::default() };
+        let m = minimize_lbfgs_opts(&uphill, &[1.0], &[true], 20, 1e-12, opts).unwrap();
+        assert_eq!((m.x.clone(), m.value, m.failed_line_searches), (vec![1.0], 1.0, 1), "{m:?}");
+        assert_eq!(m.evaluations, 1 + DECREASE_TRIALS, "{m:?}");
+        assert!(m.stop_reason.contains(FAILED_LINE_SEARCH), "{m:?}");
+        // The wrong gradient of the Wolfe test above: every accepted step lowers the cost (what
+        // More-Thuente, steered by the stated slope, does not ensure for the points it goes on
+        // from), so the costs the search moves through fall monotonically, down towards 1's.
+        let seen = Mutex::new(Vec::new());
+        let wrong = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
+            seen.lock().unwrap().push(x[0]);
+            Ok(((x[0] - 1.0).powi(2), vec![2.0 * (x[0] - 5.0)]))
+        };
+        let m = minimize_lbfgs_opts(&wrong, &[0.0], &[true], 20, 1e-12, opts).unwrap();
+        assert!(m.value < 1.0, "{m:?}");
+        let seen = seen.into_inner().unwrap();
+        assert_eq!(m.value, seen.iter().map(|x| (x - 1.0).powi(2)).fold(f64::INFINITY, f64::min));
+        // A consistent gradient: L-BFGS with this search still solves Rosenbrock's problem.
+        let rosen = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
+            let (a, b) = (x[0], x[1]);
+            Ok(((1.0 - a).powi(2) + 100.0 * (b - a * a).powi(2), vec![-2.0 * (1.0 - a) - 400.0 * a * (b - a * a), 200.0 * (b - a * a)]))
+        };
+        let m = minimize_lbfgs_opts(&rosen, &[-1.2, 1.0], &[true, true], 500, 1e-14, opts).unwrap();
+        assert!((m.x[0] - 1.0).abs() < 1e-4 && (m.x[1] - 1.0).abs() < 1e-4, "{m:?}");
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub use virtual_vectors::VirtualVectors;
 use super::{parse_settings, Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Method, Problem, ProblemShape, StopReason};
 use crate::kernels::{Kernel, KernelSet};
 use crate::likelihoods::univariate::CavityMoments;
+use crate::methods::optimize::LineSearchKind;
 use ndarray::{Array2, Axis};
 use select::best_candidate;
 use serde::{Deserialize, Serialize};
@@ -94,6 +95,12 @@ pub struct IvmParams {
     /// the point the line search returned.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stop_on_failed_line_search: bool,
+    /// With `hyper: learn`: the minor steps' line search, `more_thuente` (steered by the
+    /// gradient) or `decrease` (cost values only, the "robust line search code which neglects
+    /// gradient information" that §3.3 names for the exact strategy, whose gradient is not its
+    /// cost's; a search that finds no decrease ends the minor step).
+    #[serde(default, skip_serializing_if = "LineSearchKind::is_default")]
+    pub line_search: LineSearchKind,
     /// With `hyper: learn`: `paper` (§6.1's priors on v, w and the intercept) or `none`.
     #[serde(default)]
     pub hyper_prior: HyperPrior,

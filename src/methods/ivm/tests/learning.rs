@@ -175,4 +175,19 @@ fn learning_lowers_the_criterion_across_major_and_minor_steps() {
         assert!(major[2] < major[0], "{strategy}: {major:?}");
         assert!(m.evidence().is_some_and(|e| e.value.is_finite()), "{strategy}");
     }
+    // The exact strategy with the line search on cost values alone: its cost is the criterion
+    // with the sites recomputed, which the minor step starts from (the major step's sites are
+    // the replay's at the same theta) and which each accepted step lowers.
+    let (_, trace) = fit_learned(
+        serde_json::json!({ "active_size": 25, "outer_iters": 3, "inner_iters": 4, "strategy": "exact", "line_search": "decrease" }),
+        &x,
+        &y,
+        kernel_yaml,
+    );
+    let (major, minor) = (trace_values(&trace, "criterion"), trace_values(&trace, "criterion_minor"));
+    assert_eq!((major.len(), minor.len()), (4, 3));
+    for k in 0..3 {
+        assert!(minor[k] <= major[k] * (1.0 + 1e-12), "exact minor step {k} raised its criterion: {} -> {}", major[k], minor[k]);
+    }
+    assert!(minor[0] < major[0] - 1e-6, "the first minor step lowers the criterion: {major:?} / {minor:?}");
 }
