@@ -1,5 +1,6 @@
-//! The one outer optimiser every method uses for hyper-parameters: L-BFGS (argmin, More-Thuente
-//! line search) minimising a cost over log-parameters, a subset of which may be held fixed.
+//! The one outer optimiser every method uses for hyper-parameters: L-BFGS (argmin; More-Thuente
+//! line search, or one on cost values alone where the gradient is not the cost's) minimising a
+//! cost over log-parameters, a subset of which may be held fixed.
 use super::{FitError, StopReason};
 use crate::linalg::dot;
 use argmin::core::{
