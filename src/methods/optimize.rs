@@ -681,18 +681,23 @@ mod tests {
         assert_eq!((m.x.clone(), m.value, m.failed_line_searches), (vec![1.0], 1.0, 1), "{m:?}");
         assert_eq!(m.evaluations, 1 + DECREASE_TRIALS, "{m:?}");
         assert!(m.stop_reason.contains(FAILED_LINE_SEARCH), "{m:?}");
-        // The wrong gradient of the Wolfe test above: every accepted step lowers the cost (what
-        // More-Thuente, steered by the stated slope, does not ensure for the points it goes on
-        // from), so the costs the search moves through fall monotonically, down towards 1's.
+        // The wrong gradient of the Wolfe test above, traced by hand. From x = 0 (g = -10) the
+        // first direction is +10: trials 10, 5, 2.5 raise the cost (81, 16, 2.25 > 1), 1.25 lowers
+        // it (0.0625) and is taken, read off the cost alone. Then g = -7.5, L-BFGS's scale
+        // s y / y y = 1.25 * 2.5 / 6.25 = 0.5 gives the direction +3.75: every trial lies right of
+        // 1.25, where the cost only rises, so after 20 trials the search fails and ends at 1.25.
+        // (A search reading the stated slope at its trial points, which never turns positive
+        // before x = 5, would not take 1.25 after exactly four trials.)
         let seen = Mutex::new(Vec::new());
         let wrong = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
             seen.lock().unwrap().push(x[0]);
             Ok(((x[0] - 1.0).powi(2), vec![2.0 * (x[0] - 5.0)]))
         };
         let m = minimize_lbfgs_opts(&wrong, &[0.0], &[true], 20, 1e-12, opts).unwrap();
-        assert!(m.value < 1.0, "{m:?}");
         let seen = seen.into_inner().unwrap();
-        assert_eq!(m.value, seen.iter().map(|x| (x - 1.0).powi(2)).fold(f64::INFINITY, f64::min));
+        assert_eq!(&seen[..5], &[0.0, 10.0, 5.0, 2.5, 1.25]);
+        assert!(seen[5..].iter().all(|&x| x > 1.25), "{seen:?}");
+        assert_eq!((m.x, m.value, m.evaluations, m.failed_line_searches), (vec![1.25], 0.0625, 1 + 4 + DECREASE_TRIALS, 1));
         // A consistent gradient: L-BFGS with this search still solves Rosenbrock's problem.
         let rosen = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
             let (a, b) = (x[0], x[1]);
