@@ -257,8 +257,11 @@ impl Ivm {
         let (criterion_name, log_q_name, bias_name, minor_name) = (name("criterion"), name("log_q"), name("bias"), name("criterion_minor"));
         let (mut evaluations, mut troubled, mut first_trouble) = (0, 0, None);
         let (mut failed_line_searches, mut minor_steps_failed) = (0, 0);
-        let opts =
-            LbfgsOptions { stop_on_failed_line_search: p.stop_on_failed_line_search, line_search: p.line_search, ..Default::default() };
+        let opts = LbfgsOptions {
+            first_step: p.lbfgs_first_step,
+            stop_on_failed_line_search: p.stop_on_failed_line_search,
+            line_search: p.line_search,
+        };
         let minimize = |f: &CostAndGrad<'_>, t0: &[f64], iters: u64, tol: f64| minimize_lbfgs_opts(f, t0, &free, iters, tol, opts);
         let mut major = 0u64;
         loop {

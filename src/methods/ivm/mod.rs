@@ -39,7 +39,7 @@ pub use virtual_vectors::VirtualVectors;
 use super::{parse_settings, Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Method, Problem, ProblemShape, StopReason};
 use crate::kernels::{Kernel, KernelSet};
 use crate::likelihoods::univariate::CavityMoments;
-use crate::methods::optimize::LineSearchKind;
+use crate::methods::optimize::{FirstStep, LineSearchKind};
 use ndarray::{Array2, Axis};
 use select::best_candidate;
 use serde::{Deserialize, Serialize};
@@ -101,6 +101,12 @@ pub struct IvmParams {
     /// cost's; a search that finds no decrease ends the minor step).
     #[serde(default, skip_serializing_if = "LineSearchKind::is_default")]
     pub line_search: LineSearchKind,
+    /// With `hyper: learn`: the length of each minor step's first (steepest-descent) L-BFGS
+    /// trial step, `gradient` (argmin's, the default) or `unit_length` (Fortran L-BFGS-B's, as
+    /// `gfitc` and `svgp` offer): every minor step restarts L-BFGS, so this is the first trial
+    /// point of every outer iteration.
+    #[serde(default, skip_serializing_if = "FirstStep::is_default")]
+    pub lbfgs_first_step: FirstStep,
     /// With `hyper: learn`: `paper` (§6.1's priors on v, w and the intercept) or `none`.
     #[serde(default)]
     pub hyper_prior: HyperPrior,

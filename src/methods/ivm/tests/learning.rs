@@ -191,3 +191,31 @@ fn learning_lowers_the_criterion_across_major_and_minor_steps() {
     }
     assert!(minor[0] < major[0] - 1e-6, "the first minor step lowers the criterion: {major:?} / {minor:?}");
 }
+
+/// `lbfgs_first_step: unit_length` reaches the minor steps' optimiser: one minor step of one
+/// line search on cost values (trial steps 1, 1/2, 1/4, ... of the first direction) moves the
+/// log-parameters and the intercept by exactly 2^-k, where the default's first direction is
+/// the gradient itself, of another length.
+#[test]
+fn the_unit_length_first_step_moves_the_minor_step_by_a_power_of_two() {
+    let (x0, y0) = blobs(120, 0.9, 41);
+    let keep: Vec<usize> = (0..120).filter(|&i| y0[i] == 1 || i % 4 != 0).collect();
+    let x = x0.select(Axis(0), &keep);
+    let y: Vec<usize> = keep.iter().map(|&i| y0[i]).collect();
+    let kernel_yaml = "{ lengthscale: 6.0, variance: 0.5, learn_variance: true }";
+    let start = kernel(kernel_yaml, 2).log_params();
+    let step_length = |first_step: &str| {
+        let settings = serde_json::json!({ "active_size": 25, "outer_iters": 1, "inner_iters": 1, "strategy": "constant",
+            "line_search": "decrease", "lbfgs_first_step": first_step });
+        let (model, _) = fit_learned(settings, &x, &y, kernel_yaml);
+        let mut moved: Vec<f64> = model.kernels().class(0).log_params().iter().zip(&start).map(|(a, b)| a - b).collect();
+        moved.push(model.diagnostics().numbers["bias"]);
+        moved.iter().map(|d| d * d).sum::<f64>().sqrt()
+    };
+    let unit = step_length("unit_length");
+    let halvings = -unit.log2();
+    assert!(unit > 0.0 && (halvings - halvings.round()).abs() < 1e-9, "a unit-length first step halved: {unit}");
+    let gradient = step_length("gradient");
+    let k = -gradient.log2();
+    assert!(gradient > 0.0 && (k - k.round()).abs() > 1e-6, "the gradient-long first step: {gradient}");
+}
