@@ -124,19 +124,25 @@ fn the_paper_hyper_prior_has_its_mode_at_the_stated_values() {
     assert_eq!(HyperPrior::None.penalty(kern.as_ref(), Some(3.0), dim), (0.0, vec![0.0, 0.0], 0.0));
 }
 
+/// Unbalanced classes (three quarters of class 0 kept), where the intercept matters.
+fn unbalanced_blobs() -> (Array2<f64>, Vec<usize>) {
+    let (x0, y0) = blobs(120, 0.9, 41);
+    let keep: Vec<usize> = (0..120).filter(|&i| y0[i] == 1 || i % 4 != 0).collect();
+    (x0.select(Axis(0), &keep), keep.iter().map(|&i| y0[i]).collect())
+}
+
+/// A poor start for `unbalanced_blobs`: the length-scale 6x too long.
+const POOR_START: &str = "{ lengthscale: 6.0, variance: 0.5, learn_variance: true }";
+
 /// The major/minor schedule: each minor step lowers the criterion phi - log P with I and the
 /// sites frozen (constant strategy), from a poor start the learning lowers the criterion from
 /// the first major step to the last, moves the kernel and intercept, and the learned model
 /// classifies held-out points; hybrid and exact run the same schedule.
 #[test]
 fn learning_lowers_the_criterion_across_major_and_minor_steps() {
-    // Unbalanced classes (intercept matters) and a poor start (length-scale 6x too long).
-    let (x0, y0) = blobs(120, 0.9, 41);
-    let keep: Vec<usize> = (0..120).filter(|&i| y0[i] == 1 || i % 4 != 0).collect();
-    let x = x0.select(Axis(0), &keep);
-    let y: Vec<usize> = keep.iter().map(|&i| y0[i]).collect();
+    let (x, y) = unbalanced_blobs();
     let (xt, yt) = blobs(300, 0.9, 42);
-    let kernel_yaml = "{ lengthscale: 6.0, variance: 0.5, learn_variance: true }";
+    let kernel_yaml = POOR_START;
     let settings = serde_json::json!({ "active_size": 25, "outer_iters": 4, "inner_iters": 5 });
     let (model, trace) = fit_learned(settings.clone(), &x, &y, kernel_yaml);
     let major = trace_values(&trace, "criterion");
@@ -198,11 +204,8 @@ fn learning_lowers_the_criterion_across_major_and_minor_steps() {
 /// the gradient itself, of another length.
 #[test]
 fn the_unit_length_first_step_moves_the_minor_step_by_a_power_of_two() {
-    let (x0, y0) = blobs(120, 0.9, 41);
-    let keep: Vec<usize> = (0..120).filter(|&i| y0[i] == 1 || i % 4 != 0).collect();
-    let x = x0.select(Axis(0), &keep);
-    let y: Vec<usize> = keep.iter().map(|&i| y0[i]).collect();
-    let kernel_yaml = "{ lengthscale: 6.0, variance: 0.5, learn_variance: true }";
+    let (x, y) = unbalanced_blobs();
+    let kernel_yaml = POOR_START;
     let start = kernel(kernel_yaml, 2).log_params();
     let step_length = |first_step: &str| {
         let settings = serde_json::json!({ "active_size": 25, "outer_iters": 1, "inner_iters": 1, "strategy": "constant",
