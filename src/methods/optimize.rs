@@ -216,7 +216,48 @@ pub fn minimize_lbfgs_opts(
     tol_cost: f64,
     opts: LbfgsOptions,
 ) -> Result<Minimum, FitError> {
-    let first_step = opts.first_step;
+    minimize_lbfgs_resume(f, x0, free, max_iters, tol_cost, opts, &mut LbfgsMemory::default())
+}
+
+type Lbfgs = LBFGS<Search, Vec<f64>, Vec<f64>, f64>;
+
+/// L-BFGS's curvature pairs, carried from one search to the next on the same parameters
+/// (`minimize_lbfgs_resume`), so that a search whose cost changed between runs (the IVM's
+/// minor steps after each reselection) starts with the earlier runs' quasi-Newton scaling
+/// instead of a steepest-descent step. Empty after a run that restarted, failed or used
+/// scaled coordinates (its pairs are not in the parameters' own units).
+#[derive(Default)]
+pub struct LbfgsMemory {
+    solver: Option<Lbfgs>,
+    /// Failed line searches of every solver this memory has held (the solver's line search
+    /// counts into it, so a resumed solver keeps counting here).
+    failures: Arc<AtomicUsize>,
+}
+
+impl LbfgsMemory {
+    /// Curvature pairs are held for the next run.
+    pub fn is_empty(&self) -> bool {
+        self.solver.is_none()
+    }
+}
+
+/// `minimize_lbfgs_opts` starting from the curvature pairs in `memory` (when it holds any and
+/// the run's coordinates are the parameters themselves), and leaving this run's pairs there.
+/// The first direction is then -H g with the carried H rather than -g; `opts.first_step`
+/// applies only when the memory is empty.
+pub fn minimize_lbfgs_resume(
+    f: &CostAndGrad<'_>,
+    x0: &[f64],
+    free: &[bool],
+    max_iters: u64,
+    tol_cost: f64,
+    opts: LbfgsOptions,
+    memory: &mut LbfgsMemory,
+) -> Result<Minimum, FitError> {
+    let mut carried = memory.solver.take();
+    let failures = memory.failures.clone();
+    let failures_before = failures.load(Ordering::Relaxed);
+    let first_step = if carried.is_some() { FirstStep::Gradient } else { opts.first_step };
     assert_eq!(x0.len(), free.len());
     let free_idx: Vec<usize> = (0..x0.len()).filter(|&i| free[i]).collect();
     let cache = Mutex::new(Cache::default());
@@ -253,26 +294,34 @@ pub fn minimize_lbfgs_opts(
     let mut restarts = 0;
     let mut first_trouble: Option<String> = None;
     let mut stopped_by = None;
-    let failed_line_searches = Arc::new(AtomicUsize::new(0));
+    let mut clean_end = false;
+    let mut last_solver: Option<Lbfgs>;
     let stop_reason = loop {
-        let line_search = match opts.line_search {
-            LineSearchKind::MoreThuente => Search::MoreThuente(Box::new(WolfeChecked::new(
-                MoreThuenteLineSearch::new(),
-                failed_line_searches.clone(),
-                opts.stop_on_failed_line_search,
-            ))),
-            LineSearchKind::Decrease => Search::Decrease(DecreaseOnly::new(failed_line_searches.clone())),
+        let solver = match carried.take() {
+            // Carried pairs are in the parameters' own units: only a run in those units uses them.
+            Some(solver) if base_scale == 1.0 && restarts == 0 => solver,
+            _ => {
+                let line_search = match opts.line_search {
+                    LineSearchKind::MoreThuente => Search::MoreThuente(Box::new(WolfeChecked::new(
+                        MoreThuenteLineSearch::new(),
+                        failures.clone(),
+                        opts.stop_on_failed_line_search,
+                    ))),
+                    LineSearchKind::Decrease => Search::Decrease(DecreaseOnly::new(failures.clone())),
+                };
+                LBFGS::new(line_search, 10)
+                    .with_tolerance_grad(1e-6)
+                    .and_then(|s| s.with_tolerance_cost(tol_cost))
+                    .map_err(|e| FitError::Numerical(e.to_string()))?
+            }
         };
-        let solver = LBFGS::new(line_search, 10)
-            .with_tolerance_grad(1e-6)
-            .and_then(|s| s.with_tolerance_cost(tol_cost))
-            .map_err(|e| FitError::Numerical(e.to_string()))?;
         let budget = max_iters - iterations;
         let outcome = Executor::new(problem(offset.clone(), scale), solver).configure(|s| s.param(start).max_iters(budget)).run();
         let (used, reason) = match &outcome {
             Ok(res) => (res.state().get_iter(), res.state().get_termination_reason().map(|r| r.text().to_string()).unwrap_or_default()),
             Err(e) => (0, format!("stopped early: {e}")),
         };
+        last_solver = outcome.ok().map(|res| res.solver);
         iterations += used;
         let mut c = cache.lock().expect("optimiser cache poisoned");
         match c.fatal.take() {
@@ -286,6 +335,7 @@ pub fn minimize_lbfgs_opts(
         }
         let trouble = c.failed || reason.contains("descent direction");
         if !trouble || restarts == MAX_RESTARTS || iterations >= max_iters {
+            clean_end = !trouble && restarts == 0;
             break match (restarts, first_trouble) {
                 (0, _) => reason,
                 (k, Some(first)) => format!("{reason} (after {k} restart(s) from the best point; first: {first})"),
@@ -305,7 +355,12 @@ pub fn minimize_lbfgs_opts(
     };
     let cache = cache.into_inner().expect("optimiser cache poisoned");
     let (x, value) = cache.best.expect("first evaluation succeeded");
-    let failed_line_searches = failed_line_searches.load(Ordering::Relaxed);
+    // The pairs are kept only from a run in the parameters' own units that ended without
+    // trouble (a failed evaluation or a restart leaves pairs that may not describe the cost).
+    if base_scale == 1.0 && clean_end {
+        memory.solver = last_solver;
+    }
+    let failed_line_searches = failures.load(Ordering::Relaxed) - failures_before;
     Ok(Minimum { x, value, iterations, evaluations: cache.evaluations, stop_reason, stopped_by, failed_line_searches })
 }
 
@@ -617,6 +672,53 @@ mod tests {
             assert!((seen[1][0] * 4.0 + seen[1][1] * 3.0).abs() < 1e-6 * want, "{first:?}: {:?}", seen[1]);
             assert!((m.x[0] - 3.0).abs() < 1e-5 && (m.x[1] + 4.0).abs() < 1e-5, "{first:?}: {m:?}");
         }
+    }
+
+    #[test]
+    fn carried_curvature_pairs_make_the_next_runs_first_step_newtons() {
+        // f_c(x) = 50 (x - c)^2 has curvature 100. Every pair (s, y) of a run on f_1 has
+        // y = 100 s, so L-BFGS's H is exactly 1/100 and a second run, on f_-2 from x = 0 with
+        // the pairs carried, takes the Newton step -g / 100 = -2: its first trial point is the
+        // minimum. Without them the first trial point is x0 - g = -200.
+        let cost =
+            |c: f64| move |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> { Ok((50.0 * (x[0] - c).powi(2), vec![100.0 * (x[0] - c)])) };
+        let mut memory = LbfgsMemory::default();
+        let first = minimize_lbfgs_resume(&cost(1.0), &[0.0], &[true], 100, 1e-14, LbfgsOptions::default(), &mut memory).unwrap();
+        assert!((first.x[0] - 1.0).abs() < 1e-6, "{first:?}");
+        assert!(!memory.is_empty(), "a clean run leaves its pairs");
+        for (carry, want) in [(true, -2.0), (false, -200.0)] {
+            let seen = Mutex::new(Vec::new());
+            let f = |x: &[f64]| {
+                seen.lock().unwrap().push(x[0]);
+                cost(-2.0)(x)
+            };
+            let mut fresh = LbfgsMemory::default();
+            let m = minimize_lbfgs_resume(
+                &f,
+                &[0.0],
+                &[true],
+                100,
+                1e-14,
+                LbfgsOptions::default(),
+                if carry { &mut memory } else { &mut fresh },
+            )
+            .unwrap();
+            let seen = seen.into_inner().unwrap();
+            assert!((seen[1] - want).abs() < 1e-9 * want.abs(), "carry {carry}: first trial point {}, want {want}", seen[1]);
+            assert!((m.x[0] + 2.0).abs() < 1e-6, "carry {carry}: {m:?}");
+        }
+    }
+
+    #[test]
+    fn pairs_are_not_carried_out_of_a_run_in_rescaled_coordinates() {
+        // A unit-length first step works in w = sqrt|g| (z - z0), whose pairs are not in z's units.
+        let f = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> { Ok((50.0 * (x[0] - 1.0).powi(2), vec![100.0 * (x[0] - 1.0)])) };
+        let mut memory = LbfgsMemory::default();
+        let opts = LbfgsOptions { first_step: FirstStep::UnitLength, ..Default::default() };
+        minimize_lbfgs_resume(&f, &[0.0], &[true], 100, 1e-14, opts, &mut memory).unwrap();
+        assert!(memory.is_empty());
+        minimize_lbfgs_resume(&f, &[0.0], &[true], 100, 1e-14, LbfgsOptions::default(), &mut memory).unwrap();
+        assert!(!memory.is_empty());
     }
 
     #[test]

@@ -19,7 +19,7 @@ use super::state::IvmState;
 use super::{Ivm, Selected, SiteLik, Task};
 use crate::kernels::Kernel;
 use crate::linalg::{col, matmul_par, small::eye};
-use crate::methods::optimize::{minimize_lbfgs_opts, CostAndGrad, LbfgsOptions, FAILED_LINE_SEARCH};
+use crate::methods::optimize::{minimize_lbfgs_resume, CostAndGrad, LbfgsMemory, LbfgsOptions, FAILED_LINE_SEARCH};
 use crate::methods::{FitContext, FitError, StopReason};
 use faer::Mat;
 use ndarray::{Array2, Axis};
@@ -262,7 +262,16 @@ impl Ivm {
             stop_on_failed_line_search: p.stop_on_failed_line_search,
             line_search: p.line_search,
         };
-        let minimize = |f: &CostAndGrad<'_>, t0: &[f64], iters: u64, tol: f64| minimize_lbfgs_opts(f, t0, &free, iters, tol, opts);
+        // L-BFGS's pairs, carried between minor steps with `keep_lbfgs_memory` and dropped after
+        // each one otherwise.
+        let memory = std::cell::RefCell::new(LbfgsMemory::default());
+        let minimize = |f: &CostAndGrad<'_>, t0: &[f64], iters: u64, tol: f64| {
+            let mut memory = memory.borrow_mut();
+            if !p.keep_lbfgs_memory {
+                *memory = LbfgsMemory::default();
+            }
+            minimize_lbfgs_resume(f, t0, &free, iters, tol, opts, &mut memory)
+        };
         let mut major = 0u64;
         loop {
             major += 1;

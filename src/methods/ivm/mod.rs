@@ -107,6 +107,14 @@ pub struct IvmParams {
     /// point of every outer iteration.
     #[serde(default, skip_serializing_if = "FirstStep::is_default")]
     pub lbfgs_first_step: FirstStep,
+    /// With `hyper: learn`: carry L-BFGS's curvature pairs from each minor step to the next
+    /// (one quasi-Newton run whose search directions continue across reselections, a reading
+    /// of §3.3's "major steps compute search directions, along which we descend using line
+    /// searches with minor steps") instead of restarting it with a steepest-descent step at
+    /// every minor step (the default). Pairs never span a major step: each is taken within one
+    /// minor step, on one frozen criterion.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_lbfgs_memory: bool,
     /// With `hyper: learn`: `paper` (§6.1's priors on v, w and the intercept) or `none`.
     #[serde(default)]
     pub hyper_prior: HyperPrior,
@@ -175,6 +183,10 @@ impl IvmParams {
         }
         if self.inner_iters == 0 {
             return Err("settings.inner_iters must be at least 1".into());
+        }
+        if self.keep_lbfgs_memory && !self.lbfgs_first_step.is_default() {
+            // A unit-length first step runs in rescaled coordinates, whose pairs are not carried.
+            return Err("settings.keep_lbfgs_memory: true needs settings.lbfgs_first_step: gradient (the carried pairs set every step after the first)".into());
         }
         if !self.bias.is_finite() {
             return Err(format!("settings.bias must be finite, got {}", self.bias));

@@ -222,3 +222,31 @@ fn the_unit_length_first_step_moves_the_minor_step_by_a_power_of_two() {
     let k = -gradient.log2();
     assert!(gradient > 0.0 && (k - k.round()).abs() > 1e-6, "the gradient-long first step: {gradient}");
 }
+
+/// `keep_lbfgs_memory` carries L-BFGS's pairs from one minor step to the next: with one minor
+/// step there is nothing to carry and the fit is the default's to the bit; with three, every
+/// minor step after the first starts from the carried pairs and the fit moves elsewhere. (That
+/// the carried pairs give a quasi-Newton first step is the optimiser's test.)
+#[test]
+fn carried_lbfgs_memory_changes_only_the_minor_steps_after_the_first() {
+    let (x, y) = unbalanced_blobs();
+    let fitted = |outer: u64, keep: bool| {
+        let settings = serde_json::json!({ "active_size": 25, "outer_iters": outer, "inner_iters": 2, "strategy": "constant",
+            "keep_lbfgs_memory": keep });
+        let (model, _) = fit_learned(settings, &x, &y, POOR_START);
+        let mut theta = model.kernels().class(0).log_params();
+        theta.push(model.diagnostics().numbers["bias"]);
+        theta
+    };
+    assert_eq!(fitted(1, true), fitted(1, false), "one minor step: nothing carried");
+    let (kept, restarted) = (fitted(3, true), fitted(3, false));
+    let moved = kept.iter().zip(&restarted).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    assert!(moved > 1e-6, "three minor steps: {kept:?} against {restarted:?}");
+}
+
+#[test]
+fn carried_lbfgs_memory_needs_the_gradient_first_step() {
+    let settings = serde_json::json!({ "keep_lbfgs_memory": true, "lbfgs_first_step": "unit_length" });
+    let err = IvmParams::from_settings(&settings).unwrap().check().unwrap_err();
+    assert!(err.contains("keep_lbfgs_memory") && err.contains("lbfgs_first_step"), "{err}");
+}
