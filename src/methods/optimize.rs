@@ -228,7 +228,9 @@ type Lbfgs = LBFGS<Search, Vec<f64>, Vec<f64>, f64>;
 /// scaled coordinates (its pairs are not in the parameters' own units).
 #[derive(Default)]
 pub struct LbfgsMemory {
-    solver: Option<Lbfgs>,
+    /// The solver holding the pairs, with the settings it was built with (its line search and
+    /// cost tolerance): a run with other settings starts afresh rather than inherit them.
+    solver: Option<(Lbfgs, LineSearchKind, bool, f64)>,
     /// Failed line searches of every solver this memory has held (the solver's line search
     /// counts into it, so a resumed solver keeps counting here).
     failures: Arc<AtomicUsize>,
@@ -254,7 +256,8 @@ pub fn minimize_lbfgs_resume(
     opts: LbfgsOptions,
     memory: &mut LbfgsMemory,
 ) -> Result<Minimum, FitError> {
-    let mut carried = memory.solver.take();
+    let settings = (opts.line_search, opts.stop_on_failed_line_search, tol_cost);
+    let mut carried = memory.solver.take().filter(|(_, kind, stop, tol)| (*kind, *stop, *tol) == settings).map(|(solver, ..)| solver);
     let failures = memory.failures.clone();
     let failures_before = failures.load(Ordering::Relaxed);
     let first_step = if carried.is_some() { FirstStep::Gradient } else { opts.first_step };
@@ -358,7 +361,7 @@ pub fn minimize_lbfgs_resume(
     // The pairs are kept only from a run in the parameters' own units that ended without
     // trouble (a failed evaluation or a restart leaves pairs that may not describe the cost).
     if base_scale == 1.0 && clean_end {
-        memory.solver = last_solver;
+        memory.solver = last_solver.map(|solver| (solver, settings.0, settings.1, settings.2));
     }
     let failed_line_searches = failures.load(Ordering::Relaxed) - failures_before;
     Ok(Minimum { x, value, iterations, evaluations: cache.evaluations, stop_reason, stopped_by, failed_line_searches })
@@ -707,6 +710,25 @@ mod tests {
             assert!((seen[1] - want).abs() < 1e-9 * want.abs(), "carry {carry}: first trial point {}, want {want}", seen[1]);
             assert!((m.x[0] + 2.0).abs() < 1e-6, "carry {carry}: {m:?}");
         }
+    }
+
+    #[test]
+    fn a_run_with_other_settings_does_not_inherit_the_carried_solver() {
+        // The pairs of a run at one cost tolerance are not offered to a run at another (the
+        // carried solver would bring its tolerance and line search along): its first trial
+        // point is then x0 - g = -200, as with no memory.
+        let cost =
+            |c: f64| move |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> { Ok((50.0 * (x[0] - c).powi(2), vec![100.0 * (x[0] - c)])) };
+        let mut memory = LbfgsMemory::default();
+        minimize_lbfgs_resume(&cost(1.0), &[0.0], &[true], 100, 1e-14, LbfgsOptions::default(), &mut memory).unwrap();
+        assert!(!memory.is_empty());
+        let seen = Mutex::new(Vec::new());
+        let f = |x: &[f64]| {
+            seen.lock().unwrap().push(x[0]);
+            cost(-2.0)(x)
+        };
+        minimize_lbfgs_resume(&f, &[0.0], &[true], 100, 1e-10, LbfgsOptions::default(), &mut memory).unwrap();
+        assert_eq!(seen.into_inner().unwrap()[1], -200.0);
     }
 
     #[test]
