@@ -105,6 +105,12 @@ pub enum LengthscaleInit {
     /// length-scale; Galy-Fajou et al.'s authors' initialisation for SC-MGPC and SVI-MGPC,
     /// notes §5.4).
     MedianTraining,
+    /// The square root of that median over the training inputs (every length-scale): the start
+    /// of Villacampa-Calvo & Hernandez-Lobato's released Satellite scripts (GFITC, EP, SEP and
+    /// VI alike), whose kernel divides the inputs by sqrt(l), so that their l, set to the median
+    /// distance, is a squared length-scale. (R's median averages the two middle distances of an
+    /// even count; this takes the upper one.)
+    SqrtMedianTraining,
 }
 
 impl LengthscaleInit {
@@ -128,22 +134,27 @@ pub fn initial_kernels(
 ) -> crate::kernels::KernelSet {
     match init {
         LengthscaleInit::Kernel => kernels.clone(),
-        LengthscaleInit::MedianInducing => with_median_lengthscales(kernels, &zs[0]),
-        LengthscaleInit::MedianTraining => {
-            if x.nrows() <= MEDIAN_TRAINING_ROWS {
-                with_median_lengthscales(kernels, x)
-            } else {
-                let mut rows = sample(rng, x.nrows(), MEDIAN_TRAINING_ROWS).into_vec();
-                rows.sort_unstable();
-                with_median_lengthscales(kernels, &x.select(Axis(0), &rows))
-            }
-        }
+        LengthscaleInit::MedianInducing => with_lengthscales(kernels, median_distance(&zs[0])),
+        LengthscaleInit::MedianTraining => with_lengthscales(kernels, median_training_distance(x, rng)),
+        LengthscaleInit::SqrtMedianTraining => with_lengthscales(kernels, median_training_distance(x, rng).sqrt()),
     }
 }
 
-/// Every length-scale of `kernels` set to the median pairwise distance of the rows of `z`.
-pub fn with_median_lengthscales(kernels: &crate::kernels::KernelSet, z: &Array2<f64>) -> crate::kernels::KernelSet {
-    let l = median_distance(z).max(1e-6);
+/// The median pairwise distance of at most `MEDIAN_TRAINING_ROWS` random rows of `x` (all of
+/// them when there are no more; `rng` is then not drawn from).
+fn median_training_distance(x: &Array2<f64>, rng: &mut Pcg64) -> f64 {
+    if x.nrows() <= MEDIAN_TRAINING_ROWS {
+        median_distance(x)
+    } else {
+        let mut rows = sample(rng, x.nrows(), MEDIAN_TRAINING_ROWS).into_vec();
+        rows.sort_unstable();
+        median_distance(&x.select(Axis(0), &rows))
+    }
+}
+
+/// Every length-scale of `kernels` set to `l` (at least 1e-6), nothing else changed.
+fn with_lengthscales(kernels: &crate::kernels::KernelSet, l: f64) -> crate::kernels::KernelSet {
+    let l = l.max(1e-6);
     let names = kernels.param_names();
     let mut p = kernels.log_params();
     for (v, name) in p.iter_mut().zip(&names) {
@@ -344,7 +355,7 @@ mod tests {
     }
 
     #[test]
-    fn median_training_sets_every_lengthscale_and_nothing_else() {
+    fn median_training_starts_set_every_lengthscale_and_nothing_else() {
         let kernels = crate::testing::se_ard_plus_white(3, 2, 0.1);
         let x = Array2::from_shape_fn((5, 3), |(i, d)| if d == 0 { f64::from((1u32 << i) - 1) } else { 0.0 });
         let mut rng = Pcg64::seed_from_u64(1);
@@ -352,6 +363,15 @@ mod tests {
         for ((name, new), old) in k.param_names().iter().zip(k.log_params()).zip(kernels.log_params()) {
             if crate::kernels::is_lengthscale(name) {
                 assert!((new - 7f64.ln()).abs() < 1e-12, "{name}: the median over the training rows, not Z's");
+            } else {
+                assert_eq!(new, old, "{name}");
+            }
+        }
+        // The authors' start: their l = the median is a squared length-scale, so ell = sqrt(7).
+        let k = initial_kernels(&kernels, LengthscaleInit::SqrtMedianTraining, &[x.slice(ndarray::s![..2, ..]).to_owned()], &x, &mut rng);
+        for ((name, new), old) in k.param_names().iter().zip(k.log_params()).zip(kernels.log_params()) {
+            if crate::kernels::is_lengthscale(name) {
+                assert!((2.0 * new - 7f64.ln()).abs() < 1e-12, "{name}: ell^2 is the training rows' median distance");
             } else {
                 assert_eq!(new, old, "{name}");
             }

@@ -124,8 +124,8 @@ pub struct EpParams {
     #[serde(default = "d_true")]
     pub learn_inducing: bool,
     /// `kernel` (default), `median_inducing` (every length-scale at the median pairwise
-    /// distance of class 1's initial inducing inputs) or `median_training` (of at most 10,000
-    /// training inputs).
+    /// distance of class 1's initial inducing inputs), `median_training` (of at most 10,000
+    /// training inputs) or `sqrt_median_training` (its square root, the authors' start).
     #[serde(default, skip_serializing_if = "LengthscaleInit::is_kernel")]
     pub lengthscale_init: LengthscaleInit,
     /// `full` (batch EP, the tables) or a minibatch size.

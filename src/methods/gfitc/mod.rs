@@ -15,7 +15,8 @@ use crate::kernels::KernelSet;
 use crate::methods::optimize::{minimize_lbfgs_with, FirstStep};
 use crate::methods::{Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Method, Problem, ProblemShape, StopReason};
 use crate::scalable::argmax_model::{ArgmaxClass, ArgmaxModel};
-use crate::scalable::{inducing_sets, InducingInit};
+use crate::scalable::inducing::LengthscaleInit;
+use crate::scalable::{inducing_sets, initial_kernels, InducingInit};
 use fitc::ClassFitc;
 use inner::InnerSettings;
 use ndarray::Array2;
@@ -84,6 +85,10 @@ pub struct GfitcParams {
     /// gradient-long first step leaves the region where EP converges.
     #[serde(default, skip_serializing_if = "FirstStep::is_default")]
     pub lbfgs_first_step: FirstStep,
+    /// Where the length-scales start: `kernel` (default), `median_inducing`, `median_training`
+    /// or `sqrt_median_training` (as `ep`'s setting).
+    #[serde(default, skip_serializing_if = "LengthscaleInit::is_kernel")]
+    pub lengthscale_init: LengthscaleInit,
 }
 
 impl GfitcParams {
@@ -211,6 +216,7 @@ impl Method for Gfitc {
         let mut init_rng = ctx.init_rng();
         let m = p.inducing_for(n);
         let (zs, _) = inducing_sets(x, y, c, m, &p.inducing_init, true, &mut init_rng).map_err(FitError::Unsupported)?;
+        let kernels = &initial_kernels(kernels, p.lengthscale_init, &zs, x, &mut init_rng);
         let shapes: Vec<(usize, usize)> = zs.iter().map(|z| z.dim()).collect();
         let mut theta0 = kernels.log_params();
         zs.iter().for_each(|z| theta0.extend(z.iter().copied()));
