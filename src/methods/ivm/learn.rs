@@ -261,6 +261,7 @@ impl Ivm {
             first_step: p.lbfgs_first_step,
             stop_on_failed_line_search: p.stop_on_failed_line_search,
             line_search: p.line_search,
+            pairs: None,
         };
         // L-BFGS's pairs, carried between minor steps with `keep_lbfgs_memory` and dropped after
         // each one otherwise.

@@ -170,10 +170,15 @@ pub fn minimize_lbfgs_with(
     minimize_lbfgs_resume(f, x0, free, max_iters, tol_cost, opts, &mut LbfgsMemory::default())
 }
 
+/// Curvature pairs L-BFGS keeps unless `LbfgsOptions::pairs` says otherwise.
+pub const LBFGS_PAIRS: usize = 10;
+
 /// The choices `minimize_lbfgs_resume` offers beyond `minimize_lbfgs`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LbfgsOptions {
     pub first_step: FirstStep,
+    /// Curvature pairs kept (L-BFGS's m; `None`: `LBFGS_PAIRS`). R's `optim` (L-BFGS-B) keeps 5.
+    pub pairs: Option<usize>,
     /// End the search at the first line search that fails the strong Wolfe conditions (at the
     /// best point seen), as an L-BFGS driver that reports the failure does, instead of going on
     /// from the point the line search returned.
@@ -218,7 +223,7 @@ type Lbfgs = LBFGS<Search, Vec<f64>, Vec<f64>, f64>;
 pub struct LbfgsMemory {
     /// The solver holding the pairs, with the settings it was built with (its line search and
     /// cost tolerance): a run with other settings starts afresh rather than inherit them.
-    solver: Option<(Lbfgs, LineSearchKind, bool, f64)>,
+    solver: Option<(Lbfgs, (LineSearchKind, bool, f64, Option<usize>))>,
     /// Failed line searches of every solver this memory has held (the solver's line search
     /// counts into it, so a resumed solver keeps counting here).
     failures: Arc<AtomicUsize>,
@@ -244,8 +249,8 @@ pub fn minimize_lbfgs_resume(
     opts: LbfgsOptions,
     memory: &mut LbfgsMemory,
 ) -> Result<Minimum, FitError> {
-    let settings = (opts.line_search, opts.stop_on_failed_line_search, tol_cost);
-    let mut carried = memory.solver.take().filter(|(_, kind, stop, tol)| (*kind, *stop, *tol) == settings).map(|(solver, ..)| solver);
+    let settings = (opts.line_search, opts.stop_on_failed_line_search, tol_cost, opts.pairs);
+    let mut carried = memory.solver.take().filter(|(_, built)| *built == settings).map(|(solver, _)| solver);
     let failures = memory.failures.clone();
     let failures_before = failures.load(Ordering::Relaxed);
     let first_step = if carried.is_some() { FirstStep::Gradient } else { opts.first_step };
@@ -300,7 +305,7 @@ pub fn minimize_lbfgs_resume(
                     ))),
                     LineSearchKind::Decrease => Search::Decrease(DecreaseOnly::new(failures.clone())),
                 };
-                LBFGS::new(line_search, 10)
+                LBFGS::new(line_search, opts.pairs.unwrap_or(LBFGS_PAIRS))
                     .with_tolerance_grad(1e-6)
                     .and_then(|s| s.with_tolerance_cost(tol_cost))
                     .map_err(|e| FitError::Numerical(e.to_string()))?
@@ -349,10 +354,40 @@ pub fn minimize_lbfgs_resume(
     // The pairs are kept only from a run in the parameters' own units that ended without
     // trouble (a failed evaluation or a restart leaves pairs that may not describe the cost).
     if base_scale == 1.0 && clean_end {
-        memory.solver = last_solver.map(|solver| (solver, settings.0, settings.1, settings.2));
+        memory.solver = last_solver.map(|solver| (solver, settings));
     }
     let failed_line_searches = failures.load(Ordering::Relaxed) - failures_before;
     Ok(Minimum { x, value, iterations, evaluations: cache.evaluations, stop_reason, stopped_by, failed_line_searches })
+}
+
+/// `minimize_lbfgs_resume` (with a fresh memory) in the coordinates u = c * x, element-wise,
+/// instead of x: the optimum is the same, the path is not (L-BFGS's first step and its scaling
+/// H0 = gamma I depend on the coordinates). `c` > 0 per entry; x0 and the result are in x.
+pub fn minimize_lbfgs_in_coordinates(
+    f: &CostAndGrad<'_>,
+    x0: &[f64],
+    free: &[bool],
+    max_iters: u64,
+    tol_cost: f64,
+    opts: LbfgsOptions,
+    c: &[f64],
+) -> Result<Minimum, FitError> {
+    assert_eq!(c.len(), x0.len());
+    assert!(c.iter().all(|&c| c > 0.0 && c.is_finite()), "coordinate scales are positive");
+    let in_u = in_coordinates(f, c);
+    let u0: Vec<f64> = x0.iter().zip(c).map(|(x, c)| x * c).collect();
+    let mut min = minimize_lbfgs_resume(&in_u, &u0, free, max_iters, tol_cost, opts, &mut LbfgsMemory::default())?;
+    min.x.iter_mut().zip(c).for_each(|(u, c)| *u /= c);
+    Ok(min)
+}
+
+/// The cost `f` of x as a function of u = c * x: f(u / c), gradient g(u / c) / c.
+fn in_coordinates<'a>(f: &'a CostAndGrad<'a>, c: &'a [f64]) -> impl Fn(&[f64]) -> Result<(f64, Vec<f64>), FitError> + Sync + 'a {
+    move |u: &[f64]| {
+        let x: Vec<f64> = u.iter().zip(c).map(|(u, c)| u / c).collect();
+        let (v, g) = f(&x)?;
+        Ok((v, g.iter().zip(c).map(|(g, c)| g / c).collect()))
+    }
 }
 
 fn fatal_or(cache: &Mutex<Cache>, e: argmin::core::Error) -> FitError {

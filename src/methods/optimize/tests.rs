@@ -221,3 +221,77 @@ fn a_timeout_is_an_error_not_a_result() {
     let f = |_: &[f64]| -> Result<(f64, Vec<f64>), FitError> { Err(FitError::Timeout { seconds: 1.0 }) };
     assert!(matches!(minimize_lbfgs(&f, &[0.0], &[true], 10, 1e-10), Err(FitError::Timeout { .. })));
 }
+
+#[test]
+fn the_number_of_curvature_pairs_reaches_the_solver_and_keys_the_memory() {
+    // Extended Rosenbrock in 6 dimensions: with one pair the quasi-Newton model is poorer than
+    // with the default ten, so the two searches evaluate different points (the same minimum).
+    let f = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
+        let (mut v, mut g) = (0.0, vec![0.0; x.len()]);
+        for i in (0..x.len()).step_by(2) {
+            let (a, b) = (x[i], x[i + 1]);
+            v += (1.0 - a).powi(2) + 100.0 * (b - a * a).powi(2);
+            g[i] = -2.0 * (1.0 - a) - 400.0 * a * (b - a * a);
+            g[i + 1] = 200.0 * (b - a * a);
+        }
+        Ok((v, g))
+    };
+    let x0 = [-1.2, 1.0, -1.0, 1.5, 0.5, -0.3];
+    let run = |pairs| minimize_lbfgs_opts(&f, &x0, &[true; 6], 2000, 1e-14, LbfgsOptions { pairs, ..Default::default() }).unwrap();
+    let (one, ten) = (run(Some(1)), run(None));
+    assert!(one.x.iter().chain(&ten.x).all(|v| (v - 1.0).abs() < 1e-3), "{one:?} {ten:?}");
+    assert_ne!(one.evaluations, ten.evaluations, "the pair count changes the path");
+    // A memory built with 5 pairs is not offered to a run with the default 10: that run's first
+    // trial point is x0 - g = -200, as with no memory.
+    let cost = |c: f64| move |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> { Ok((50.0 * (x[0] - c).powi(2), vec![100.0 * (x[0] - c)])) };
+    let mut memory = LbfgsMemory::default();
+    let five = LbfgsOptions { pairs: Some(5), ..Default::default() };
+    minimize_lbfgs_resume(&cost(1.0), &[0.0], &[true], 100, 1e-14, five, &mut memory).unwrap();
+    assert!(!memory.is_empty());
+    let seen = Mutex::new(Vec::new());
+    let g = |x: &[f64]| {
+        seen.lock().unwrap().push(x[0]);
+        cost(-2.0)(x)
+    };
+    minimize_lbfgs_resume(&g, &[0.0], &[true], 100, 1e-14, LbfgsOptions::default(), &mut memory).unwrap();
+    assert_eq!(seen.into_inner().unwrap()[1], -200.0);
+}
+
+#[test]
+fn the_cost_in_scaled_coordinates_follows_the_chain_rule() {
+    // h(u) = f(u / c): its gradient g(u / c) / c against central differences of h.
+    let f = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
+        let v = (x[0] * x[1]).sin() + x[1].exp() * x[2] * x[2];
+        Ok((v, vec![x[1] * (x[0] * x[1]).cos(), x[0] * (x[0] * x[1]).cos() + x[1].exp() * x[2] * x[2], 2.0 * x[1].exp() * x[2]]))
+    };
+    let c = [2.0, 0.5, 3.0];
+    let h = in_coordinates(&f, &c);
+    let u = [0.7, -0.4, 1.3];
+    let (_, g) = h(&u).unwrap();
+    for i in 0..3 {
+        let (mut up, mut down) = (u, u);
+        up[i] += 1e-6;
+        down[i] -= 1e-6;
+        let fd = (h(&up).unwrap().0 - h(&down).unwrap().0) / 2e-6;
+        assert!((fd - g[i]).abs() < 1e-8, "entry {i}: {fd} against {}", g[i]);
+    }
+}
+
+#[test]
+fn a_search_in_scaled_coordinates_takes_another_path_to_the_same_minimum() {
+    // f(x) = (a_1 x_1^2 + a_2 x_2^2) / 2 from (1, 1), a = (3, 5). In u = c x with c = (1, 2)
+    // the gradient-long first step moves x_i by -a_i x_i / c_i^2: to (-2, -0.25), against
+    // x0 - g = (-2, -4) in x itself. Both searches end at the origin.
+    let a = [3.0, 5.0];
+    for (c, want) in [([1.0, 1.0], [-2.0, -4.0]), ([1.0, 2.0], [-2.0, -0.25])] {
+        let seen = Mutex::new(Vec::new());
+        let f = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
+            seen.lock().unwrap().push(x.to_vec());
+            Ok((0.5 * (a[0] * x[0] * x[0] + a[1] * x[1] * x[1]), vec![a[0] * x[0], a[1] * x[1]]))
+        };
+        let m = minimize_lbfgs_in_coordinates(&f, &[1.0, 1.0], &[true, true], 100, 1e-16, LbfgsOptions::default(), &c).unwrap();
+        let seen = seen.into_inner().unwrap();
+        assert!((seen[1][0] - want[0]).abs() < 1e-12 && (seen[1][1] - want[1]).abs() < 1e-12, "c = {c:?}: {:?}", seen[1]);
+        assert!(m.x.iter().all(|v| v.abs() < 1e-6), "c = {c:?}: {m:?}");
+    }
+}

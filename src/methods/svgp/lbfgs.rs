@@ -8,7 +8,7 @@ use super::fit::sparse_at;
 use super::model::{Sparse, SvgpModel, BLOCK_ROWS};
 use super::posterior::Posterior;
 use super::Svgp;
-use crate::methods::optimize::minimize_lbfgs_with;
+use crate::methods::optimize::{minimize_lbfgs_in_coordinates, LbfgsOptions};
 use crate::methods::{Diagnostics, FitContext, FitError, Fitted, Problem, StopReason};
 use crate::scalable::inducing::InitReport;
 use rand::SeedableRng;
@@ -92,7 +92,15 @@ pub(crate) fn train(
         Ok((-v, g.iter().map(|x| -x).collect()))
     };
     let p = &method.params;
-    let min = minimize_lbfgs_with(&cost, theta0, free, p.max_iters, 1e-10, p.lbfgs_first_step)?;
+    // Each length-scale in the chosen coordinate (log l or log l^2), everything else as it is.
+    let mut coordinates = vec![1.0; theta0.len()];
+    for (c, name) in coordinates.iter_mut().zip(start.kernels.param_names()) {
+        if crate::kernels::is_lengthscale(&name) {
+            *c = p.lbfgs_lengthscale.scale();
+        }
+    }
+    let opts = LbfgsOptions { first_step: p.lbfgs_first_step, pairs: p.lbfgs_pairs, ..Default::default() };
+    let min = minimize_lbfgs_in_coordinates(&cost, theta0, free, p.max_iters, 1e-10, opts, &coordinates)?;
     let sparse = sparse_at(start, &min.x, None, learn_inputs)?;
     let evidence =
         ctx.off_clock(|| elbo::full_elbo(&sparse, problem.x, problem.y, &method.likelihood, &mut Pcg64::seed_from_u64(DRAWS_SEED)));

@@ -162,6 +162,40 @@ pub struct SvgpParams {
     /// took a class's amplitude to 1e13, where that class's noise outvotes the others' signal.
     #[serde(default, skip_serializing_if = "FirstStep::is_default")]
     pub lbfgs_first_step: FirstStep,
+    /// `optimizer: lbfgs`: curvature pairs kept (default 10; R's `optim`, which the authors'
+    /// VI ran, keeps 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lbfgs_pairs: Option<usize>,
+    /// `optimizer: lbfgs`: the coordinate L-BFGS steps each length-scale in, `log` (default) or
+    /// `log_squared` (log l^2, the parameter of the authors' R code, whose kernel divides the
+    /// inputs by sqrt(l)): the optimum is the same, the path is not.
+    #[serde(default, skip_serializing_if = "LengthscaleCoordinate::is_log")]
+    pub lbfgs_lengthscale: LengthscaleCoordinate,
+}
+
+/// The coordinate an optimiser moves a length-scale l in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LengthscaleCoordinate {
+    /// log l, the kernels' own log-parameter.
+    #[default]
+    Log,
+    /// log l^2 = 2 log l.
+    LogSquared,
+}
+
+impl LengthscaleCoordinate {
+    pub fn is_log(&self) -> bool {
+        *self == LengthscaleCoordinate::Log
+    }
+
+    /// The factor from log l to this coordinate.
+    pub fn scale(&self) -> f64 {
+        match self {
+            LengthscaleCoordinate::Log => 1.0,
+            LengthscaleCoordinate::LogSquared => 2.0,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -198,6 +232,9 @@ impl SvgpParams {
         }
         if !(self.epsilon > 0.0 && self.epsilon < 1.0) {
             return Err(format!("settings.epsilon: in (0, 1), got {}", self.epsilon));
+        }
+        if self.lbfgs_pairs == Some(0) {
+            return Err("settings.lbfgs_pairs: at least 1".into());
         }
         if self.quadrature_nodes == 0 || self.train_samples == 0 || self.predict_samples == 0 {
             return Err("settings.quadrature_nodes, train_samples, predict_samples: at least 1".into());
