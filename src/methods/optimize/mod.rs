@@ -214,6 +214,10 @@ pub const FAILED_LINE_SEARCH: &str = "line search failed";
 
 type Lbfgs = LBFGS<Search, Vec<f64>, Vec<f64>, f64>;
 
+/// What a carried solver was built with: line search, stop on a failed one, cost tolerance,
+/// curvature pairs.
+type SolverSettings = (LineSearchKind, bool, f64, Option<usize>);
+
 /// L-BFGS's curvature pairs, carried from one search to the next on the same parameters
 /// (`minimize_lbfgs_resume`), so that a search whose cost changed between runs (the IVM's
 /// minor steps after each reselection) starts with the earlier runs' quasi-Newton scaling
@@ -223,7 +227,7 @@ type Lbfgs = LBFGS<Search, Vec<f64>, Vec<f64>, f64>;
 pub struct LbfgsMemory {
     /// The solver holding the pairs, with the settings it was built with (its line search and
     /// cost tolerance): a run with other settings starts afresh rather than inherit them.
-    solver: Option<(Lbfgs, (LineSearchKind, bool, f64, Option<usize>))>,
+    solver: Option<(Lbfgs, SolverSettings)>,
     /// Failed line searches of every solver this memory has held (the solver's line search
     /// counts into it, so a resumed solver keeps counting here).
     failures: Arc<AtomicUsize>,
