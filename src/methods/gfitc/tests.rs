@@ -128,3 +128,30 @@ fn the_default_first_step_is_not_written_into_the_settings() {
     let unit = serde_json::to_value(parse(serde_json::json!({ "inducing": 5, "lbfgs_first_step": "unit_length" }))).unwrap();
     assert_eq!(unit["lbfgs_first_step"], "unit_length");
 }
+
+#[test]
+fn the_authors_start_fits_as_a_kernel_written_with_that_lengthscale() {
+    // With the kernel held fixed, `lengthscale_init: sqrt_median_training` must give the fit of
+    // a spec whose kernel already has every length-scale at sqrt(median distance) (the same
+    // log Z_EP to the bit), and not the fit from the written length-scale of 1.
+    let (x, y) = toy(40, 3, 6);
+    let start = crate::scalable::inducing::median_distance(&x).sqrt();
+    let fit = |kernel_l: f64, init: &str| {
+        let method = crate::methods::build("gfitc", &serde_json::json!({ "inducing": 5, "lengthscale_init": init })).unwrap();
+        let kernels = se_ard_plus_white(2, 3, 1.0);
+        let kernels = kernels.with_log_params(
+            &kernels
+                .param_names()
+                .iter()
+                .zip(kernels.log_params())
+                .map(|(n, v)| if crate::kernels::is_lengthscale(n) { kernel_l.ln() } else { v })
+                .collect::<Vec<_>>(),
+        );
+        let mut rng = Pcg64::seed_from_u64(5);
+        let mut ctx = FitContext::new(&mut rng, None);
+        method.fit(&Problem { x: &x, y: &y, n_classes: 3 }, &kernels, HyperPolicy::Fixed, &mut ctx).unwrap().evidence().unwrap().value
+    };
+    let authors = fit(1.0, "sqrt_median_training");
+    assert_eq!(authors, fit(start, "kernel"));
+    assert_ne!(authors, fit(1.0, "kernel"));
+}

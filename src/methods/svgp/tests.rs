@@ -366,3 +366,30 @@ fn the_lbfgs_gradient_matches_finite_differences_in_the_vc2017_configuration() {
     assert_eq!(start.kernels.log_params().len(), 3 * 4, "three classes x (variance, two length-scales, white variance)");
     assert_lbfgs_gradient("vc2017 configuration", &start, &x, &y, &method);
 }
+
+#[test]
+fn the_lengthscale_coordinate_and_the_pair_count_reach_batch_lbfgs() {
+    // Fifteen L-BFGS iterations from the same start: moving the length-scale in log l^2, or
+    // keeping one curvature pair, takes another path (another ELBO); each still learns.
+    use crate::methods::{FitContext, HyperPolicy, Problem};
+    let mut rng = Pcg64::seed_from_u64(8);
+    let centres = [[0.0, 2.0], [2.0, -1.0], [-2.0, -1.0]];
+    let x = Array2::from_shape_fn((60, 2), |(i, d)| centres[i % 3][d] + 0.6 * rng.random_range(-1.0..1.0));
+    let y: Vec<usize> = (0..60).map(|i| i % 3).collect();
+    let elbo = |extra: serde_json::Value| {
+        let mut settings = serde_json::json!({ "inducing": 6, "max_iters": 15, "optimizer": "lbfgs", "whiten": false });
+        settings.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let method = crate::methods::build("svgp", &settings).unwrap();
+        let kernels = KernelSet::shared_se(&se(1.0, 1.0));
+        let mut fit_rng = Pcg64::seed_from_u64(1);
+        let mut ctx = FitContext::new(&mut fit_rng, None);
+        method.fit(&Problem { x: &x, y: &y, n_classes: 3 }, &kernels, HyperPolicy::Learn, &mut ctx).unwrap().evidence().unwrap().value
+    };
+    let base = elbo(serde_json::json!({}));
+    let squared = elbo(serde_json::json!({ "lbfgs_lengthscale": "log_squared" }));
+    let one_pair = elbo(serde_json::json!({ "lbfgs_pairs": 1 }));
+    assert!(base != squared && base != one_pair, "{base} {squared} {one_pair}");
+    for v in [base, squared, one_pair] {
+        assert!(v > -60.0 * 3f64.ln(), "ELBO {v} no better than guessing");
+    }
+}
