@@ -12,7 +12,7 @@ mod inner;
 mod tests;
 
 use crate::kernels::KernelSet;
-use crate::methods::optimize::{minimize_lbfgs_with, FirstStep};
+use crate::methods::optimize::{minimize_lbfgs_in_coordinates, FirstStep, LbfgsOptions, LengthscaleCoordinate};
 use crate::methods::{Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Method, Problem, ProblemShape, StopReason};
 use crate::scalable::argmax_model::{ArgmaxClass, ArgmaxModel};
 use crate::scalable::inducing::LengthscaleInit;
@@ -85,6 +85,13 @@ pub struct GfitcParams {
     /// gradient-long first step leaves the region where EP converges.
     #[serde(default, skip_serializing_if = "FirstStep::is_default")]
     pub lbfgs_first_step: FirstStep,
+    /// L-BFGS's curvature pairs (default 10; R's `optim`, which the authors' GFITC ran, keeps 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lbfgs_pairs: Option<usize>,
+    /// The coordinate L-BFGS steps each length-scale in, `log` (default) or `log_squared` (log
+    /// l^2, the parameter of the authors' R code): the optimum is the same, the path is not.
+    #[serde(default, skip_serializing_if = "LengthscaleCoordinate::is_log")]
+    pub lbfgs_lengthscale: LengthscaleCoordinate,
     /// Where the length-scales start: `kernel` (default), `median_inducing`, `median_training`
     /// or `sqrt_median_training` (as `ep`'s setting).
     #[serde(default, skip_serializing_if = "LengthscaleInit::is_kernel")]
@@ -103,6 +110,9 @@ impl GfitcParams {
         }
         if !(self.damping > 0.0 && self.damping <= 1.0 && self.damping_decay > 0.0 && self.damping_decay <= 1.0) {
             return Err(format!("settings.damping, damping_decay: in (0, 1], got {} and {}", self.damping, self.damping_decay));
+        }
+        if self.lbfgs_pairs == Some(0) {
+            return Err("settings.lbfgs_pairs: at least 1".into());
         }
         if !(self.inner_tol > 0.0) || self.inner_max_iters == 0 {
             return Err("settings.inner_tol: positive; settings.inner_max_iters: at least 1".into());
@@ -262,7 +272,9 @@ impl Method for Gfitc {
                 }
                 Ok((-v, g.iter().map(|x| -x).collect()))
             };
-            let min = minimize_lbfgs_with(&cost, &theta0, &free, p.max_iters, 1e-10, p.lbfgs_first_step)?;
+            let coordinates = p.lbfgs_lengthscale.scales(&kernels.param_names(), theta0.len());
+            let opts = LbfgsOptions { first_step: p.lbfgs_first_step, pairs: p.lbfgs_pairs, ..Default::default() };
+            let min = minimize_lbfgs_in_coordinates(&cost, &theta0, &free, p.max_iters, 1e-10, opts, &coordinates)?;
             diagnostics.stop_reason = Some(min.stopped_by.unwrap_or(if min.iterations >= p.max_iters {
                 StopReason::MaxIterations
             } else {

@@ -155,3 +155,41 @@ fn the_authors_start_fits_as_a_kernel_written_with_that_lengthscale() {
     assert_eq!(authors, fit(start, "kernel"));
     assert_ne!(authors, fit(1.0, "kernel"));
 }
+
+#[test]
+fn the_lengthscale_coordinate_and_the_pair_count_change_the_path_not_the_optimum() {
+    // L-BFGS in log l^2 or with 5 curvature pairs is the same maximisation of log Z_EP: run to
+    // convergence (Z held, so few parameters) every variant must reach the base's maximum; cut
+    // after 10 iterations (5 pairs differ from 10 from the seventh on) each must be elsewhere on
+    // its way (the setting reaches the search).
+    let (x, y) = toy(40, 3, 6);
+    let kernels = se_ard_plus_white(2, 3, 1.0);
+    let fit = |extra: serde_json::Value, iters: u64| {
+        let mut settings =
+            serde_json::json!({ "inducing": 4, "learn_inducing": false, "max_iters": iters, "lbfgs_first_step": "unit_length" });
+        settings.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let method = crate::methods::build("gfitc", &settings).unwrap();
+        let mut rng = Pcg64::seed_from_u64(5);
+        let mut ctx = FitContext::new(&mut rng, None);
+        method.fit(&Problem { x: &x, y: &y, n_classes: 3 }, &kernels, HyperPolicy::Learn, &mut ctx).unwrap().evidence().unwrap().value
+    };
+    let variants = [
+        serde_json::json!({ "lbfgs_lengthscale": "log_squared" }),
+        serde_json::json!({ "lbfgs_pairs": 5 }),
+        serde_json::json!({ "lbfgs_lengthscale": "log_squared", "lbfgs_pairs": 5 }),
+    ];
+    let base_short = fit(serde_json::json!({}), 10);
+    let base = fit(serde_json::json!({}), 500);
+    assert!(base > base_short, "{base} {base_short}");
+    for v in &variants {
+        let (short, long) = (fit(v.clone(), 10), fit(v.clone(), 500));
+        assert_ne!(short, base_short, "{v}: the same path as the base");
+        assert!((long - base).abs() < 1e-3 * base.abs().max(1.0), "{v}: maximum {long} against the base's {base}");
+    }
+}
+
+#[test]
+fn a_pair_count_of_zero_is_refused() {
+    let err = crate::methods::build("gfitc", &serde_json::json!({ "lbfgs_pairs": 0 })).err().unwrap();
+    assert!(err.to_string().contains("lbfgs_pairs"), "{err}");
+}

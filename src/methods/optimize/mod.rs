@@ -186,6 +186,44 @@ pub struct LbfgsOptions {
     pub line_search: LineSearchKind,
 }
 
+/// The coordinate an optimiser moves a length-scale l in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LengthscaleCoordinate {
+    /// log l, the kernels' own log-parameter.
+    #[default]
+    Log,
+    /// log l^2 = 2 log l.
+    LogSquared,
+}
+
+impl LengthscaleCoordinate {
+    pub fn is_log(&self) -> bool {
+        *self == LengthscaleCoordinate::Log
+    }
+
+    /// The factor from log l to this coordinate.
+    pub fn scale(&self) -> f64 {
+        match self {
+            LengthscaleCoordinate::Log => 1.0,
+            LengthscaleCoordinate::LogSquared => 2.0,
+        }
+    }
+
+    /// The coordinate scales (`minimize_lbfgs_in_coordinates`' c) of a parameter vector of `n`
+    /// entries whose first ones are named `kernel_params` (the kernels' log-parameters): this
+    /// coordinate's scale on each length-scale, 1 on everything else.
+    pub fn scales(&self, kernel_params: &[String], n: usize) -> Vec<f64> {
+        let mut c = vec![1.0; n];
+        for (c, name) in c.iter_mut().zip(kernel_params) {
+            if crate::kernels::is_lengthscale(name) {
+                *c = self.scale();
+            }
+        }
+        c
+    }
+}
+
 /// How each L-BFGS iteration searches along its direction.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -93,12 +93,7 @@ pub(crate) fn train(
     };
     let p = &method.params;
     // Each length-scale in the chosen coordinate (log l or log l^2), everything else as it is.
-    let mut coordinates = vec![1.0; theta0.len()];
-    for (c, name) in coordinates.iter_mut().zip(start.kernels.param_names()) {
-        if crate::kernels::is_lengthscale(&name) {
-            *c = p.lbfgs_lengthscale.scale();
-        }
-    }
+    let coordinates = p.lbfgs_lengthscale.scales(&start.kernels.param_names(), theta0.len());
     let opts = LbfgsOptions { first_step: p.lbfgs_first_step, pairs: p.lbfgs_pairs, ..Default::default() };
     let min = minimize_lbfgs_in_coordinates(&cost, theta0, free, p.max_iters, 1e-10, opts, &coordinates)?;
     let sparse = sparse_at(start, &min.x, None, learn_inputs)?;

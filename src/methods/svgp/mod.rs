@@ -22,7 +22,7 @@ pub use model::SvgpModel;
 
 use crate::kernels::KernelSet;
 use crate::likelihoods::marginal::{ExpectedLogLik, RobustMax, SoftmaxMc};
-use crate::methods::optimize::FirstStep;
+use crate::methods::optimize::{FirstStep, LengthscaleCoordinate};
 use crate::methods::{FitContext, FitError, Fitted, HyperPolicy, Method, Problem, ProblemShape};
 use crate::scalable::inducing::LengthscaleInit;
 use crate::scalable::{InducingInit, LearningRate};
@@ -171,31 +171,6 @@ pub struct SvgpParams {
     /// inputs by sqrt(l)): the optimum is the same, the path is not.
     #[serde(default, skip_serializing_if = "LengthscaleCoordinate::is_log")]
     pub lbfgs_lengthscale: LengthscaleCoordinate,
-}
-
-/// The coordinate an optimiser moves a length-scale l in.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LengthscaleCoordinate {
-    /// log l, the kernels' own log-parameter.
-    #[default]
-    Log,
-    /// log l^2 = 2 log l.
-    LogSquared,
-}
-
-impl LengthscaleCoordinate {
-    pub fn is_log(&self) -> bool {
-        *self == LengthscaleCoordinate::Log
-    }
-
-    /// The factor from log l to this coordinate.
-    pub fn scale(&self) -> f64 {
-        match self {
-            LengthscaleCoordinate::Log => 1.0,
-            LengthscaleCoordinate::LogSquared => 2.0,
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
