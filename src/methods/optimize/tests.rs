@@ -284,3 +284,25 @@ fn a_search_in_scaled_coordinates_takes_another_path_to_the_same_minimum() {
         assert!(m.x.iter().all(|v| v.abs() < 1e-6), "c = {c:?}: {m:?}");
     }
 }
+
+#[test]
+fn log_squared_scales_the_length_scales_of_a_per_class_kernel_and_nothing_else() {
+    // Two classes of SE-ARD (two inputs) plus white noise, then two inducing coordinates: only
+    // the four length-scales move in log l^2 = 2 log l.
+    let kernels = crate::kernels::KernelSet::per_class(
+        (0..2)
+            .map(|_| {
+                let ard = crate::kernels::SqExp { log_variance: 0.0, log_lengthscales: vec![0.0, 0.0], learn_variance: true };
+                let white = crate::kernels::White { log_variance: 0.0, learn_variance: true };
+                Box::new(crate::kernels::Sum::new(vec![Box::new(ard), Box::new(white)])) as Box<dyn crate::kernels::Kernel>
+            })
+            .collect(),
+    );
+    let names = kernels.param_names();
+    assert_eq!(names.len(), 8);
+    let c = LengthscaleCoordinate::LogSquared.scales(&names, names.len() + 2);
+    let expected: Vec<f64> = names.iter().map(|n| if n.contains("lengthscale") { 2.0 } else { 1.0 }).chain([1.0, 1.0]).collect();
+    assert_eq!(c, expected);
+    assert_eq!(c.iter().filter(|&&s| s == 2.0).count(), 4, "{names:?}");
+    assert!(LengthscaleCoordinate::Log.scales(&names, 10).iter().all(|&s| s == 1.0));
+}
