@@ -663,3 +663,30 @@ fn a_labels_only_method_shows_no_probabilities_in_a_likelihood_row() {
     assert_eq!(html.matches("no probabilities").count(), 1, "the svm's likelihood cell, once");
     assert!(!html.contains("no result"), "no cell of this table is missing a result");
 }
+
+#[test]
+fn provenance_names_the_commits_the_cells_were_computed_at() {
+    // The manifest's commit is the last unsharded run's; cells reused or computed by shards
+    // carry their own. The report lists each commit with its cell count, most cells first.
+    let mut cells = synthetic_cells();
+    let n = cells.len();
+    assert!(n >= 4);
+    for (i, c) in cells.iter_mut().enumerate() {
+        c.commit = match i {
+            0 => Some("bbbbbbb22222222".into()),
+            1 => None,
+            _ => Some("aaaaaaa11111111".into()),
+        };
+    }
+    let (tables, figures, manifest) = (tables(), figures(), manifest());
+    let (datasets, methods) = (strings(&DATASETS), strings(&METHODS));
+    let input =
+        ReportInput { manifest: &manifest, tables: &tables, figures: &figures, datasets: &datasets, methods: &methods, cells: &cells };
+    let reports = tempfile::tempdir().unwrap();
+    let out = reports.path().join("synthetic");
+    render_experiment(&input, &out).unwrap();
+    let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+    let expected = format!("aaaaaaa ({} cells), bbbbbbb (1 cell), not recorded (1 cell)", n - 2);
+    let at = html.find("Cells computed at").map(|i| &html[i..(i + 300).min(html.len())]);
+    assert!(at.is_some_and(|a| a.contains(&expected)), "expected {expected:?} in the provenance, got {at:?}");
+}

@@ -122,7 +122,7 @@ pub fn render_experiment(input: &ReportInput, out_dir: &Path) -> Result<Score, R
         experiment: m.experiment.clone(),
         paper: m.paper.clone(),
         score: score_view(score.matched, score.compared),
-        provenance: provenance(m),
+        provenance: provenance(m, input.cells),
         spec_path: m.spec_path.clone(),
         spec_text: m.spec_text.clone(),
         tables,
@@ -275,7 +275,21 @@ fn score_view(matched: usize, compared: usize) -> ScoreView {
     ScoreView { text: format!("{matched} / {compared} ({pct:.0}%)"), class }
 }
 
-fn provenance(m: &Manifest) -> Vec<KeyValue> {
+/// The commits the cells were computed at, most cells first (`abc1234 (480 cells), ...`): the
+/// manifest's commit is the last unsharded run's, while shards and reuse bring cells computed by
+/// other code (with the same numerics, or their keys would differ).
+fn cell_commits(cells: &[CellRecord]) -> String {
+    let mut counts: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for c in cells {
+        let commit = c.commit.as_deref().map_or("not recorded".to_string(), |h| h.chars().take(7).collect());
+        *counts.entry(commit).or_default() += 1;
+    }
+    let mut counts: Vec<(String, usize)> = counts.into_iter().collect();
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    counts.iter().map(|(commit, n)| format!("{commit} ({n} cell{})", if *n == 1 { "" } else { "s" })).collect::<Vec<_>>().join(", ")
+}
+
+fn provenance(m: &Manifest, records: &[CellRecord]) -> Vec<KeyValue> {
     let commit = if m.git_dirty { format!("{} (dirty: uncommitted changes)", m.git_commit) } else { m.git_commit.clone() };
     let mut cells = format!("{} total: {} computed, {} cached, {} failed", m.cells_total, m.cells_computed, m.cells_cached, m.cells_failed);
     if m.cells_reused > 0 {
@@ -285,7 +299,8 @@ fn provenance(m: &Manifest) -> Vec<KeyValue> {
         cells.push_str(&format!(", {} not run yet (partial report)", m.cells_missing));
     }
     [
-        ("Git commit", commit),
+        ("Git commit (this report's run)", commit),
+        ("Cells computed at", cell_commits(records)),
         ("Spec", format!("{} (blake3 {})", m.spec_path, m.spec_hash)),
         ("mcgp version", m.crate_version.clone()),
         ("rustc", m.rustc.clone()),
