@@ -295,19 +295,24 @@ fn texts(svg: &str) -> Vec<String> {
         .collect()
 }
 
+/// The synthetic spec's report of `cells`, rendered into `out`.
+fn render_synthetic(cells: &[CellRecord], out: &Path) -> Score {
+    let (tables, figures, manifest) = (tables(), figures(), manifest());
+    let (datasets, methods) = (strings(&DATASETS), strings(&METHODS));
+    let input = ReportInput { manifest: &manifest, tables: &tables, figures: &figures, datasets: &datasets, methods: &methods, cells };
+    render_experiment(&input, out).unwrap()
+}
+
 #[test]
 fn report_shows_tables_figures_failures_and_score() {
     let cells = synthetic_cells();
-    let (tables, figures, manifest) = (tables(), figures(), manifest());
-    let (datasets, methods) = (strings(&DATASETS), strings(&METHODS));
-    let input =
-        ReportInput { manifest: &manifest, tables: &tables, figures: &figures, datasets: &datasets, methods: &methods, cells: &cells };
+    let (tables, figures) = (tables(), figures());
     let reports = tempfile::tempdir().unwrap();
     let out = reports.path().join("synthetic");
-    let score = render_experiment(&input, &out).unwrap();
+    let score = render_synthetic(&cells, &out);
     if let Some(demo) = std::env::var_os("MCGP_REPORT_DEMO") {
         let demo = Path::new(&demo);
-        render_experiment(&input, &demo.join("synthetic")).unwrap();
+        render_synthetic(&cells, &demo.join("synthetic"));
         render_index(demo).unwrap();
     }
 
@@ -678,13 +683,9 @@ fn provenance_names_the_commits_the_cells_were_computed_at() {
             _ => Some("aaaaaaa11111111".into()),
         };
     }
-    let (tables, figures, manifest) = (tables(), figures(), manifest());
-    let (datasets, methods) = (strings(&DATASETS), strings(&METHODS));
-    let input =
-        ReportInput { manifest: &manifest, tables: &tables, figures: &figures, datasets: &datasets, methods: &methods, cells: &cells };
     let reports = tempfile::tempdir().unwrap();
     let out = reports.path().join("synthetic");
-    render_experiment(&input, &out).unwrap();
+    render_synthetic(&cells, &out);
     let html = std::fs::read_to_string(out.join("index.html")).unwrap();
     let expected = format!("aaaaaaa ({} cells), bbbbbbb (1 cell), not recorded (1 cell)", n - 2);
     let at = html.find("Cells computed at").map(|i| &html[i..(i + 300).min(html.len())]);
