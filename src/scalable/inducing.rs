@@ -96,10 +96,11 @@ pub enum LengthscaleInit {
     /// As the spec's kernel gives it.
     #[default]
     Kernel,
-    /// The median pairwise distance between the initial inducing inputs (every length-scale;
-    /// the authors' `estimateL` in Villacampa-Calvo & Hernandez-Lobato's code): on inputs like
-    /// standardised MNIST, where pairwise distances are about 40, a length-scale of 1 makes
-    /// every cross-covariance vanish.
+    /// The median pairwise distance between the initial inducing inputs (every length-scale):
+    /// on inputs like standardised MNIST, where pairwise distances are about 40, a length-scale
+    /// of 1 makes every cross-covariance vanish. Named after `estimateL` in Villacampa-Calvo &
+    /// Hernandez-Lobato's code, which computes this median but uses it as a squared
+    /// length-scale, and which their MNIST scripts bypass (they start as `SqrtMedianTraining`).
     MedianInducing,
     /// The median pairwise distance between at most 10,000 random training inputs (every
     /// length-scale; Galy-Fajou et al.'s authors' initialisation for SC-MGPC and SVI-MGPC,
