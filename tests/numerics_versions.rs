@@ -23,7 +23,7 @@ const RECORDED: &[(&str, &str, &str)] = &[
     ("scmgpc", "scmgpc=2", "ec3821b281c71523"),
     ("ep", "ep=2", "4d30be7395cf67dd"),
     ("sep", "ep=2", "ffb31ebc76aa6e75"),
-    ("gfitc", "gfitc=2", "97381829ae962161"),
+    ("gfitc", "gfitc=3", "a75fab4cceabf27d"),
     // ivm runs with `hyper: learn` here since learning was added (its fixed-kernel fingerprint,
     // 9064bbfa38e44c67, is unchanged); 2: the minor steps' scaling changed the learned numbers.
     ("ivm", "ivm=2", "ef943aaa120eec11"),

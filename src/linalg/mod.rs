@@ -181,6 +181,11 @@ impl Chol {
         x
     }
 
+    /// B <- L^{-1} B in B's storage, with the large-product parallelism.
+    pub fn solve_l_par_in_place(&self, b: &mut Mat<f64>) {
+        solve_lower_triangular_in_place(self.L.as_ref(), b.as_mut(), gemm_par());
+    }
+
     /// A^{-1} B with the large-product parallelism.
     pub fn solve_par(&self, b: MatRef<'_, f64>) -> Mat<f64> {
         let mut x = self.solve_l_par(b);
@@ -298,6 +303,25 @@ pub fn add_gram_lower(out: MatMut<'_, f64>, a: MatRef<'_, f64>, alpha: f64) {
         alpha,
         Par::Seq,
     );
+}
+
+/// The lower triangle of A B (a square product known to be symmetric), the upper left zero:
+/// half the multiply-adds of [`matmul_par`], with its parallelism.
+pub fn matmul_lower_par(a: MatRef<'_, f64>, b: MatRef<'_, f64>) -> Mat<f64> {
+    use faer::linalg::matmul::triangular::{matmul, BlockStructure};
+    let mut out = Mat::zeros(a.nrows(), b.ncols());
+    matmul(
+        out.as_mut(),
+        BlockStructure::TriangularLower,
+        faer::Accum::Replace,
+        a,
+        BlockStructure::Rectangular,
+        b,
+        BlockStructure::Rectangular,
+        1.0,
+        gemm_par(),
+    );
+    out
 }
 
 /// Copy the lower triangle of a square matrix onto its upper triangle.

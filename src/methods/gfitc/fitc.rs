@@ -8,7 +8,7 @@
 //! so the marginals need one M x M factor and one triangular solve of an M x N block, and the
 //! inducing values' q(u) is N(K beta, K A^{-1} K) with beta = A^{-1} R^T nu.
 use crate::kernels::Kernel;
-use crate::linalg::{matmul_par, Chol};
+use crate::linalg::{col_slice, col_slice_mut, matmul_lower_par, matmul_par, symmetrize_from_lower, Chol};
 use crate::methods::FitError;
 use faer::Mat;
 use ndarray::Array2;
@@ -59,27 +59,42 @@ impl ClassFitc {
     }
 
     /// The posterior under site precisions `tau` (>= 0) and natural means `nu`.
+    ///
+    /// The M x N passes run column by column on slices (faer stores column-major), with every
+    /// sum in the same order as the per-entry formulas above, from the empty sum: the same bits.
     pub fn posterior(&self, tau: &[f64], nu: &[f64], class: usize) -> Result<FitcPosterior, FitError> {
         let (m, n) = (self.m(), self.d.len());
         let s: Vec<f64> = (0..n).map(|i| 1.0 / (1.0 + self.d[i] * tau[i])).collect();
         let g: Vec<f64> = (0..n).map(|i| tau[i] * s[i]).collect();
-        let kg = Mat::from_fn(m, n, |a, i| self.kmn[(a, i)] * g[i]);
-        let mut a = matmul_par(kg.as_ref(), self.kmn.transpose());
-        a += &self.k();
-        for i in 0..m {
-            for j in 0..i {
-                let v = 0.5 * (a[(i, j)] + a[(j, i)]);
-                a[(i, j)] = v;
-                a[(j, i)] = v;
+        let zero = std::iter::empty::<f64>().sum::<f64>();
+        // K_mn G and R = K_mn S; R^T nu accumulated alongside, entry a over i ascending.
+        let mut kg = Mat::<f64>::zeros(m, n);
+        let mut r = Mat::<f64>::zeros(m, n);
+        let mut rnu = vec![zero; m];
+        for i in 0..n {
+            let k_i = col_slice(&self.kmn, i);
+            col_slice_mut(&mut kg, i).iter_mut().zip(k_i).for_each(|(o, k)| *o = k * g[i]);
+            let r_i = col_slice_mut(&mut r, i);
+            r_i.iter_mut().zip(k_i).for_each(|(o, k)| *o = k * s[i]);
+            rnu.iter_mut().zip(r_i.iter()).for_each(|(acc, v)| *acc += v * nu[i]);
+        }
+        // A = K + K_mn G K_nm: only its lower triangle is computed, then mirrored.
+        let mut a = matmul_lower_par(kg.as_ref(), self.kmn.transpose());
+        drop(kg);
+        let jitter = self.k_chol.jitter();
+        for j in 0..m {
+            a[(j, j)] += self.kmm[(j, j)] + jitter;
+            for i in j + 1..m {
+                a[(i, j)] += self.kmm[(i, j)];
             }
         }
+        symmetrize_from_lower(&mut a);
         let a_chol = Chol::factor(a.as_ref(), &format!("the FITC posterior of class {}", class + 1))?;
-        let r = Mat::from_fn(m, n, |a, i| self.kmn[(a, i)] * s[i]);
-        let e = a_chol.solve_l_par(r.as_ref());
-        let rnu: Vec<f64> = (0..m).map(|a| (0..n).map(|i| r[(a, i)] * nu[i]).sum()).collect();
         let beta = a_chol.solve_vec(&rnu);
-        let mean = (0..n).map(|i| self.d[i] * s[i] * nu[i] + (0..m).map(|a| r[(a, i)] * beta[a]).sum::<f64>()).collect();
-        let var = (0..n).map(|i| self.d[i] * s[i] + (0..m).map(|a| e[(a, i)] * e[(a, i)]).sum::<f64>()).collect();
+        let mean = (0..n).map(|i| self.d[i] * s[i] * nu[i] + col_slice(&r, i).iter().zip(&beta).map(|(v, b)| v * b).sum::<f64>()).collect();
+        // E = L_A^{-1} R, in R's storage.
+        a_chol.solve_l_par_in_place(&mut r);
+        let var = (0..n).map(|i| self.d[i] * s[i] + col_slice(&r, i).iter().map(|e| e * e).sum::<f64>()).collect();
         Ok(FitcPosterior { a_chol, mean, var, beta, g })
     }
 
@@ -102,15 +117,25 @@ impl ClassFitc {
         let g = &post.g;
         // b = W (nu / tau): G (nu / tau) = nu / (1 + D tau), then the low-rank part.
         let gmu: Vec<f64> = (0..n).map(|i| nu[i] / (1.0 + self.d[i] * tau[i])).collect();
-        let pg: Vec<f64> = (0..m).map(|a| (0..n).map(|i| self.kmn[(a, i)] * gmu[i]).sum()).collect();
+        let zero = std::iter::empty::<f64>().sum::<f64>();
+        // K_mn-weighted sums accumulated column by column (entry a over i ascending, as a per-row sum).
+        let weighted_sum = |w: &[f64]| {
+            let mut acc = vec![zero; m];
+            for (i, wi) in w.iter().enumerate() {
+                acc.iter_mut().zip(col_slice(&self.kmn, i)).for_each(|(o, k)| *o += k * wi);
+            }
+            acc
+        };
+        let pg = weighted_sum(&gmu);
         let ap = post.a_chol.solve_vec(&pg);
-        let b: Vec<f64> = (0..n).map(|i| gmu[i] - g[i] * (0..m).map(|a| self.kmn[(a, i)] * ap[a]).sum::<f64>()).collect();
+        let b: Vec<f64> =
+            (0..n).map(|i| gmu[i] - g[i] * col_slice(&self.kmn, i).iter().zip(&ap).map(|(k, p)| k * p).sum::<f64>()).collect();
         // diag W = g - g^2 |L_A^{-1} p_i|^2.
         let e = post.a_chol.solve_l_par(self.kmn.as_ref());
-        let w_diag: Vec<f64> = (0..n).map(|i| g[i] - g[i] * g[i] * (0..m).map(|a| e[(a, i)] * e[(a, i)]).sum::<f64>()).collect();
+        let w_diag: Vec<f64> = (0..n).map(|i| g[i] - g[i] * g[i] * col_slice(&e, i).iter().map(|v| v * v).sum::<f64>()).collect();
         let gbar_diag: Vec<f64> = (0..n).map(|i| 0.5 * (b[i] * b[i] - w_diag[i])).collect();
         // Gbar P = (b (b^T P) - W P) / 2 with W P = G P A^{-1} K, [N, M] held as its transpose [M, N].
-        let btp: Vec<f64> = (0..m).map(|a| (0..n).map(|i| self.kmn[(a, i)] * b[i]).sum()).collect();
+        let btp = weighted_sum(&b);
         let ainv_k = post.a_chol.solve(self.k().as_ref()); // A^{-1} K, [M, M]
         let wp_t = matmul_par(ainv_k.transpose(), Mat::from_fn(m, n, |a, i| self.kmn[(a, i)] * g[i]).as_ref()); // (W P)^T
         let hp_t = Mat::from_fn(m, n, |a, i| 0.5 * (btp[a] * b[i] - wp_t[(a, i)]) - gbar_diag[i] * self.kmn[(a, i)]);
