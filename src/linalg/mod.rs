@@ -597,6 +597,40 @@ mod tests {
     }
 
     #[test]
+    fn matmul_lower_par_is_the_products_lower_triangle_with_the_same_bits_on_any_thread_count() {
+        // Against the product summed by hand, at sizes on both sides of faer's blocking; the
+        // bits may not depend on the thread count (results must not depend on the machine).
+        let mut rng = rand_pcg::Pcg64::seed_from_u64(5);
+        for (m, k) in [(1, 1), (5, 3), (70, 129), (257, 1287)] {
+            let a = Mat::from_fn(m, k, |_, _| rng.random_range(-1.0..1.0));
+            let b = Mat::from_fn(k, m, |_, _| rng.random_range(-1.0..1.0));
+            let seq = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap().install(|| matmul_lower_par(a.as_ref(), b.as_ref()));
+            for j in 0..m {
+                for i in 0..m {
+                    if i >= j {
+                        let want: f64 = (0..k).map(|l| a[(i, l)] * b[(l, j)]).sum();
+                        assert!((seq[(i, j)] - want).abs() < 1e-12 * k as f64, "{m}x{k}: lower ({i},{j})");
+                    } else {
+                        assert_eq!(seq[(i, j)], 0.0, "{m}x{k}: upper ({i},{j}) was written");
+                    }
+                }
+            }
+            for threads in [2, 3] {
+                let par = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap()
+                    .install(|| matmul_lower_par(a.as_ref(), b.as_ref()));
+                for j in 0..m {
+                    for i in 0..m {
+                        assert_eq!(par[(i, j)].to_bits(), seq[(i, j)].to_bits(), "{m}x{k} on {threads} threads: ({i},{j})");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn matvec_equals_the_product_for_contiguous_and_strided_matrices() {
         let mut rng = rand_pcg::Pcg64::seed_from_u64(12);
         let a = Mat::from_fn(9, 7, |_, _| rng.random_range(-1.0..1.0));
