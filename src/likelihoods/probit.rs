@@ -26,7 +26,9 @@ const STEP_FRACTION: f64 = 0.4;
 /// spacing then exceeds the step's width and the rule's log error grows to about 4e-4 nats at
 /// ratios of 1e3-1e5 (against the two-class closed form) and more far in the tails: a known
 /// limit, left as it is because changing the rule would move every stored EP, SEP and GFITC
-/// prediction that hit it (benches/PROFILE.md, session 52).
+/// prediction that hit it (benches/PROFILE.md, session 52). The fix, Gauss-Legendre panels
+/// that follow the local width, waits for the next rerun of those cells:
+/// benches/pending/argmax-panels.patch.
 const MAX_NODES: usize = 4000;
 
 /// A quadrature rule adapted to one log-concave integrand: nodes u_i and the log of
