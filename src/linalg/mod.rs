@@ -4,9 +4,13 @@
 //!
 //! Kernel matrices are never inverted explicitly: every `A^{-1} b` goes through `Chol`.
 pub mod kron;
+mod products;
 pub mod small;
+mod vectors;
 
 pub use kron::{kron, kron_matvec};
+pub use products::{add_gram_lower, gemm_par, matmul_lower_par, matmul_par, symmetrize_from_lower};
+pub use vectors::*;
 
 use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch, LltError};
@@ -288,69 +292,6 @@ impl Chol {
     }
 }
 
-/// out (+)= A^T A, lower triangle only (one pass of a symmetric rank-k product: half the
-/// multiply-adds of a general product); the upper triangle of `out` is left untouched.
-pub fn add_gram_lower(out: MatMut<'_, f64>, a: MatRef<'_, f64>, alpha: f64) {
-    use faer::linalg::matmul::triangular::{matmul, BlockStructure};
-    matmul(
-        out,
-        BlockStructure::TriangularLower,
-        faer::Accum::Add,
-        a.transpose(),
-        BlockStructure::Rectangular,
-        a,
-        BlockStructure::Rectangular,
-        alpha,
-        Par::Seq,
-    );
-}
-
-/// The lower triangle of A B (a square product known to be symmetric), the upper left zero:
-/// half the multiply-adds of [`matmul_par`], with its parallelism.
-pub fn matmul_lower_par(a: MatRef<'_, f64>, b: MatRef<'_, f64>) -> Mat<f64> {
-    use faer::linalg::matmul::triangular::{matmul, BlockStructure};
-    let mut out = Mat::zeros(a.nrows(), b.ncols());
-    matmul(
-        out.as_mut(),
-        BlockStructure::TriangularLower,
-        faer::Accum::Replace,
-        a,
-        BlockStructure::Rectangular,
-        b,
-        BlockStructure::Rectangular,
-        1.0,
-        gemm_par(),
-    );
-    out
-}
-
-/// Copy the lower triangle of a square matrix onto its upper triangle.
-pub fn symmetrize_from_lower(m: &mut Mat<f64>) {
-    for j in 0..m.ncols() {
-        for i in 0..j {
-            m[(i, j)] = m[(j, i)];
-        }
-    }
-}
-
-/// A B with the large-product parallelism ([`gemm_par`]).
-pub fn matmul_par(a: MatRef<'_, f64>, b: MatRef<'_, f64>) -> Mat<f64> {
-    let mut out = Mat::zeros(a.nrows(), b.ncols());
-    faer::linalg::matmul::matmul(out.as_mut(), faer::Accum::Replace, a, b, 1.0, gemm_par());
-    out
-}
-
-/// Parallelism for the large matrix products of the scalable methods: every thread of the
-/// current rayon pool (the runner's), so a cell running alone uses the whole machine.
-/// faer splits the output, not the inner sum, so results do not depend on the thread count
-/// (checked by the conformance test on 1 and 2 threads).
-pub fn gemm_par() -> Par {
-    match rayon::current_num_threads() {
-        0 | 1 => Par::Seq,
-        n => Par::rayon(n),
-    }
-}
-
 /// Up to this order `Chol` factors and solves with plain loops: faer's blocked routines
 /// allocate workspace on every call, which dominates for the C x C blocks that KL-MNL
 /// factors per datum and per sweep.
@@ -438,109 +379,6 @@ impl SymPencil {
     }
 }
 
-/// A column vector as an n x 1 matrix.
-pub fn col(v: &[f64]) -> Mat<f64> {
-    Mat::from_fn(v.len(), 1, |i, _| v[i])
-}
-
-/// The first column of `m` as a Vec.
-pub fn to_vec(m: MatRef<'_, f64>) -> Vec<f64> {
-    (0..m.nrows()).map(|i| m[(i, 0)]).collect()
-}
-
-/// y += a x, element by element. Compiled for AVX-512 and AVX2 as well, chosen at run time:
-/// one multiply and one add per element (Rust never fuses them), so every target gives the
-/// same bits.
-#[multiversion::multiversion(targets("x86_64+avx512f", "x86_64+avx2"))]
-pub fn axpy(y: &mut [f64], a: f64, x: &[f64]) {
-    assert_eq!(y.len(), x.len());
-    for (yi, &xi) in y.iter_mut().zip(x) {
-        *yi += xi * a;
-    }
-}
-
-pub fn dot(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-/// Column j of an owned matrix as a slice (faer stores a `Mat` column-major).
-pub fn col_slice(a: &Mat<f64>, j: usize) -> &[f64] {
-    a.col(j).try_as_col_major().expect("an owned Mat is column-major").as_slice()
-}
-
-/// Column j of an owned matrix as a mutable slice.
-pub fn col_slice_mut(a: &mut Mat<f64>, j: usize) -> &mut [f64] {
-    a.col_mut(j).try_as_col_major_mut().expect("an owned Mat is column-major").as_slice_mut()
-}
-
-/// A v for a vector v.
-pub fn matvec(a: MatRef<'_, f64>, v: &[f64]) -> Vec<f64> {
-    assert_eq!(a.ncols(), v.len());
-    let mut out = vec![0.0; a.nrows()];
-    for j in 0..a.ncols() {
-        let vj = v[j];
-        if vj != 0.0 {
-            // A contiguous column runs as a plain slice loop (vectorised, no bounds checks);
-            // each out[i] sees the same sums in the same order either way.
-            match a.col(j).try_as_col_major() {
-                Some(col) => out.iter_mut().zip(col.as_slice()).for_each(|(o, x)| *o += x * vj),
-                None => out.iter_mut().enumerate().for_each(|(i, o)| *o += a[(i, j)] * vj),
-            }
-        }
-    }
-    out
-}
-
-/// log sum_i exp(x_i), without overflow; -inf for an empty slice.
-pub fn log_sum_exp(x: &[f64]) -> f64 {
-    let max = x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if !max.is_finite() {
-        return max;
-    }
-    max + x.iter().map(|v| (v - max).exp()).sum::<f64>().ln()
-}
-
-/// Every row (length `c`) of a row-major `x` shifted by its maximum and exponentiated in place,
-/// with one vectorised exp for all rows; returns the maxima. Row sums then give log-sum-exp
-/// (max + ln sum) and the softmax (entry / sum).
-pub fn exp_shifted_rows(x: &mut [f64], c: usize) -> Vec<f64> {
-    let max: Vec<f64> = x.chunks_exact(c).map(|row| row.iter().copied().fold(f64::NEG_INFINITY, f64::max)).collect();
-    for (row, m) in x.chunks_exact_mut(c).zip(&max) {
-        for v in row.iter_mut() {
-            *v -= m;
-        }
-    }
-    crate::special::exp_slice(x);
-    max
-}
-
-/// softmax(x) in place; returns log sum exp(x).
-pub fn softmax_in_place(x: &mut [f64]) -> f64 {
-    let lse = log_sum_exp(x);
-    for v in x.iter_mut() {
-        *v = (*v - lse).exp();
-    }
-    lse
-}
-
-/// Index of the largest entry (the first on ties): the one argmax every method's labels use.
-pub fn argmax(x: &[f64]) -> usize {
-    let mut best = 0;
-    for (i, &v) in x.iter().enumerate() {
-        if v > x[best] {
-            best = i;
-        }
-    }
-    best
-}
-
-/// [m, c] from m rows, each with at least c entries: the first c of each (e.g. per-class values
-/// over the classes present in the data when a model has extra, empty ones).
-pub fn leading_columns(rows: &[Vec<f64>], c: usize) -> ndarray::Array2<f64> {
-    ndarray::Array2::from_shape_fn((rows.len(), c), |(j, q)| rows[j][q])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -590,40 +428,6 @@ mod tests {
                         assert!((out[(i, j)] - full[(i, j)]).abs() < 1e-12, "n = {n}: lower ({i},{j})");
                     } else {
                         assert_eq!(out[(i, j)], 0.0, "n = {n}: upper ({i},{j}) was written");
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn matmul_lower_par_is_the_products_lower_triangle_with_the_same_bits_on_any_thread_count() {
-        // Against the product summed by hand, at sizes on both sides of faer's blocking; the
-        // bits may not depend on the thread count (results must not depend on the machine).
-        let mut rng = rand_pcg::Pcg64::seed_from_u64(5);
-        for (m, k) in [(1, 1), (5, 3), (70, 129), (257, 1287)] {
-            let a = Mat::from_fn(m, k, |_, _| rng.random_range(-1.0..1.0));
-            let b = Mat::from_fn(k, m, |_, _| rng.random_range(-1.0..1.0));
-            let seq = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap().install(|| matmul_lower_par(a.as_ref(), b.as_ref()));
-            for j in 0..m {
-                for i in 0..m {
-                    if i >= j {
-                        let want: f64 = (0..k).map(|l| a[(i, l)] * b[(l, j)]).sum();
-                        assert!((seq[(i, j)] - want).abs() < 1e-12 * k as f64, "{m}x{k}: lower ({i},{j})");
-                    } else {
-                        assert_eq!(seq[(i, j)], 0.0, "{m}x{k}: upper ({i},{j}) was written");
-                    }
-                }
-            }
-            for threads in [2, 3] {
-                let par = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap()
-                    .install(|| matmul_lower_par(a.as_ref(), b.as_ref()));
-                for j in 0..m {
-                    for i in 0..m {
-                        assert_eq!(par[(i, j)].to_bits(), seq[(i, j)].to_bits(), "{m}x{k} on {threads} threads: ({i},{j})");
                     }
                 }
             }
