@@ -111,6 +111,28 @@ impl PairSites {
         }
     }
 
+    /// Every site parameter in one vector (c1y, c2y, c1k, c2k, each row-major), for
+    /// fixed-point accelerators.
+    pub fn to_flat(&self) -> Vec<f64> {
+        [&self.c1y, &self.c2y, &self.c1k, &self.c2k].into_iter().flat_map(|a| a.iter().copied()).collect()
+    }
+
+    /// The inverse of `to_flat`: sites shaped as `self` holding `v`.
+    pub fn shaped_from_flat(&self, v: &[f64]) -> PairSites {
+        let len = self.c1y.len();
+        assert_eq!(v.len(), 4 * len, "PairSites::shaped_from_flat: wrong length");
+        let part = |k: usize| Array2::from_shape_vec(self.c1y.raw_dim(), v[k * len..(k + 1) * len].to_vec()).expect("shape");
+        PairSites { c1y: part(0), c2y: part(1), c1k: part(2), c2k: part(3) }
+    }
+
+    /// The largest absolute change of a site parameter from `other`.
+    pub fn max_change(&self, other: &PairSites) -> f64 {
+        [(&self.c1y, &other.c1y), (&self.c2y, &other.c2y), (&self.c1k, &other.c1k), (&self.c2k, &other.c2k)]
+            .iter()
+            .flat_map(|(a, b)| a.iter().zip(b.iter()).map(|(x, y)| (x - y).abs()))
+            .fold(0.0, f64::max)
+    }
+
     /// self (1 - rho) + new rho, entry by entry (damping).
     pub fn damped(&self, new: &PairSites, rho: f64) -> PairSites {
         let mix = |a: &Array2<f64>, b: &Array2<f64>| a * (1.0 - rho) + b * rho;

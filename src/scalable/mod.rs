@@ -2,12 +2,13 @@
 //! inducing-input initialisation ([`inducing`], with [`kmeans`]), minibatch streams
 //! ([`minibatch`]), Adam with learning-rate schedules ([`adam`]), Ranganath et al.'s adaptive
 //! SVI step ([`adaptive_rate`]), averages of an optimiser's iterates ([`iterate_average`]),
-//! and natural-gradient steps
-//! for a Gaussian q(u) ([`natgrad`]), marginals of whitened q(v) at a block of rows
+//! natural-gradient steps for a Gaussian q(u) ([`natgrad`]), Anderson acceleration of
+//! fixed-point iterations such as GFITC's inner EP ([`anderson`]), marginals of whitened q(v) at a block of rows
 //! ([`projection`]), and the fitted model of the sparse arg-max-likelihood methods
 //! ([`argmax_model`]).
 pub mod adam;
 pub mod adaptive_rate;
+pub mod anderson;
 pub mod argmax_model;
 pub mod inducing;
 pub mod iterate_average;

@@ -2,11 +2,14 @@
 //! (Kim & Ghahramani 2006 with Naish-Guzman & Holden's FITC): every factor's two sites are
 //! one-dimensional, on f_i^y and f_i^k, refined in parallel from cavities of the posterior
 //! marginals, damped (0.5, annealed by 0.99 per iteration), until the largest change of a site
-//! parameter is below `tol`. A failed iteration (a cavity variance that is not positive) is
-//! rolled back and retried with half the damping.
+//! parameter is below `tol`, each damped step optionally extrapolated by Anderson acceleration
+//! (`settings.inner_anderson`, see `run`).
+//! A failed iteration (a cavity variance that is not positive) is rolled back and retried with
+//! half the damping.
 use super::fitc::{ClassFitc, FitcPosterior};
 use crate::likelihoods::pairwise_step::{PairSites, Side, Tilted};
 use crate::methods::FitError;
+use crate::scalable::anderson::Anderson;
 use rayon::prelude::*;
 
 /// The inner loop's settings.
@@ -16,6 +19,8 @@ pub(crate) struct InnerSettings {
     pub damping_decay: f64,
     pub tol: f64,
     pub max_iters: usize,
+    /// Anderson acceleration's depth (0: the plain damped iteration).
+    pub anderson: usize,
 }
 
 /// What the inner loop did.
@@ -75,6 +80,15 @@ fn refine(posts: &[FitcPosterior], sites: &PairSites, y: &[usize]) -> Option<Pai
 }
 
 /// Run EP from `sites` (warm start) to convergence; `sites` holds the result.
+///
+/// With `anderson` > 0 each sweep's damped sites G(x) are extrapolated by Anderson
+/// acceleration over the last `anderson` sweeps (`scalable::anderson`): the damped parallel
+/// update contracts the error by at most the damping each sweep (about 9 sweeps an L-BFGS
+/// evaluation on satimage), the accelerated one by much more, and the fixed point and the
+/// stopping rule (the damped step's largest site change from the current sites) are the same;
+/// the last step is the damped one, as without acceleration. A proposal is taken only where
+/// every class's posterior exists and every cavity is valid; otherwise the damped step is, and
+/// the history is dropped.
 pub(crate) fn run(
     classes: &[ClassFitc],
     y: &[usize],
@@ -84,9 +98,12 @@ pub(crate) fn run(
     let mut posts = posteriors(classes, sites, y)?;
     let mut report = InnerReport::default();
     let mut damping = s.damping;
+    let mut accel = Anderson::new(s.anderson);
+    // The refinement at the current sites, where the acceptance test computed it already.
+    let mut refined: Option<PairSites> = None;
     while report.iterations < s.max_iters {
         report.iterations += 1;
-        let Some(new) = refine(&posts, sites, y) else {
+        let Some(new) = refined.take().or_else(|| refine(&posts, sites, y)) else {
             report.rollbacks += 1;
             damping *= 0.5;
             if report.rollbacks > 30 {
@@ -95,23 +112,38 @@ pub(crate) fn run(
             continue;
         };
         let damped = sites.damped(&new, damping);
-        let change = [(&damped.c1y, &sites.c1y), (&damped.c2y, &sites.c2y), (&damped.c1k, &sites.c1k), (&damped.c2k, &sites.c2k)]
-            .iter()
-            .flat_map(|(a, b)| a.iter().zip(b.iter()).map(|(x, y)| (x - y).abs()))
-            .fold(0.0, f64::max);
-        match posteriors(classes, &damped, y) {
-            Ok(p) => {
-                posts = p;
-                *sites = damped;
-            }
-            Err(_) => {
-                report.rollbacks += 1;
-                damping *= 0.5;
-                continue;
+        // The authors' convergence measure: the damped step's largest site change (with
+        // acceleration too, since an extrapolated step can stall short of the fixed point).
+        let change = damped.max_change(sites);
+        let converged = change < s.tol;
+        let mut accepted = None;
+        if s.anderson > 0 && !converged {
+            let (proposal, extrapolated) = accel.next(&sites.to_flat(), &damped.to_flat());
+            if extrapolated {
+                let proposal = sites.shaped_from_flat(&proposal);
+                accepted = posteriors(classes, &proposal, y).ok().and_then(|p| refine(&p, &proposal, y).map(|r| (proposal, p, Some(r))));
+                if accepted.is_none() {
+                    accel.reset();
+                }
             }
         }
+        let (next, next_posts, next_refined) = match accepted {
+            Some(a) => a,
+            None => match posteriors(classes, &damped, y) {
+                Ok(p) => (damped, p, None),
+                Err(_) => {
+                    report.rollbacks += 1;
+                    damping *= 0.5;
+                    accel.reset();
+                    continue;
+                }
+            },
+        };
+        posts = next_posts;
+        *sites = next;
+        refined = next_refined;
         damping *= s.damping_decay;
-        if change < s.tol {
+        if converged {
             report.converged = true;
             break;
         }
