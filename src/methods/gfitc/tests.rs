@@ -19,6 +19,15 @@ fn toy(n: usize, c: usize, seed: u64) -> (Array2<f64>, Vec<usize>) {
     (x, y)
 }
 
+/// The kernels' log-parameters followed by each class's inducing inputs, rows k m..(k + 1) m of x.
+fn theta_with_leading_rows(kernels: &crate::kernels::KernelSet, x: &Array2<f64>, m: usize, c: usize) -> Vec<f64> {
+    let mut theta = kernels.log_params();
+    for k in 0..c {
+        theta.extend(x.slice(ndarray::s![m * k..m * (k + 1), ..]).iter().copied());
+    }
+    theta
+}
+
 fn inverse(a: &Mat<f64>) -> Mat<f64> {
     Chol::factor(a.as_ref(), "test").unwrap().solve(Mat::<f64>::identity(a.nrows(), a.nrows()).as_ref())
 }
@@ -62,10 +71,7 @@ fn anderson_acceleration_reaches_the_damped_iterations_fixed_point_in_fewer_swee
     let (x, y) = toy(60, 3, 5);
     let kernels = se_ard_plus_white(2, 3, 0.3);
     let shapes = [(6, 2); 3];
-    let mut theta = kernels.log_params();
-    for k in 0..3 {
-        theta.extend(x.slice(ndarray::s![6 * k..6 * k + 6, ..]).iter().copied());
-    }
+    let theta = theta_with_leading_rows(&kernels, &x, 6, 3);
     let (_, classes) = classes_at(&kernels, &shapes, &theta, &x).unwrap();
     let fit = |anderson: usize| {
         let settings = InnerSettings { damping: 0.5, damping_decay: 1.0, tol: 1e-11, max_iters: 5000, anderson };
@@ -104,10 +110,7 @@ fn gradient_at_convergence_matches_finite_differences_of_log_z_ep() {
     let (x, y) = toy(8, 3, 3);
     let kernels = se_ard_plus_white(2, 3, 0.3);
     let shapes = [(2, 2); 3];
-    let mut theta = kernels.log_params();
-    for k in 0..3 {
-        theta.extend(x.slice(ndarray::s![2 * k..2 * k + 2, ..]).iter().copied());
-    }
+    let theta = theta_with_leading_rows(&kernels, &x, 2, 3);
     let at = |t: &[f64]| {
         let (ks, classes) = classes_at(&kernels, &shapes, t, &x).unwrap();
         let mut sites = inner::initial_sites(8, 3, &y);
