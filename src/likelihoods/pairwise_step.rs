@@ -114,19 +114,27 @@ impl PairSites {
     /// Every site parameter in one vector (c1y, c2y, c1k, c2k, each row-major), for
     /// fixed-point accelerators.
     pub fn to_flat(&self) -> Vec<f64> {
+        self.debug_assert_one_shape();
         [&self.c1y, &self.c2y, &self.c1k, &self.c2k].into_iter().flat_map(|a| a.iter().copied()).collect()
     }
 
     /// The inverse of `to_flat`: sites shaped as `self` holding `v`.
     pub fn shaped_from_flat(&self, v: &[f64]) -> PairSites {
+        self.debug_assert_one_shape();
         let len = self.c1y.len();
         assert_eq!(v.len(), 4 * len, "PairSites::shaped_from_flat: wrong length");
         let part = |k: usize| Array2::from_shape_vec(self.c1y.raw_dim(), v[k * len..(k + 1) * len].to_vec()).expect("shape");
         PairSites { c1y: part(0), c2y: part(1), c1k: part(2), c2k: part(3) }
     }
 
+    fn debug_assert_one_shape(&self) {
+        let d = self.c1y.dim();
+        debug_assert!(self.c2y.dim() == d && self.c1k.dim() == d && self.c2k.dim() == d, "PairSites: arrays of different shapes");
+    }
+
     /// The largest absolute change of a site parameter from `other`.
     pub fn max_change(&self, other: &PairSites) -> f64 {
+        debug_assert_eq!(self.c1y.dim(), other.c1y.dim(), "PairSites::max_change: different shapes");
         [(&self.c1y, &other.c1y), (&self.c2y, &other.c2y), (&self.c1k, &other.c1k), (&self.c2k, &other.c2k)]
             .iter()
             .flat_map(|(a, b)| a.iter().zip(b.iter()).map(|(x, y)| (x - y).abs()))
@@ -173,6 +181,26 @@ mod tests {
         }
         let (ey, ek) = (m[1] / m[0], m[2] / m[0]);
         [m[0], ey, ek, m[3] / m[0] - ey * ey, m[4] / m[0] - ek * ek]
+    }
+
+    #[test]
+    fn flat_sites_round_trip_in_any_memory_layout() {
+        let mut s = PairSites::zeros(4, 3);
+        for (k, a) in [&mut s.c1y, &mut s.c2y, &mut s.c1k, &mut s.c2k].into_iter().enumerate() {
+            a.indexed_iter_mut().for_each(|((i, c), v)| *v = (100 * k + 10 * i + c) as f64);
+        }
+        let flat = s.to_flat();
+        assert_eq!(flat.len(), 48);
+        // Row-major within each array, the arrays in the order c1y, c2y, c1k, c2k.
+        assert_eq!(flat[5], 12.0);
+        assert_eq!(flat[12 + 7], 121.0);
+        let back = s.shaped_from_flat(&flat);
+        assert_eq!(back.max_change(&s), 0.0);
+        assert_eq!(back.c2k, s.c2k);
+        // A transposed (column-major) view of the same values flattens in its logical order.
+        let mut t = s.clone();
+        t.c1y = s.c1y.t().to_owned().reversed_axes();
+        assert_eq!(t.to_flat(), flat);
     }
 
     #[test]
