@@ -88,7 +88,14 @@ fn refine(posts: &[FitcPosterior], sites: &PairSites, y: &[usize]) -> Option<Pai
 /// stopping rule (the damped step's largest site change from the current sites) are the same;
 /// the last step is the damped one, as without acceleration. A proposal is taken only where
 /// every class's posterior exists and every cavity is valid; otherwise the damped step is, and
-/// the history is dropped.
+/// the history is dropped. There is no further progress safeguard (a valid proposal is taken
+/// even if its damped change is larger): in vc2017-gfitc-anderson's and -fig4-anderson's 510
+/// fits every inner run converged.
+///
+/// A refinement that fails at the current sites is retried with half the damping at the same
+/// sites, so it fails again until the roll-back limit ends the fit. The authors' code returns
+/// to the previous sites instead. No stored fit and no probe with random or undamped starts has
+/// reached this branch; changing it needs a case that does, to test against.
 pub(crate) fn run(
     classes: &[ClassFitc],
     y: &[usize],
