@@ -93,9 +93,12 @@ fn refine(posts: &[FitcPosterior], sites: &PairSites, y: &[usize]) -> Option<Pai
 /// fits every inner run converged.
 ///
 /// A refinement that fails at the current sites is retried with half the damping at the same
-/// sites, so it fails again until the roll-back limit ends the fit. The authors' code returns
-/// to the previous sites instead. No stored fit and no probe with random or undamped starts has
-/// reached this branch; changing it needs a case that does, to test against.
+/// sites, so it fails again until the roll-back limit ends the fit (the authors' code returns to
+/// the previous sites). In exact arithmetic the branch is unreachable: the step factors are
+/// log-concave, so every site precision a refinement returns is positive, damped mixtures keep
+/// that, and a cavity is then the marginal of the prior times the other (positive) sites, whose
+/// precision is positive. No stored fit and no probe with random or undamped starts has reached
+/// it through rounding either.
 pub(crate) fn run(
     classes: &[ClassFitc],
     y: &[usize],
