@@ -92,13 +92,14 @@ fn refine(posts: &[FitcPosterior], sites: &PairSites, y: &[usize]) -> Option<Pai
 /// even if its damped change is larger): in vc2017-gfitc-anderson's and -fig4-anderson's 510
 /// fits every inner run converged.
 ///
-/// A refinement that fails at the current sites is retried with half the damping at the same
-/// sites, so it fails again until the roll-back limit ends the fit (the authors' code returns to
-/// the previous sites). In exact arithmetic the branch is unreachable: the step factors are
-/// log-concave, so every site precision a refinement returns is positive, damped mixtures keep
-/// that, and a cavity is then the marginal of the prior times the other (positive) sites, whose
-/// precision is positive. No stored fit and no probe with random or undamped starts has reached
-/// it through rounding either.
+/// A damped step is taken only where its posteriors exist and its cavities are valid, too;
+/// otherwise the sweep is retried from the same sites with half the damping (the authors'
+/// roll-back to the previous approximation). From positive sites this cannot happen in exact
+/// arithmetic: the step factors are log-concave, so a refinement's site precisions are
+/// positive, damped mixtures keep them so, and a cavity is then the marginal of the prior times
+/// the other sites, with a positive precision. An accepted extrapolation may hold negative site
+/// precisions, though. No stored fit has needed a roll-back, so the check changed no stored
+/// number: where it passes, its refinement is the one the next sweep would compute.
 pub(crate) fn run(
     classes: &[ClassFitc],
     y: &[usize],
@@ -139,12 +140,14 @@ pub(crate) fn run(
         }
         let (next, next_posts, next_refined) = match accepted {
             Some(a) => a,
-            None => match posteriors(classes, &damped, y) {
-                Ok(p) => (damped, p, None),
-                Err(_) => {
+            None => match posteriors(classes, &damped, y).ok().and_then(|p| refine(&p, &damped, y).map(|r| (p, r))) {
+                Some((p, r)) => (damped, p, Some(r)),
+                None => {
                     report.rollbacks += 1;
                     damping *= 0.5;
                     accel.reset();
+                    // The same sites again: their refinement is `new`.
+                    refined = Some(new);
                     continue;
                 }
             },
