@@ -98,8 +98,9 @@ fn refine(posts: &[FitcPosterior], sites: &PairSites, y: &[usize]) -> Option<Pai
 /// arithmetic: the step factors are log-concave, so a refinement's site precisions are
 /// positive, damped mixtures keep them so, and a cavity is then the marginal of the prior times
 /// the other sites, with a positive precision. An accepted extrapolation may hold negative site
-/// precisions, though. No stored fit has needed a roll-back, so the check changed no stored
-/// number: where it passes, its refinement is the one the next sweep would compute.
+/// precisions, though. Where the check passes, its refinement is the one the next sweep would
+/// compute, so it changes no fit that ran before it (no stored GFITC cell failed, and 360 of
+/// them recomputed with it are the same to the last bit).
 pub(crate) fn run(
     classes: &[ClassFitc],
     y: &[usize],
