@@ -21,6 +21,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644))?;
     }
     tmp.persist(path).map_err(|e| e.error)?;
+    // The rename itself is durable only once the directory is: after a power loss the file
+    // would otherwise be either whole or absent (a finished cell computed again), never torn.
+    #[cfg(unix)]
+    std::fs::File::open(dir)?.sync_all()?;
     Ok(())
 }
 

@@ -89,3 +89,59 @@ fn no_method_changes_its_numbers_without_a_numerics_bump() {
     }
     assert!(problems.is_empty(), "{}\nRECORDED as of this code:\n{table}", problems.join("\n"));
 }
+
+/// (data preparation version, fingerprint of the splits and standardised values below).
+const RECORDED_DATA_PREP: (u32, &str) = (1, "02b225031e532c51");
+
+/// The splits of every generated protocol and a standardisation, on a fixed unbalanced
+/// three-class data set: what every cell's training and test rows come from. Their key holds
+/// only the protocol's label and seed, so a change here (a new `rand`, say) must bump
+/// `DATA_PREP_VERSION`.
+#[test]
+fn no_split_or_standardisation_changes_without_a_data_prep_bump() {
+    use mcgp::data::{make_splits, Dataset, SplitProtocol, Standardizer, DATA_PREP_VERSION};
+    let n = 47;
+    let x = Array2::from_shape_fn((n, 3), |(i, k)| ((i * (k + 3)) as f64 * 0.43).sin() * (k + 1) as f64 + 0.1 * i as f64);
+    let y: Vec<usize> = (0..n).map(|i| [0, 0, 1, 0, 2, 1][i % 6]).collect();
+    let data = Dataset {
+        name: "prep".into(),
+        x,
+        y,
+        class_names: vec!["a".into(), "b".into(), "c".into()],
+        feature_names: vec!["x1".into(), "x2".into(), "x3".into()],
+        source: Vec::new(),
+        n_fixed_train: None,
+    };
+    let protocols = [
+        "protocol: random\ntrain_fraction: 0.6\nrepeats: 3\n",
+        "protocol: random\ntrain_fraction: 0.6\nrepeats: 3\nstratify: true\n",
+        "protocol: random\ntrain_fraction: 0.5\nrepeats: 2\ntrain_size: 20\ntest_size: 9\n",
+        "protocol: kfold\nk: 4\nrepeats: 2\n",
+        "protocol: kfold\nk: 5\nstratify: true\ntest_size: 6\nfolds: 3\n",
+    ];
+    let mut h = blake3::Hasher::new();
+    for text in protocols {
+        let protocol: SplitProtocol = serde_norway::from_str(text).unwrap();
+        for split in make_splits(&protocol, &data, 2017, std::path::Path::new(".")).unwrap() {
+            for rows in [&split.train, &split.test] {
+                h.update(&(rows.len() as u64).to_le_bytes());
+                for &r in rows.iter() {
+                    h.update(&(r as u64).to_le_bytes());
+                }
+            }
+            let train = data.x.select(ndarray::Axis(0), &split.train);
+            let test = data.x.select(ndarray::Axis(0), &split.test);
+            let scaler = Standardizer::fit(&train);
+            for v in scaler.transform(&test).iter() {
+                h.update(&v.to_bits().to_le_bytes());
+            }
+        }
+    }
+    let print = h.finalize().to_hex()[..16].to_string();
+    let (version, recorded) = RECORDED_DATA_PREP;
+    assert!(
+        version == DATA_PREP_VERSION && recorded == print,
+        "splits or standardisation: recorded ({version}, {recorded:?}), now ({DATA_PREP_VERSION}, {print:?}). \
+         If the numbers changed, bump DATA_PREP_VERSION (src/data/mod.rs) and record the new pair"
+    );
+}

@@ -1192,3 +1192,87 @@ fn concurrent_runs_of_two_specs_sharing_a_results_folder_store_every_cell_once()
     };
     assert_eq!(table(&dir), table(&alone));
 }
+
+/// Grid points that are one computation (a repeated value, or `dataset_settings` overriding
+/// the gridded key) are refused before anything runs, naming the entry and the settings.
+#[test]
+fn two_cells_that_are_one_computation_are_refused() {
+    let dir = workdir("duplicate-cells");
+    let base = "name: dup\nseed: 3\ndatasets: [iris]\nsplits: { protocol: random, train_fraction: 0.6, repeats: 2 }\nmethods:\n";
+    for (entry, setting) in [
+        ("  - { name: lap, method: laplace, grid: { kernel.variance: [0.5, 0.5] } }\n", "kernel.variance=0.5"),
+        (
+            "  - { name: lap, method: laplace, grid: { settings.mc_samples: [100, 200] }, dataset_settings: { iris: { mc_samples: 50 } } }\n",
+            "settings.mc_samples=",
+        ),
+    ] {
+        let spec = dir.join("dup.yaml");
+        std::fs::write(&spec, format!("{base}{entry}")).unwrap();
+        for command in ["check", "run"] {
+            let (ok, stderr, _) = mcgp_in(&dir, &[command, spec.to_str().unwrap()], &[]);
+            assert!(!ok, "{command} must refuse: {stderr}");
+            assert!(stderr.contains("methods entry \"lap\"") && stderr.contains("the same computation on dataset iris split 0"), "{stderr}");
+            assert!(stderr.contains(setting), "{stderr}");
+        }
+        assert!(!dir.join("results/dup/cells").exists(), "nothing was computed");
+    }
+}
+
+/// A fixed value turned into a grid that includes it: the stored cells are the same
+/// computation, reused, and now carry the grid's label (the table column they belong in).
+/// And the report of a spec whose cells were recomputed under new keys (shards after a numerics
+/// bump, no run collecting them) describes the cells stored now, not the run before.
+#[test]
+fn reused_cells_take_the_grid_label_and_the_manifest_follows_recomputed_cells() {
+    let dir = workdir("relabel");
+    let spec = dir.join("relabel.yaml");
+    let head = "name: relabel\nseed: 3\ndatasets: [iris]\nsplits: { protocol: random, train_fraction: 0.6, repeats: 2 }\nmethods:\n";
+    std::fs::write(&spec, format!("{head}  - {{ name: lap, method: laplace, kernel: {{ variance: 0.5 }} }}\n")).unwrap();
+    let spec = spec.to_str().unwrap();
+    let (ok, stderr, _) = mcgp_in(&dir, &["run", spec], &[]);
+    assert!(ok, "{stderr}");
+    assert_eq!(computed_count(&stderr), 2);
+    std::fs::write(spec, format!("{head}  - {{ name: lap, method: laplace, grid: {{ kernel.variance: [0.5, 1.0] }} }}\n")).unwrap();
+    let (ok, stderr, _) = mcgp_in(&dir, &["run", spec], &[]);
+    assert!(ok, "{stderr}");
+    assert_eq!(computed_count(&stderr), 2, "only the variance-1.0 cells are new: {stderr}");
+    let cells = cells_without_timing(&dir.join("results/relabel"));
+    let mut settings: Vec<&str> = cells.values().map(|c| c["setting"].as_str().unwrap()).collect();
+    settings.sort();
+    assert_eq!(settings, ["kernel.variance=0.5", "kernel.variance=0.5", "kernel.variance=1.0", "kernel.variance=1.0"]);
+    let csv = std::fs::read_to_string(dir.join("results/relabel/results.csv")).unwrap();
+    assert!(!csv.lines().skip(1).any(|l| l.contains(",lap,,")), "no row without the grid label:\n{csv}");
+
+    // A shard recomputes every cell under new keys; `mcgp report` collects them.
+    let cpu_sum = |dir: &Path| -> f64 {
+        let mut records: Vec<(String, f64)> = std::fs::read_dir(dir.join("results/relabel/cells"))
+            .unwrap()
+            .map(|e| {
+                let v: Value = serde_json::from_slice(&std::fs::read(e.unwrap().path()).unwrap()).unwrap();
+                (v["key"].as_str().unwrap().to_string(), v["cpu_seconds"].as_f64().unwrap())
+            })
+            .collect();
+        records.sort_by(|a, b| a.0.cmp(&b.0));
+        records.iter().map(|r| r.1).sum()
+    };
+    let before = manifest(&dir.join("results/relabel"));
+    let bump = [("MCGP_TEST_BUMP_NUMERICS", "laplace")];
+    let (ok, stderr, _) = mcgp_in(&dir, &["run", spec, "--shard", "0/1"], &bump);
+    assert!(ok, "{stderr}");
+    assert_eq!(computed_count(&stderr), 4, "{stderr}");
+    let (ok, stderr, _) = mcgp_in(&dir, &["report", spec], &bump);
+    assert!(ok, "{stderr}");
+    let after = manifest(&dir.join("results/relabel"));
+    let total = cpu_sum(&dir) - before["cpu_seconds"].as_f64().unwrap();
+    assert!(
+        (after["cpu_seconds"].as_f64().unwrap() - total).abs() <= 1e-9 * total.max(1.0),
+        "the manifest must describe the recomputed cells: {} against {total} (the earlier run's {})",
+        after["cpu_seconds"],
+        before["cpu_seconds"]
+    );
+    assert_ne!(after["cpu_seconds"], before["cpu_seconds"]);
+    // Re-rendered without a change, it is kept as it is.
+    let (ok, stderr, _) = mcgp_in(&dir, &["report", spec], &bump);
+    assert!(ok, "{stderr}");
+    assert_eq!(manifest(&dir.join("results/relabel")), after);
+}

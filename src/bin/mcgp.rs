@@ -156,6 +156,19 @@ fn load_spec(path: Option<&Path>, registry: &Registry) -> anyhow::Result<Spec> {
     }
 }
 
+/// The checkout whose commit the results credit and against which a spec's relative split
+/// files resolve: the data folder's parent when that is a checkout (the default layout), else
+/// the nearest checkout around the working directory (`--data /mnt/datasets` run from inside
+/// one), else the data folder's parent as before.
+fn project_root(data_dir: &Path) -> PathBuf {
+    let is_checkout = |d: &Path| d.join(".git").exists() || d.join("Cargo.toml").is_file();
+    let parent = data_dir.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    if is_checkout(&parent) {
+        return parent;
+    }
+    std::env::current_dir().ok().and_then(|cwd| cwd.ancestors().find(|d| is_checkout(d)).map(Path::to_path_buf)).unwrap_or(parent)
+}
+
 fn options(
     paths: &Paths,
     registry: &Registry,
@@ -165,7 +178,7 @@ fn options(
     render_report: bool,
 ) -> RunOptions {
     let data_dir = registry.data_dir().to_path_buf();
-    let project_root = data_dir.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    let project_root = project_root(&data_dir);
     RunOptions {
         project_root,
         data_dir,

@@ -29,6 +29,13 @@ pub use splits::{make_splits, read_splits, write_splits, Split, SplitProtocol};
 pub use standardize::Standardizer;
 pub use task::{ClassLabel, Task};
 
+/// The version of the data preparation every cell goes through: split generation
+/// (`make_splits`, whose shuffles come from `rand`) and standardisation. A change of either
+/// that moves a split or a standardised value must bump it: it enters every cell's key (from 2
+/// on; at 1 the keys are as before it existed), so no stored cell computed on other splits is
+/// reused. tests/numerics_versions.rs fingerprints both against it.
+pub const DATA_PREP_VERSION: u32 = 1;
+
 /// One labelled data set (all rows: the fixed training rows first, then the fixed test rows if
 /// the dataset has its own test files).
 #[derive(Clone, Debug)]

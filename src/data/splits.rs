@@ -384,7 +384,8 @@ pub fn write_splits(path: &Path, splits: &[Split]) -> Result<(), DataError> {
 
 /// Reads a split CSV written by [`write_splits`] (or by another tool in that format). Checks
 /// that rows are `< n_rows`, that no row is listed twice in a split, and that every split has
-/// training and test rows. Splits come back sorted by index, rows in file order.
+/// training and test rows, and that splits are numbered 0, 1, 2, ... (cells number them by
+/// position). Splits come back sorted by index, rows in file order.
 pub fn read_splits(path: &Path, n_rows: usize) -> Result<Vec<Split>, DataError> {
     let text = std::fs::read_to_string(path).map_err(|e| DataError::io(path, e))?;
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
@@ -438,7 +439,15 @@ pub fn read_splits(path: &Path, n_rows: usize) -> Result<Vec<Split>, DataError> 
         return Err(DataError::invalid(path, "no splits (only the header)"));
     }
     let mut out = Vec::with_capacity(splits.len());
-    for (index, b) in splits {
+    for (expected, (index, b)) in splits.into_iter().enumerate() {
+        // Cells and stored records number splits by position: a file numbered from 1, or with a
+        // gap, would have its records and its own numbers disagree.
+        if index != expected {
+            return Err(DataError::invalid(
+                path,
+                format!("splits must be numbered 0, 1, 2, ... without gaps: found split {index} where split {expected} was expected"),
+            ));
+        }
         if b.split.train.is_empty() || b.split.test.is_empty() {
             return Err(DataError::invalid(
                 path,
@@ -721,5 +730,9 @@ mod tests {
         assert_eq!(case("split,role,row\n0,train\n"), format!("{f}:2: expected 3 fields (split,role,row), found 2"));
         assert_eq!(case("split,role,row\nx,train,1\n"), format!("{f}:2: split must be a non-negative integer, found 'x'"));
         assert_eq!(case("split,role,row\n0,train,1\n"), format!("{f}: split 0 has no test rows"));
+        let gap = format!("{f}: splits must be numbered 0, 1, 2, ... without gaps: found split 2 where split 1 was expected");
+        assert_eq!(case("split,role,row\n0,train,1\n0,test,2\n2,train,1\n2,test,2\n"), gap);
+        let from_one = format!("{f}: splits must be numbered 0, 1, 2, ... without gaps: found split 1 where split 0 was expected");
+        assert_eq!(case("split,role,row\n1,train,1\n1,test,2\n"), from_one);
     }
 }

@@ -6,7 +6,8 @@ use crate::spec::{PaperValue, ToleranceRule};
 ///
 /// The boundary counts as a match (`|run − paper| ≤ tol`), with a relative slack of
 /// 1e-12 so that decimal inputs such as 0.33 vs 0.3 ± 10% are not lost to rounding.
-/// A non-finite run mean never matches.
+/// A non-finite run mean never matches, and neither does a mean over the finite splits only
+/// (`n_nonfinite` > 0): the splits left out are likely the worst, so the mean flatters the run.
 pub fn within_tolerance(rule: &ToleranceRule, paper: &PaperValue, run: &Aggregate) -> (bool, f64, String) {
     let (tol, label) = match *rule {
         ToleranceRule::StandardError { k, rel, rounding } => match paper.sd.filter(|sd| sd.is_finite() && *sd >= 0.0) {
@@ -32,6 +33,10 @@ pub fn within_tolerance(rule: &ToleranceRule, paper: &PaperValue, run: &Aggregat
     };
     let diff = (run.mean - paper.mean).abs();
     let slack = 1e-12 * tol.abs().max(paper.mean.abs());
+    if run.n_nonfinite > 0 {
+        let label = format!("{label}; not matched: {} split(s) not finite", run.n_nonfinite);
+        return (false, tol, label);
+    }
     (diff <= tol + slack, tol, label)
 }
 
@@ -209,5 +214,11 @@ mod tests {
     fn non_finite_run_never_matches() {
         let p = paper(1.0, None, None);
         assert!(!within_tolerance(&ToleranceRule::Absolute { abs: 1e9 }, &p, &run(f64::NAN, 0.0, 3)).0);
+        // A finite mean over the finite splits only is inside any tolerance yet not a match.
+        let partial = Aggregate { n_nonfinite: 1, ..run(1.0, 0.0, 3) };
+        assert!(within_tolerance(&ToleranceRule::Absolute { abs: 1e9 }, &p, &run(1.0, 0.0, 3)).0);
+        let (ok, _, label) = within_tolerance(&ToleranceRule::Absolute { abs: 1e9 }, &p, &partial);
+        assert!(!ok);
+        assert!(label.ends_with("not matched: 1 split(s) not finite"), "{label}");
     }
 }

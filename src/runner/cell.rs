@@ -322,7 +322,12 @@ pub fn is_labels_only(record: &CellRecord) -> bool {
 pub fn score(prediction: &Prediction, y: &[usize]) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     out.insert("n_test".into(), y.len() as f64);
+    // A method's own log score is kept where finite (it may lie far below a probability's
+    // floor, computed accurately in log space); -inf, an underflow, is floored as a probability
+    // is. Left as -inf it would make the split's log_pred_* non-finite, and a non-finite split
+    // drops out of the aggregates: the worst split would vanish from the mean.
     let log_pred = |i: usize, yi: usize| match &prediction.log_score {
+        Some(l) if l[(i, yi)] == f64::NEG_INFINITY => floored_ln(0.0),
         Some(l) => l[(i, yi)],
         None => floored_ln(prediction.probs[(i, yi)]),
     };
@@ -413,6 +418,21 @@ mod tests {
         // An alternative off the simplex is refused, and named.
         let bad = Prediction::new(array![[0.5, 0.5]]).with_alternative("bad", array![[0.5, 0.6]]);
         assert!(bad.validate(1).unwrap_err().contains("(bad)"));
+    }
+
+    /// A method's own log score: finite values are summed as they are, even below a
+    /// probability's floor; -inf (an underflow) is floored as a probability is, so that the
+    /// split stays finite and in the aggregates.
+    #[test]
+    fn a_log_score_is_kept_where_finite_and_floored_where_minus_infinity() {
+        let probs = array![[1.0, 0.0], [0.5, 0.5]];
+        let mut p = Prediction::new(probs);
+        p.log_score = Some(array![[0.0, -1000.0], [0.5f64.ln(), f64::NEG_INFINITY]]);
+        p.validate(2).unwrap();
+        let s = score(&p, &[1, 1]);
+        let want = -1000.0 + f64::MIN_POSITIVE.ln();
+        assert!(s["log_pred_sum"].is_finite());
+        assert_eq!(s["log_pred_sum"], want);
     }
 
     #[test]

@@ -241,6 +241,12 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     // The code that computes the cells is the checkout as the run starts: commits made while a
     // long run goes on must not be credited with its results.
     let code = CodeVersion::of(&opts.project_root);
+    if code.label().is_none() {
+        eprintln!(
+            "warning: {} is not a git checkout: the results will not name the commit that computed them",
+            opts.project_root.display()
+        );
+    }
     let wall = Instant::now();
     let store = Store::new(&opts.results_root, spec.name());
     // Shards of one experiment share the lock (each adds its own cells); a collecting run holds
@@ -272,10 +278,13 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     // Reuse what is stored; everything else is pending.
     let mut done: BTreeMap<String, CellRecord> = BTreeMap::new();
     for cell in prepared.cells.iter().filter(|_| !opts.recompute) {
-        if let Some(rec) = store.read_usable_cell(&cell.key)? {
+        if let Some(mut rec) = store.read_usable_cell(&cell.key)? {
             // A failure repeats on the same code and data, except a timeout (the machine's).
             let keep_failure = !opts.retry_failed && (!rec.timed_out || opts.keep_failed);
             if rec.status == Status::Ok || keep_failure {
+                if relabel(&mut rec, cell) {
+                    store.write_cell(&rec)?;
+                }
                 done.insert(cell.key.clone(), rec);
             }
         }
@@ -292,6 +301,7 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
             if let Some(mut rec) = stored_elsewhere(&others, cell)? {
                 rec.diagnostics.insert("reused_from".into(), rec.experiment.clone());
                 rec.experiment = spec.name().to_string();
+                relabel(&mut rec, cell);
                 store.write_cell(&rec)?;
                 done.insert(cell.key.clone(), rec);
             }
@@ -560,6 +570,19 @@ impl ProgressLog {
     }
 }
 
+/// Give a stored record the grid label of the cell it is taken for; true if it changed. The key
+/// hashes the entry with its grid point applied, not the label, so `kernel: {variance: 0.5}` and
+/// a grid over `kernel.variance` that includes 0.5 are the same computation with different
+/// labels (empty, and `kernel.variance=0.5`): the record must sit in the table column of the spec
+/// as it now is.
+fn relabel(rec: &mut CellRecord, cell: &Cell) -> bool {
+    let changed = rec.setting != cell.setting;
+    if changed {
+        rec.setting = cell.setting.clone();
+    }
+    changed
+}
+
 /// The record another experiment's store holds for `cell` that a run may take instead of
 /// computing it: the same key, computed (not failed), with the same seed. `mcgp run` reuses it
 /// and `mcgp status` counts it.
@@ -621,7 +644,9 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions, wait: bo
     let prepared = prepare(spec, registry, &opts.project_root, Some(&store))?;
     let mut cells = Vec::new();
     for c in &prepared.cells {
-        if let Some(r) = store.read_usable_cell(&c.key)? {
+        if let Some(mut r) = store.read_usable_cell(&c.key)? {
+            // Relabelled in memory only: the next run rewrites the file under its lock.
+            relabel(&mut r, c);
             cells.push(r);
         }
     }
@@ -631,9 +656,23 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions, wait: bo
     let missing = prepared.cells.len() - cells.len();
     // A stored manifest of this spec that describes exactly these cells (a finished run, or a
     // partial one already reported with the same cells missing) is kept, so a re-render is
-    // byte for byte; otherwise a manifest is made now.
+    // byte for byte; otherwise a manifest is made now. "These cells": the same count missing is
+    // not enough, since cells recomputed under new keys (a numerics bump run by shards, say)
+    // leave none missing; their CPU seconds summed in the same order (to the bit) and their
+    // failures must be the manifest's too.
+    let same_cells = |m: &Manifest| {
+        let cpu: f64 = cells.iter().map(|c| c.cpu_seconds).sum();
+        m.cpu_seconds.to_bits() == cpu.to_bits() && m.cells_failed == cells.iter().filter(|c| c.status == Status::Failed).count()
+    };
     let manifest = match store.read_manifest()? {
-        Some(m) if m.spec_hash == spec.hash && m.cells_missing == missing && (missing == 0 || m.cells_total == prepared.cells.len()) => m,
+        Some(m)
+            if m.spec_hash == spec.hash
+                && m.cells_missing == missing
+                && (missing == 0 || m.cells_total == prepared.cells.len())
+                && same_cells(&m) =>
+        {
+            m
+        }
         old => {
             let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
             let counts = CellCounts {
@@ -645,9 +684,10 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions, wait: bo
                 missing,
             };
             let mut fresh = manifest(spec, CodeVersion::of(&opts.project_root), &cells, now, 0.0, 0, counts);
-            // Every cell is stored but the spec text changed (say, a note): the spec provenance
-            // is new; the code that computed the cells and the run's timing are the earlier run's.
-            if let Some(m) = old.filter(|_| missing == 0) {
+            // Every cell is stored as that run left them but the spec text changed (say, a
+            // note): the spec provenance is new; the code that computed the cells and the run's
+            // timing are the earlier run's. Cells stored since are described by the checkout.
+            if let Some(m) = old.filter(|m| missing == 0 && same_cells(m)) {
                 fresh.git_commit = m.git_commit;
                 fresh.git_dirty = m.git_dirty;
                 fresh.crate_version = m.crate_version;

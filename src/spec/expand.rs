@@ -153,6 +153,10 @@ pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>, data_hashes: &BTr
                             // Only when set, so the keys of every other spec stay as they were.
                             text["shared_init"] = serde_json::Value::Bool(true);
                         }
+                        if crate::data::DATA_PREP_VERSION != 1 {
+                            // From the first bump on (version 1 keys as before it existed).
+                            text["data_prep"] = crate::data::DATA_PREP_VERSION.into();
+                        }
                         blake3::hash(text.to_string().as_bytes()).to_hex()[..24].to_string()
                     };
                     let description = canonical(entry, source.as_ref().map(|s| &s.0));
@@ -187,6 +191,27 @@ pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>, data_hashes: &BTr
             }
         }
         cells_by_entry.insert(m.name.clone(), cells);
+    }
+    // Two cells with one key are one computation listed twice: a repeated grid value, values that
+    // parse to the same setting ([1, 1.0]), or a `dataset_settings` value that overrides a
+    // gridded key. Run, both would count in the aggregates (n doubled, the standard error
+    // shrunk) and the stored record would carry whichever label finished last.
+    let mut seen: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
+    for m in &spec.raw.methods {
+        for c in &cells_by_entry[&m.name] {
+            if let Some((other_entry, other_setting)) = seen.insert(&c.key, (&m.name, &c.setting)) {
+                let label = |s: &str| if s.is_empty() { "(no grid)".to_string() } else { s.to_string() };
+                return Err(format!(
+                    "methods entry \"{}\" ({}) and entry \"{other_entry}\" ({}) are the same computation on dataset {} split {}: \
+                     remove the repeated grid value, or the `dataset_settings` value that overrides the grid",
+                    m.name,
+                    label(&c.setting),
+                    label(other_setting),
+                    c.dataset,
+                    c.split
+                ));
+            }
+        }
     }
     // Present in report order: dataset, then the spec's method order.
     let mut all = Vec::new();
