@@ -1276,3 +1276,37 @@ fn reused_cells_take_the_grid_label_and_the_manifest_follows_recomputed_cells() 
     assert!(ok, "{stderr}");
     assert_eq!(manifest(&dir.join("results/relabel")), after);
 }
+
+/// A data folder outside the checkout (`--data /mnt/datasets`) does not cost the results their
+/// provenance: the commit is the checkout's the run starts in, not that of the data's parent.
+#[test]
+fn a_data_folder_elsewhere_keeps_the_checkouts_commit() {
+    let dir = workdir("data-elsewhere");
+    let data = dir.join("datasets");
+    std::fs::create_dir_all(&data).unwrap();
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for f in ["datasets.yaml", "iris.data", "wine.data"] {
+        std::fs::copy(here.join("data").join(f), data.join(f)).unwrap();
+    }
+    let head = Command::new("git").arg("-C").arg(here).args(["rev-parse", "HEAD"]).output();
+    let Some(head) = head.ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()) else {
+        eprintln!("not a git checkout: nothing to compare");
+        return;
+    };
+    let spec = here.join("experiments/quickstart.yaml");
+    let out = mcgp()
+        .current_dir(here)
+        .arg("run")
+        .arg(&spec)
+        .arg("--data")
+        .arg(&data)
+        .arg("--results")
+        .arg(dir.join("results"))
+        .arg("--reports")
+        .arg(dir.join("reports"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m = manifest(&dir.join("results/quickstart"));
+    assert_eq!(m["git_commit"].as_str(), Some(head.as_str()), "{m}");
+}
