@@ -49,7 +49,7 @@ enum Command {
         retry_failed: bool,
         /// Keep cells stored as timed out (by default a run retries them: a timeout depends on
         /// the machine).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "retry_failed")]
         keep_failed: bool,
         /// Recompute every cell, ignoring stored results (e.g. after changing a method's code).
         #[arg(long)]

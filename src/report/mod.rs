@@ -144,6 +144,14 @@ pub fn render_experiment(input: &ReportInput, out_dir: &Path) -> Result<Score, R
 /// An unreadable score file is listed as such rather than hiding the other experiments.
 pub fn render_index(reports_dir: &Path) -> Result<(), ReportError> {
     let read_err = |source| ReportError::Read { path: reports_dir.to_path_buf(), source };
+    // Runs of two experiments render the index side by side: one reading the scores while the
+    // other writes its own and the index could end with the index that misses the other's new
+    // score written last. The read and the write are one step under this lock.
+    let lock_path = reports_dir.join(".index.lock");
+    let lock_err = |source| ReportError::Write { path: lock_path.clone(), source };
+    std::fs::create_dir_all(reports_dir).map_err(lock_err)?;
+    let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(lock_err)?;
+    lock.lock().map_err(lock_err)?;
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(reports_dir)
         .map_err(read_err)?
         .filter_map(|e| e.ok().map(|e| e.path()))
