@@ -29,10 +29,18 @@ pub fn projections(a: &Mat<f64>, mean: &[f64], sa: &Mat<f64>) -> Vec<(f64, f64, 
 /// B = dF/dS_v = g_S - (I - S^{-1}) / 2, dm_v = -L^{-1} dL m_v and
 /// dS_v = -L^{-1} dL S_v - (.)^T give dF/dL = -tril(L^{-T} (a m^T + 2 B S)), where
 /// 2 B S = 2 g_S S - S + I needs no inverse. Lower triangular, to add to L's adjoint.
-pub fn lbar_holding_u(chol: &Chol, mean: &[f64], cov: &Mat<f64>, g_m: &[f64], g_s: &Mat<f64>) -> Mat<f64> {
+///
+/// The KL's share (-m m^T - S + I inside the bracket) is counted once per objective: a sum
+/// over blocks of rows passes `with_kl` for one block only (without it, only the expected
+/// log-likelihood's share g_m m^T + 2 g_S S, which adds up over blocks).
+pub fn lbar_holding_u(chol: &Chol, mean: &[f64], cov: &Mat<f64>, g_m: &[f64], g_s: &Mat<f64>, with_kl: bool) -> Mat<f64> {
     let m = mean.len();
     let gs_s = crate::linalg::matmul_par(g_s.as_ref(), cov.as_ref());
-    let x = Mat::from_fn(m, m, |i, j| (g_m[i] - mean[i]) * mean[j] + 2.0 * gs_s[(i, j)] - cov[(i, j)] + if i == j { 1.0 } else { 0.0 });
+    let x = if with_kl {
+        Mat::from_fn(m, m, |i, j| (g_m[i] - mean[i]) * mean[j] + 2.0 * gs_s[(i, j)] - cov[(i, j)] + if i == j { 1.0 } else { 0.0 })
+    } else {
+        Mat::from_fn(m, m, |i, j| g_m[i] * mean[j] + 2.0 * gs_s[(i, j)])
+    };
     let t = chol.solve_lt(x.as_ref());
     Mat::from_fn(m, m, |i, j| if i >= j { -t[(i, j)] } else { 0.0 })
 }

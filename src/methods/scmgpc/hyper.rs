@@ -76,7 +76,7 @@ pub(crate) fn gradient(
             let g_m: Vec<f64> = (0..m).map(|i| (0..n).map(|j| blk.a[(i, j)] * gmu[j]).sum()).collect();
             let ad = faer::Mat::from_fn(m, n, |i, j| blk.a[(i, j)] * gvar[j]);
             let g_s = mm(ad.as_ref(), blk.a.transpose());
-            lbar += lbar_holding_u(&g.chol, mu, &g.q.covariance(), &g_m, &g_s);
+            lbar += lbar_holding_u(&g.chol, mu, &g.q.covariance(), &g_m, &g_s, true);
         }
         let kmm_bar = g.chol.backprop(lbar.as_ref());
         let kern = sparse.kernel(c);

@@ -24,6 +24,10 @@ pub(crate) struct Wants {
     pub q: bool,
     /// Kernel log-parameters and Z.
     pub inputs: bool,
+    /// With `inputs` and q(u) held fixed (unwhitened), this block's input gradients carry the
+    /// KL's share too: set it on exactly one block of an objective (a minibatch step's one
+    /// call; the first of the full-data blocks), since the KL is counted once, not per block.
+    pub kl: bool,
 }
 
 pub(crate) struct BlockGrads {
@@ -34,7 +38,7 @@ pub(crate) struct BlockGrads {
     pub g_s: Vec<Mat<f64>>,
     /// Of scale * ell w.r.t. the kernel set's log-parameters and Z (the KL of the whitened
     /// posterior depends on neither); unwhitened (`Sparse::whiten` false), of
-    /// scale * ell - KL at fixed q(u).
+    /// scale * ell at fixed q(u), minus the KL where `Wants::kl`.
     pub inputs: Option<InputGrads>,
 }
 
@@ -102,7 +106,7 @@ pub(crate) fn block(
         }
     }
     if wants.inputs {
-        let lbar_q = fixed_u.then(|| lbar_of_fixed_u(sparse, &out.g_m, &out.g_s));
+        let lbar_q = fixed_u.then(|| lbar_of_fixed_u(sparse, &out.g_m, &out.g_s, wants.kl));
         out.inputs = Some(input_grads(sparse, x, &mg, &abar, &knn_bar, lbar_q.as_deref()));
     }
     out
@@ -110,12 +114,12 @@ pub(crate) fn block(
 
 /// With q(u) held fixed, q(v) moves with L: each class adds
 /// `scalable::projection::lbar_holding_u` to its kernel's L adjoint.
-fn lbar_of_fixed_u(sparse: &Sparse, g_m: &[Vec<f64>], g_s: &[Mat<f64>]) -> Vec<Mat<f64>> {
+fn lbar_of_fixed_u(sparse: &Sparse, g_m: &[Vec<f64>], g_s: &[Mat<f64>], with_kl: bool) -> Vec<Mat<f64>> {
     let m = sparse.m();
     let mut sums: Vec<Mat<f64>> = (0..sparse.chols.len()).map(|_| Mat::zeros(m, m)).collect();
     for (class, q) in sparse.q.iter().enumerate() {
         let k = sparse.kernel_of(class);
-        sums[k] += lbar_holding_u(&sparse.chols[k], q.mean(), &q.covariance(), &g_m[class], &g_s[class]);
+        sums[k] += lbar_holding_u(&sparse.chols[k], q.mean(), &q.covariance(), &g_m[class], &g_s[class], with_kl);
     }
     sums
 }

@@ -100,7 +100,7 @@ pub(crate) fn train(
         let xb = x.select(Axis(0), &rows);
         let yb: Vec<usize> = rows.iter().map(|&i| y[i]).collect();
         let scale = n as f64 / rows.len() as f64;
-        let g = elbo::block(&sparse, &xb, &yb, &method.likelihood, &mut lik_rng, scale, Wants { q: true, inputs: learn_inputs });
+        let g = elbo::block(&sparse, &xb, &yb, &method.likelihood, &mut lik_rng, scale, Wants { q: true, inputs: learn_inputs, kl: true });
         if !g.ell.is_finite() {
             return Err(FitError::Numerical(format!("svgp: the minibatch expected log-likelihood is {} at step {t}", g.ell)));
         }

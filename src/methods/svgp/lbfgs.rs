@@ -21,6 +21,19 @@ const DRAWS_SEED: u64 = 0x1BF6_5EED;
 
 /// The full-data ELBO at `sparse` and its gradient in theta's layout.
 pub(crate) fn elbo_and_grad(sparse: &Sparse, problem: &Problem, method: &Svgp, learn_inputs: bool, n_theta: usize) -> (f64, Vec<f64>) {
+    elbo_and_grad_in_blocks(sparse, problem, method, learn_inputs, n_theta, BLOCK_ROWS)
+}
+
+/// `elbo_and_grad` summed over blocks of `block_rows` rows (a test checks that the blocks add
+/// up to the one-block objective).
+pub(crate) fn elbo_and_grad_in_blocks(
+    sparse: &Sparse,
+    problem: &Problem,
+    method: &Svgp,
+    learn_inputs: bool,
+    n_theta: usize,
+    block_rows: usize,
+) -> (f64, Vec<f64>) {
     let (x, y) = (problem.x, problem.y);
     let m = sparse.m();
     let (n_kern, n_z) = (sparse.kernels.n_params(), sparse.n_z());
@@ -29,10 +42,18 @@ pub(crate) fn elbo_and_grad(sparse: &Sparse, problem: &Problem, method: &Svgp, l
     let mut grad = vec![0.0; n_theta];
     let mut g_m: Vec<Vec<f64>> = vec![vec![0.0; m]; sparse.n_classes()];
     let mut g_s: Vec<faer::Mat<f64>> = (0..sparse.n_classes()).map(|_| faer::Mat::zeros(m, m)).collect();
-    for start in (0..x.nrows()).step_by(BLOCK_ROWS) {
-        let end = (start + BLOCK_ROWS).min(x.nrows());
+    for start in (0..x.nrows()).step_by(block_rows) {
+        let end = (start + block_rows).min(x.nrows());
         let xb = x.slice(ndarray::s![start..end, ..]).to_owned();
-        let g = elbo::block(sparse, &xb, &y[start..end], &method.likelihood, &mut rng, 1.0, Wants { q: true, inputs: learn_inputs });
+        let g = elbo::block(
+            sparse,
+            &xb,
+            &y[start..end],
+            &method.likelihood,
+            &mut rng,
+            1.0,
+            Wants { q: true, inputs: learn_inputs, kl: start == 0 },
+        );
         ell += g.ell;
         if let Some(inputs) = &g.inputs {
             grad[..n_kern].iter_mut().zip(&inputs.params).for_each(|(d, v)| *d += v);

@@ -37,7 +37,7 @@ fn with_z_equal_x_and_a_gaussian_likelihood_one_natural_step_is_exact_and_the_el
     .unwrap();
     let mut sparse = Sparse::new(kernels.clone(), vec![x.clone()], vec![Posterior::Natural(start)]).unwrap();
     let mut rng = Pcg64::seed_from_u64(0);
-    let g = elbo::block(&sparse, &x, &rows, &lik, &mut rng, 1.0, Wants { q: true, inputs: false });
+    let g = elbo::block(&sparse, &x, &rows, &lik, &mut rng, 1.0, Wants { q: true, inputs: false, kl: true });
     let Posterior::Natural(q) = &mut sparse.q[0] else { unreachable!() };
     q.step(&g.g_m[0], g.g_s[0].as_ref(), Mat::<f64>::identity(6, 6).as_ref(), 1.0).unwrap();
 
@@ -122,7 +122,7 @@ fn elbo_gradients_in_kernel_parameters_inducing_inputs_and_q_match_finite_differ
     for (per_class, per_class_z) in [(false, false), (true, false), (false, true), (true, true)] {
         let (sparse, x, y) = problem_with(per_class, per_class_z, false);
         let ell = |s: &Sparse| scale * elbo::block(s, &x, &y, &lik, &mut Pcg64::seed_from_u64(0), scale, Wants::default()).ell;
-        let g = elbo::block(&sparse, &x, &y, &lik, &mut Pcg64::seed_from_u64(0), scale, Wants { q: true, inputs: true });
+        let g = elbo::block(&sparse, &x, &y, &lik, &mut Pcg64::seed_from_u64(0), scale, Wants { q: true, inputs: true, kl: true });
         let inputs = g.inputs.as_ref().unwrap();
         let p0 = sparse.kernels.log_params();
         let with = |p: &[f64], zs: Vec<Array2<f64>>| Sparse::new(sparse.kernels.with_log_params(p), zs, sparse.q.clone()).unwrap();
@@ -182,7 +182,7 @@ fn unwhitened_gradients_hold_q_of_u_fixed_and_match_finite_differences() {
     {
         let (mut sparse, x, y) = problem_with(per_class, per_class_z, natural);
         sparse.whiten = false;
-        let g = elbo::block(&sparse, &x, &y, &lik, &mut Pcg64::seed_from_u64(0), scale, Wants { q: true, inputs: true });
+        let g = elbo::block(&sparse, &x, &y, &lik, &mut Pcg64::seed_from_u64(0), scale, Wants { q: true, inputs: true, kl: true });
         let inputs = g.inputs.as_ref().unwrap();
         // F(theta, Z) = scale E[log lik] - KL with q(u) fixed: q(v) re-expressed under each L.
         let objective = |p: &[f64], zs: Vec<Array2<f64>>| {
@@ -205,7 +205,7 @@ fn unwhitened_gradients_hold_q_of_u_fixed_and_match_finite_differences() {
             &lik,
             &mut Pcg64::seed_from_u64(0),
             scale,
-            Wants { q: true, inputs: true },
+            Wants { q: true, inputs: true, kl: true },
         );
         let diff: f64 = whitened.inputs.unwrap().params.iter().zip(&inputs.params).map(|(a, b)| (a - b).abs()).sum();
         assert!(diff > 1e-3, "{what}: whitened and unwhitened kernel gradients coincide");
@@ -217,7 +217,7 @@ fn unwhitened_sqrt_parameter_gradients_match_finite_differences() {
     let lik = SvgpLikelihood::RobustMax(crate::likelihoods::marginal::RobustMax::new(1e-3, 20));
     let scale = 2.5;
     let (sparse, x, y) = problem(true, false);
-    let g = elbo::block(&sparse, &x, &y, &lik, &mut Pcg64::seed_from_u64(0), scale, Wants { q: true, inputs: false });
+    let g = elbo::block(&sparse, &x, &y, &lik, &mut Pcg64::seed_from_u64(0), scale, Wants { q: true, inputs: false, kl: true });
     for class in 0..3 {
         let chol = &sparse.chols[sparse.kernel_of(class)];
         // Unwhitened parameters of the current q: m_u = L m_v, L_Su = L L_Sv.
@@ -315,6 +315,36 @@ fn the_lbfgs_objective_gradient_matches_finite_differences_of_the_full_elbo() {
         let (mut start, x, y) = problem_with(false, per_class_z, false);
         start.whiten = whiten;
         assert_lbfgs_gradient(&format!("whiten {whiten}, per-class Z {per_class_z}"), &start, &x, &y, &method);
+    }
+}
+
+/// The full-data objective is summed over blocks of rows (2000 at a time): with q(u) held fixed
+/// (unwhitened) the KL's share of the kernel and Z gradient belongs to one block only. Blocks
+/// of 4 rows must give the one-block ELBO and gradient, and the gradient must match finite
+/// differences.
+#[test]
+fn the_lbfgs_objective_adds_up_over_blocks_of_rows() {
+    let method =
+        crate::methods::parse_settings::<SvgpParams>(&serde_json::json!({ "inducing": 4, "optimizer": "lbfgs" })).unwrap().check().unwrap();
+    for whiten in [false, true] {
+        let (mut start, x, y) = problem_with(false, false, false);
+        start.whiten = whiten;
+        assert!(x.nrows() > 8, "at least three blocks of 4 rows");
+        let mut theta = start.kernels.log_params();
+        theta.extend(flat_zs(&start.zs));
+        for qc in &start.q {
+            theta.extend(qc.sqrt_to_flat());
+        }
+        let problem = crate::methods::Problem { x: &x, y: &y, n_classes: 3 };
+        let at = |t: &[f64]| super::fit::sparse_at(&start, t, None, true).unwrap();
+        let in_blocks = |t: &[f64], rows: usize| super::lbfgs::elbo_and_grad_in_blocks(&at(t), &problem, &method, true, t.len(), rows);
+        let (one, g_one) = in_blocks(&theta, x.nrows());
+        let (many, g_many) = in_blocks(&theta, 4);
+        assert!((one - many).abs() <= 1e-12 * one.abs(), "whiten {whiten}: ELBO {one} against {many}");
+        let what = format!("whiten {whiten}: blocks of 4 against one block");
+        crate::testing::assert_gradient_close(&what, &g_many, &g_one, 1e-10);
+        let fd = central_differences(&theta, |t| in_blocks(t, 4).0);
+        crate::testing::assert_gradient_close(&format!("whiten {whiten}: blocks of 4 against finite differences"), &g_many, &fd, 1e-5);
     }
 }
 
