@@ -365,6 +365,12 @@ impl State {
     /// The estimate log Z_q of log p(y) (eq. 9) over all rows: EP, sum_c [g(theta_c) -
     /// g(theta_prior,c)] + sum over factors of log s~; SEP, the same with the tied site's
     /// log s~ (notes §2.12): sum log Z + sum_c n_c [g(theta\_c) - g(theta_c)].
+    ///
+    /// Always eq. 9 of the stored state as it is (sites removed along their stored directions,
+    /// factors projected on the current ones), also under `site_directions: lagged`, where the
+    /// authors' `computeEvidence` projects on the stored directions as their refinement does:
+    /// after a step that moved the kernels or Z the two estimates differ (the fit does not; only
+    /// the reported evidence and Figure 1's traces).
     pub fn log_z_q(&self, x: &Array2<f64>, y: &[usize]) -> Result<f64, FitError> {
         let n = x.nrows();
         let mut total: f64 = (0..self.n_classes()).map(|k| self.posts[k].log_normaliser_gain(&self.priors[k])).sum();

@@ -73,6 +73,13 @@ pub(crate) fn blend(sparse: &mut Sparse, targets: &[(Vec<f64>, Mat<f64>)], rho: 
 
 /// The noise of class c's target against its q, as Ranganath et al.'s rate reads it: the
 /// natural parameters' difference (theta1, -Lambda/2) as one vector.
+///
+/// Measured in the whitened q(v) = N(L^-1 mu, L^-1 Sigma L^-T) this model holds, not in q(u) as
+/// the authors' code measures it (notes §5.2): the two differ by theta1_v = L^T theta1_u and
+/// Lambda_v = L^T Lambda_u L. The blended q and its fixed point are the same either way (a
+/// linear change of variables), but the rate rho = |E g|^2 / E |g|^2 is not invariant under
+/// it, so the step sizes of `rho: adaptive` differ from the authors' run (gf2018-table1,
+/// -table1-mnist, -ablation); a fixed schedule is unaffected.
 pub(crate) fn target_noise(sparse: &Sparse, targets: &[(Vec<f64>, Mat<f64>)], c: usize) -> Vec<f64> {
     let q = &sparse.classes[c].q;
     let (t1, precision) = &targets[c];

@@ -1,8 +1,9 @@
 //! The sparse model: per class c a kernel, its own inducing inputs Z^c, the factor of
 //! K(Z^c, Z^c) + jitter I, and q(v^c) in natural parameters for the whitened inducing values
 //! v^c = L_c^{-1} u^c. Whitening is a fixed linear change of variables for fixed kernels, and
-//! natural-parameter averaging commutes with it, so CAVI and SVI steps are exactly those of the
-//! paper's q(u^c) = N(mu^c, Sigma^c); a hyper-parameter step holds q(u) fixed by default (q(v)
+//! natural-parameter averaging commutes with it, so CAVI and SVI steps at a given rho are exactly
+//! those of the paper's q(u^c) = N(mu^c, Sigma^c) (the adaptive rate's own value is not
+//! invariant: `global::target_noise`); a hyper-parameter step holds q(u) fixed by default (q(v)
 //! re-expressed under the new factor, as the authors' objective has it), or q(v) with
 //! `whiten: true`. The jitter is the authors' 1e-3 on K_mm and on k(x, x), i.e. a
 //! white-noise term of the latent GP, so Z = X gives K~ = 0 exactly.
