@@ -165,9 +165,10 @@ pub(crate) fn train(
                 rates.step(&mut theta, &grad, &free);
             } else {
                 // Adam steps each length-scale in theta's own coordinate, log l, where the
-                // adaptive rates above convert to the authors' log l^2: a given `adam_lr` moves
-                // log l as far as the authors' Adam moves log l^2, twice as far in l's own units
-                // (vc2017-fig5* and Figure 3's `step: adam` entries).
+                // adaptive rates above convert to the authors' log l^2: Adam's steps are about
+                // `adam_lr` long in its coordinate, so a given rate moves log l about twice as
+                // far as the authors' (whose step of log l^2 moves log l by half of it;
+                // vc2017-fig5* and Figure 3's `step: adam` entries).
                 let mut descent = grad;
                 descent.iter_mut().for_each(|g| *g = -*g);
                 adam.step(&mut theta, &descent, &free);
