@@ -312,10 +312,19 @@ fn provenance(m: &Manifest, records: &[CellRecord]) -> Vec<KeyValue> {
         ("Spec", format!("{} (blake3 {})", m.spec_path, m.spec_hash)),
         ("mcgp version", m.crate_version.clone()),
         ("rustc", m.rustc.clone()),
-        ("Host", format!("{} ({} threads)", m.host, m.threads)),
+        // A manifest `mcgp report` made (threads 0) describes no run: every cell was computed
+        // by an earlier one (their commits are in "Cells computed at").
+        (
+            "Host",
+            if m.threads == 0 {
+                format!("{} (report rendered from stored cells, no run)", m.host)
+            } else {
+                format!("{} ({} threads)", m.host, m.threads)
+            },
+        ),
         ("Started", m.started.clone()),
         ("Finished", m.finished.clone()),
-        ("Wall time", format::duration(m.wall_seconds)),
+        ("Wall time", if m.threads == 0 { "none (no run)".to_string() } else { format::duration(m.wall_seconds) }),
         ("CPU time (all cells)", format::duration(m.cpu_seconds)),
         ("Cells", cells),
     ]
