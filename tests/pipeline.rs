@@ -1293,20 +1293,10 @@ fn a_data_folder_elsewhere_keeps_the_checkouts_commit() {
         eprintln!("not a git checkout: nothing to compare");
         return;
     };
+    // Run from the checkout (cargo runs integration tests in the package root).
     let spec = here.join("experiments/quickstart.yaml");
-    let out = mcgp()
-        .current_dir(here)
-        .arg("run")
-        .arg(&spec)
-        .arg("--data")
-        .arg(&data)
-        .arg("--results")
-        .arg(dir.join("results"))
-        .arg("--reports")
-        .arg(dir.join("reports"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (ok, stderr, _) = mcgp_in(&dir, &["run", spec.to_str().unwrap(), "--data", data.to_str().unwrap()], &[]);
+    assert!(ok, "{stderr}");
     let m = manifest(&dir.join("results/quickstart"));
     assert_eq!(m["git_commit"].as_str(), Some(head.as_str()), "{m}");
 }
