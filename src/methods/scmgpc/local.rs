@@ -33,6 +33,24 @@ impl Local {
     }
 }
 
+/// E[log lambda] under q(lambda) = Ga(alpha, beta) (shape, rate): psi(alpha) - log beta.
+pub(crate) fn gamma_mean_log(alpha: f64, beta: f64) -> f64 {
+    digamma(alpha) - beta.ln()
+}
+
+/// E[lambda] under q(lambda) = Ga(alpha, beta): alpha / beta.
+pub(crate) fn gamma_mean(alpha: f64, beta: f64) -> f64 {
+    alpha / beta
+}
+
+/// E_{q(lambda)} KL(Po(gamma) || Po(lambda)) from E[log lambda] and E[lambda]: the KL at one
+/// lambda, gamma log(gamma / lambda) - gamma + lambda, is linear in log lambda and lambda, so
+/// its mean is gamma log gamma - gamma - gamma E[log lambda] + E[lambda]; 0 log 0 = 0.
+pub(crate) fn expected_poisson_kl(gamma: f64, mean_log_lambda: f64, mean_lambda: f64) -> f64 {
+    let glng = if gamma > 0.0 { gamma * gamma.ln() } else { 0.0 };
+    glng - gamma - gamma * mean_log_lambda + mean_lambda
+}
+
 /// log gamma_c given alpha (beta = C). Corrected (6*): psi(alpha) - log beta - log 2 - m/2 -
 /// log cosh(b/2), from E[log lambda]. Printed (6): log beta - log 2 - lnGamma(alpha) - alpha -
 /// (1 - alpha) psi(alpha) - m/2 - log cosh(b/2), i.e. exp(-entropy of q(lambda)) in place of
@@ -41,7 +59,7 @@ impl Local {
 fn log_gamma_rate(rule: PoissonRate, alpha: f64, beta: f64, m: f64, b: f64) -> f64 {
     let common = -std::f64::consts::LN_2 - 0.5 * m - log_cosh(0.5 * b);
     match rule {
-        PoissonRate::Corrected => digamma(alpha) - beta.ln() + common,
+        PoissonRate::Corrected => gamma_mean_log(alpha, beta) + common,
         PoissonRate::Printed => beta.ln() - ln_gamma(alpha) - alpha - (1.0 - alpha) * digamma(alpha) + common,
     }
 }
@@ -81,6 +99,7 @@ pub(crate) fn bound(m: &[f64], v: &[f64], y: usize, l: &Local) -> f64 {
     let beta = c as f64;
     let ln2 = std::f64::consts::LN_2;
     let (psi, alpha) = (digamma(l.alpha), l.alpha);
+    let (mean_log_lambda, mean_lambda) = (gamma_mean_log(alpha, beta), gamma_mean(alpha, beta));
     let mut total = -ln2;
     for k in 0..c {
         let s2 = v[k] + m[k] * m[k];
@@ -90,9 +109,8 @@ pub(crate) fn bound(m: &[f64], v: &[f64], y: usize, l: &Local) -> f64 {
             total += 0.5 * m[k] - 0.5 * l.theta_tilde * s2;
         }
         total += -g * ln2 - 0.5 * g * m[k] - 0.5 * l.theta[k] * s2;
-        // E_{q(lambda)} KL(Po(gamma) || Po(lambda)); 0 log 0 = 0.
-        let glng = if g > 0.0 { g * g.ln() } else { 0.0 };
-        total -= glng - g - g * (psi - beta.ln()) + alpha / beta;
+        // E_{q(lambda)} KL(Po(gamma) || Po(lambda)).
+        total -= expected_poisson_kl(g, mean_log_lambda, mean_lambda);
         // E_{q(n)} KL(PG(n, b) || PG(n, 0)) = gamma log cosh(b/2) - b^2/2 theta.
         total -= g * log_cosh(0.5 * l.tilt[k]) - 0.5 * l.tilt[k] * l.tilt[k] * l.theta[k];
     }
