@@ -173,28 +173,49 @@ fn inclusions_match_recomputation_tilted_moments_and_lowest_delta() {
 
 /// A point may enter several classes; it stays a candidate for the classes it is not in, and
 /// its cavity there divides out its other components (checked above through the tilted
-/// marginal). With dtot close to C n every point is in most classes.
+/// marginal). The softmax is strictly log-concave in each u_c, so every pair's site precision
+/// is positive: with `active_total` above C n the selection stops at the cap C n = 36 with every
+/// point in every class, not by running dry.
+///
+/// It runs dry when some class can never qualify: eq. 7's site precision is pi = 1/a_t - 1/a,
+/// and the tilted marginal of u_c is N(h, a) times a factor whose -log has curvature at most
+/// max p_c (1 - p_c) = 1/4 (the softmax's curvature along u_c, less a variance), so by the
+/// Cramer-Rao bound a_t >= 1 / (1/a + 1/4), i.e. pi <= 1/4. With class 3's prior variance 0.01,
+/// pi K_jj <= 0.0025 is below a threshold of 0.01 for every point, so at most 2 n = 24 pairs
+/// can enter before no candidate is left.
 #[test]
 fn points_enter_several_classes_and_the_selection_can_run_dry() {
     let (x, y) = blobs(4, 3, 1.0, 0.5, 9);
-    let kernels = per_class_kernels();
-    let m = method(serde_json::json!({ "active_total": 36 }));
-    let lik = m.likelihood(3);
-    let mut rng = Pcg64::seed_from_u64(1);
-    let mut ctx = FitContext::new(&mut rng, None);
-    let sel = m.select(&kernels, &x, &y, &lik, &mut ctx, |_, _, _| Ok(())).unwrap();
-    assert!(sel.mw.shared_points() > 0);
-    let total = sel.mw.total();
-    assert!(total <= 36);
-    if total < 36 {
-        assert!(sel.exhausted);
-    }
-    for c in 0..3 {
-        let mut a = sel.mw.states[c].active.clone();
-        a.sort_unstable();
-        a.dedup();
-        assert_eq!(a.len(), sel.mw.states[c].d(), "class {c} has a repeated point");
-    }
+    let n = x.nrows();
+    let select = |kernels: &KernelSet, settings: serde_json::Value| {
+        let m = method(settings);
+        let lik = m.likelihood(3);
+        let mut rng = Pcg64::seed_from_u64(1);
+        let mut ctx = FitContext::new(&mut rng, None);
+        let sel = m.select(kernels, &x, &y, &lik, &mut ctx, |_, _, _| Ok(())).unwrap();
+        for c in 0..3 {
+            let mut a = sel.mw.states[c].active.clone();
+            a.sort_unstable();
+            a.dedup();
+            assert_eq!(a.len(), sel.mw.states[c].d(), "class {c} has a repeated point");
+        }
+        sel
+    };
+
+    let full = select(&per_class_kernels(), serde_json::json!({ "active_total": 50 }));
+    assert_eq!(full.mw.total(), 3 * n, "the cap is C n");
+    assert!(!full.exhausted && full.stop == StopReason::MaxIterations, "stopped at the cap, not dry");
+    assert_eq!(full.mw.shared_points(), n, "every point is in every class");
+
+    let tiny_third = KernelSet::per_class(vec![
+        kernel("{ lengthscale: 0.9, variance: 2.0 }", 2),
+        kernel("{ ard: true, lengthscale: [0.7, 1.6], variance: 1.3 }", 2),
+        kernel("{ lengthscale: 1.1, variance: 0.01 }", 2),
+    ]);
+    let dry = select(&tiny_third, serde_json::json!({ "active_total": 50, "min_site_precision": 0.01 }));
+    assert!(dry.exhausted && dry.stop == StopReason::Converged, "the selection did not run dry");
+    assert_eq!(dry.mw.states[2].d(), 0, "a class-3 site passed the threshold");
+    assert!(dry.mw.total() > 0 && dry.mw.total() <= 2 * n, "{} inclusions", dry.mw.total());
 }
 
 /// Separable 3-class blobs: near-zero test error with both likelihoods, probabilities on the
