@@ -428,17 +428,29 @@ fn hyper_gradient_matches_finite_differences_of_the_optimised_bound() {
     }
 }
 
+/// Learning the two length-scales (the variance held at 1) by a search run to L-BFGS's own
+/// convergence raises the optimised bound clearly above the fixed kernel's and ends where the
+/// bound's free partial derivatives vanish; predictions of the learned model are consistent.
 #[test]
 fn learning_raises_the_bound_and_predictions_are_consistent() {
     let (x, y) = toy(12, 3, 21);
     let kern = SqExp { log_variance: 0.0, log_lengthscales: vec![0.0, 0.0], learn_variance: false };
     let mut r = rng(1);
     let problem = Problem { x: &x, y: &y, n_classes: 3 };
-    let method = KlmnlParams::default().check().unwrap();
+    let method = KlmnlParams { hyper_tol: 0.0, ..KlmnlParams::default() }.check().unwrap();
     let mut ctx = FitContext::new(&mut r, None);
     let fixed = method.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut ctx).unwrap();
     let learned = method.fit_model(&problem, &kern, HyperPolicy::Learn, &mut ctx).unwrap();
-    assert!(learned.log_zh() >= fixed.log_zh() - 1e-9);
+    // The bound is deterministic and each fit converges to 1e-10 relative; learning gains about
+    // 1.9 nats here, so 0.5 nats fails a search that did not move (or moved the wrong way).
+    assert!(learned.log_zh() > fixed.log_zh() + 0.5, "learned {} vs fixed {}", learned.log_zh(), fixed.log_zh());
+    // At an interior optimum the free entries (the length-scales) of the gradient vanish: below
+    // 1e-4 of their size at the start (about 2e-7 against 0.4 here). The variance's entry is
+    // not free and need not vanish.
+    let free = kern.free_mask();
+    let largest_free = |g: Vec<f64>| g.iter().zip(&free).filter(|(_, f)| **f).map(|(v, _)| v.abs()).fold(0.0, f64::max);
+    let (at_start, at_end) = (largest_free(fixed.hyper_gradient()), largest_free(learned.hyper_gradient()));
+    assert!(at_end < 1e-4 * at_start, "free gradient {:?} at the learned kernel ({at_start} at the start)", learned.hyper_gradient());
     assert_eq!(learned.kernel().log_variance, 0.0, "unit variance kept fixed");
     let (xt, _) = toy(5, 3, 77);
     let cache = learned.predictive_logs(&xt).unwrap();
