@@ -20,29 +20,33 @@ fn gauss_hermite(n: usize) -> (Vec<f64>, Vec<f64>) {
     (nodes, weights)
 }
 
-/// log p(y) by tensor Gauss-Hermite quadrature in the whitened coordinates f = L g
-/// (datum-major latents, K = Kx (x) I_C).
-fn quadrature_log_evidence(kx: &faer::Mat<f64>, y: &[usize], c: usize, nodes: usize, lik: Lik) -> f64 {
-    let n = y.len();
-    let p = n * c;
+/// The log of a function of the latents, integrated by `quadrature_log_expectations`.
+type LogIntegrand<'a> = dyn Fn(&[f64]) -> f64 + 'a;
+
+/// log E_{f ~ N(0, K)} exp(g(f)) for each g of `log_gs`, by tensor Gauss-Hermite quadrature in
+/// the whitened coordinates f = L g (datum-major latents, K = Kx (x) I_C), one pass over the
+/// grid for all of them.
+fn quadrature_log_expectations(kx: &faer::Mat<f64>, c: usize, nodes: usize, log_gs: &[&LogIntegrand<'_>]) -> Vec<f64> {
+    let p = kx.nrows() * c;
     let k = faer::Mat::from_fn(p, p, |a, b| if a % c == b % c { kx[(a / c, b / c)] } else { 0.0 });
     let l = Chol::factor(k.as_ref(), "K").unwrap();
     let (z, w) = gauss_hermite(nodes);
     let mut idx = vec![0usize; p];
-    let mut terms = Vec::new();
+    // Streaming log-sum-exp per function: (running maximum, sum of exp(term - maximum)).
+    let mut acc = vec![(f64::NEG_INFINITY, 0.0f64); log_gs.len()];
     loop {
         let g: Vec<f64> = idx.iter().map(|&i| z[i]).collect();
         let lw: f64 = idx.iter().map(|&i| w[i].ln()).sum();
         let f: Vec<f64> = (0..p).map(|a| (0..=a).map(|b| l.l()[(a, b)] * g[b]).sum()).collect();
-        let mut ll = 0.0;
-        for i in 0..n {
-            let fi = &f[i * c..(i + 1) * c];
-            ll += match lik {
-                Lik::Logit => fi[y[i]] - log_sum_exp(fi),
-                Lik::Probit => log_probit_class_prob(fi, y[i]),
-            };
+        for ((max, sum), log_g) in acc.iter_mut().zip(log_gs) {
+            let t = lw + log_g(&f);
+            if t > *max {
+                *sum = *sum * (*max - t).exp() + 1.0;
+                *max = t;
+            } else {
+                *sum += (t - *max).exp();
+            }
         }
-        terms.push(lw + ll);
         let mut d = 0;
         while d < p {
             idx[d] += 1;
@@ -56,7 +60,25 @@ fn quadrature_log_evidence(kx: &faer::Mat<f64>, y: &[usize], c: usize, nodes: us
             break;
         }
     }
-    log_sum_exp(&terms)
+    acc.iter().map(|(max, sum)| max + sum.ln()).collect()
+}
+
+/// log prod_i p(y_i | f_i) for datum-major latents `f` (C per datum).
+fn log_likelihood(f: &[f64], y: &[usize], c: usize, lik: Lik) -> f64 {
+    (0..y.len())
+        .map(|i| {
+            let fi = &f[i * c..(i + 1) * c];
+            match lik {
+                Lik::Logit => fi[y[i]] - log_sum_exp(fi),
+                Lik::Probit => log_probit_class_prob(fi, y[i]),
+            }
+        })
+        .sum()
+}
+
+/// log p(y) by tensor Gauss-Hermite quadrature.
+fn quadrature_log_evidence(kx: &faer::Mat<f64>, y: &[usize], c: usize, nodes: usize, lik: Lik) -> f64 {
+    quadrature_log_expectations(kx, c, nodes, &[&|f: &[f64]| log_likelihood(f, y, c, lik)])[0]
 }
 
 fn tiny(n: usize) -> (Array2<f64>, Vec<usize>) {
@@ -118,19 +140,28 @@ fn posterior_scale_matches_quadrature_and_survives_a_nearly_singular_prior() {
 }
 
 /// F.1 predictive p(y* = c | y) = E[p(y|f) p(c|f*)] / p(y) by quadrature over the joint
-/// (train + test) latents, against the IS predictive (with n_test_samples < batch, so the
-/// regenerated draws must line up with the stored weights).
+/// (train + test) latents, against the IS predictive (with n_test_samples not a multiple of
+/// the batch, so the regenerated draws must line up with the stored weights), for every class.
+/// The IS predictive is a self-normalised average of p(c|f*) over the posterior; its standard
+/// error is about sd(p(c|f*) | y) / sqrt(ESS), with the posterior variance also by quadrature.
 #[test]
 fn mc_mnl_predictive_matches_brute_force_quadrature() {
     let (x, y) = tiny(2);
     let xs = Array2::from_shape_fn((1, 1), |_| 0.3);
     let kern = SqExp { log_variance: 1.5f64.ln(), log_lengthscales: vec![0.0], learn_variance: false };
-    // joint latents: rows 0..2 training, row 2 the test point; the test "label" is c.
+    // Joint latents: rows 0..2 training, row 2 the test point (latents 4..6).
     let xa = Array2::from_shape_fn((3, 1), |(i, _)| if i < 2 { x[(i, 0)] } else { 0.3 });
-    let kx = kern.gram(&xa);
     let lz = quadrature_log_evidence(&kern.gram(&x), &y, 2, 20, Lik::Logit);
-    let want: Vec<f64> = (0..2).map(|c| (quadrature_log_evidence(&kx, &[y[0], y[1], c], 2, 12, Lik::Logit) - lz).exp()).collect();
+    let log_p_test = |f: &[f64], c: usize| f[4 + c] - log_sum_exp(&f[4..6]);
+    let y_train = &y;
+    let moment = |c: usize, power: f64| move |f: &[f64]| log_likelihood(&f[..4], y_train, 2, Lik::Logit) + power * log_p_test(f, c);
+    let (m01, m02, m11, m12) = (moment(0, 1.0), moment(0, 2.0), moment(1, 1.0), moment(1, 2.0));
+    let logs = quadrature_log_expectations(&kern.gram(&xa), 2, 12, &[&m01, &m02, &m11, &m12]);
+    // E[p(c|f*) | y] and Var(p(c|f*) | y) per class.
+    let want: Vec<f64> = (0..2).map(|c| (logs[2 * c] - lz).exp()).collect();
+    let var: Vec<f64> = (0..2).map(|c| (logs[2 * c + 1] - lz).exp() - want[c] * want[c]).collect();
     assert!((want[0] + want[1] - 1.0).abs() < 1e-6);
+    let (n_samples, n_test) = (40000.0, 30500.0);
     let method = ImportanceParams::from_settings(&serde_json::json!({"n_samples": 40000, "batch": 1000, "n_test_samples": 30500}))
         .unwrap()
         .check(Lik::Logit)
@@ -141,7 +172,14 @@ fn mc_mnl_predictive_matches_brute_force_quadrature() {
     let model = method.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut ctx).unwrap();
     let mut prng = rand_pcg::Pcg64::seed_from_u64(6);
     let got = model.is_predictive(&xs, &mut prng).unwrap();
-    assert!((got[0][0] - want[0]).abs() < 0.01, "IS predictive {:?} vs quadrature {want:?}", got[0]);
+    // The reported ESS is over all n_s weights; the predictive uses the first n_test of these
+    // i.i.d. draws, whose ESS is that fraction of it.
+    let ess = model.extra_metrics()["is_ess"] * n_test / n_samples;
+    assert!((got[0].iter().sum::<f64>() - 1.0).abs() < 1e-12, "IS predictive {:?} does not sum to one", got[0]);
+    for c in 0..2 {
+        let se = (var[c] / ess).sqrt();
+        assert!((got[0][c] - want[c]).abs() < 5.0 * se, "class {c}: IS predictive {:?} vs quadrature {want:?} (se {se})", got[0]);
+    }
 }
 
 #[test]
