@@ -220,44 +220,6 @@ fn klmnl_fit_through_the_method_api_is_monotone_and_learns() {
     assert!(e["log_zh"] >= e["thm10_bound"]);
 }
 
-/// The speed targets (same code as benches/chai2012.rs), reporting wall and CPU seconds:
-/// `cargo test --release --test tests klmnl::speed -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn speed_glass_klmnl_and_importance_sampling() {
-    use mcgp::data::{default_data_dir, Registry, Standardizer};
-    use std::time::Instant;
-    let registry = Registry::load(&default_data_dir()).expect("data registry");
-    let data = registry.load_dataset("glass").expect("glass");
-    let idx: Vec<usize> = (0..data.n()).map(|i| (i * 37) % data.n()).collect();
-    let train = data.subset(&idx[..128]);
-    let x = Standardizer::fit(&train.x).transform(&train.x);
-    let problem = Problem { x: &x, y: &train.y, n_classes: data.n_classes() };
-    let kernel = SqExp { log_variance: 0.0, log_lengthscales: vec![0.0; data.d()], learn_variance: false };
-    let mut rng = rand_pcg::Pcg64::seed_from_u64(1);
-    let mut ctx = FitContext::new(&mut rng, None);
-    let method = KlmnlParams::default().check().unwrap();
-    let time = |label: &str, f: &mut dyn FnMut() -> String| {
-        let (t, c) = (Instant::now(), cpu_time::ProcessTime::now());
-        let msg = f();
-        println!("{label}: {:.2} s wall, {:.2} s CPU; {msg}", t.elapsed().as_secs_f64(), c.elapsed().as_secs_f64());
-    };
-    time("klmnl glass fixed", &mut || {
-        let m = method.fit_model(&problem, &kernel, HyperPolicy::Fixed, &mut ctx).unwrap();
-        format!("log Z_h {:.4}, {} sweeps", m.log_zh(), Fitted::extra_metrics(&m)["sweeps"])
-    });
-    time("klmnl glass learned", &mut || {
-        let m = method.fit_model(&problem, &kernel, HyperPolicy::Learn, &mut ctx).unwrap();
-        format!("log Z_h {:.4}, {} evaluations", m.log_zh(), Fitted::extra_metrics(&m)["hyper_evaluations"])
-    });
-    let is = ImportanceParams::from_settings(&serde_json::json!({"n_samples": 100000})).unwrap().check(Lik::Logit).unwrap();
-    time("mc_mnl glass 1e5 (incl. KL-MNL centre)", &mut || {
-        let m = is.fit_model(&problem, &kernel, HyperPolicy::Fixed, &mut ctx).unwrap();
-        let e = m.extra_metrics();
-        format!("log Z UB {:.4}, ESS {:.1}, KL-MNL {:.4}", e["log_z_ub"], e["is_ess"], e["klmnl_log_zh"])
-    });
-}
-
 /// Skipping samples whose weight is certain to be below e^-40 of the largest leaves the logit
 /// evidence and predictive unchanged to rounding (the bound is n_s e^-40 relative), on a
 /// problem where the t proposal puts many samples far below the maximum. For the probit (with
