@@ -65,25 +65,35 @@ mod tests {
     }
 
     /// U1 (PG part): the closed-form mean against the truncated series sampler, 1e5 draws; the
-    /// tolerance is 5 standard errors plus the known truncation bias b / (2 pi^2 K).
+    /// tolerance is 5 standard errors plus the known truncation bias b / (2 pi^2 K). Also the
+    /// tilting identity behind `pg_kl`, E_{PG(b,c)}[e^{c^2 w / 2}] = cosh^b(c/2), to 5 standard
+    /// errors of the tilted draws.
     #[test]
     fn the_pg_mean_matches_monte_carlo() {
         let mut rng = rand_pcg::Pcg64::seed_from_u64(19);
         let (terms, draws) = (200, 100_000);
+        let pi2 = std::f64::consts::PI.powi(2);
+        let mean_and_se = |v: &[f64]| {
+            let mean = v.iter().sum::<f64>() / v.len() as f64;
+            let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt();
+            (mean, sd / (v.len() as f64).sqrt())
+        };
         for (b, c) in [(1.0, 0.0), (1.0, 2.5), (3.0, 0.7), (0.4, 6.0)] {
             let w: Vec<f64> = (0..draws).map(|_| pg_sample_truncated(b, c, terms, &mut rng)).collect();
-            let mean = w.iter().sum::<f64>() / draws as f64;
-            let sd = (w.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (draws - 1) as f64).sqrt();
-            let se = sd / (draws as f64).sqrt();
-            let bias = b / (2.0 * std::f64::consts::PI.powi(2) * terms as f64);
+            let (mean, se) = mean_and_se(&w);
+            let bias = b / (2.0 * pi2 * terms as f64);
             let want = pg_mean(b, c);
             assert!((mean + bias - want).abs() < 5.0 * se, "PG({b}, {c}): MC {mean} (+bias {bias}) vs {want}, se {se}");
-            // Laplace transform E[e^{-w t^2/2}] = cosh^{-b}(t/2) at c = 0, via the tilting identity
-            // checked on the tilted draws: E_{PG(b,c)}[e^{c^2 w / 2}] = cosh^b(c/2) (finite for these c).
+            // E[e^{s w}] under PG(b, c) is prod_k (1 - s / (2 pi^2 d_k))^-b, d_k = (k - 1/2)^2 +
+            // c^2 / (4 pi^2): at s = c^2 / 2 the identity; e^{c^2 w / 2} has a finite variance
+            // (s = c^2 finite) only for c < pi. The K-term sampler drops the factors k > K, which
+            // scale the tilt by exp(-b s / (2 pi^2 K)) to first order (the mean's bias likewise).
             if c > 0.0 && c < 3.0 {
-                let tilt = w.iter().map(|v| (0.5 * c * c * v).exp()).sum::<f64>() / draws as f64;
-                let want = (b * log_cosh(0.5 * c)).exp();
-                assert!((tilt / want - 1.0).abs() < 0.03, "tilting identity PG({b}, {c}): {tilt} vs {want}");
+                let s = 0.5 * c * c;
+                let tilted: Vec<f64> = w.iter().map(|v| (s * v).exp()).collect();
+                let (tilt, se) = mean_and_se(&tilted);
+                let want = (b * log_cosh(0.5 * c) - b * s / (2.0 * pi2 * terms as f64)).exp();
+                assert!((tilt - want).abs() < 5.0 * se, "tilting identity PG({b}, {c}): {tilt} vs {want} (se {se})");
             }
         }
     }
