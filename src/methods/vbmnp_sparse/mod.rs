@@ -244,14 +244,21 @@ mod tests {
         assert_eq!(r5.active[4], best.1);
     }
 
+    /// The fitted model's predictive is the §4.5 probit predictive of unit-noise GP regression
+    /// on its active set with the stored pseudo-targets: m(x) = k_xI (K_II + I)^{-1} ỹ_I and
+    /// s(x) = s2 - k_xI (K_II + I)^{-1} k_Ix (dense inverse, kernel written out here), and
+    /// P(t = c) = P(argmax_k (m_k + sqrt(1 + s) e_k) = c) for independent standard e_k, by Monte
+    /// Carlo to 5 standard errors. Rows sum to one, and the fixed-kernel fit generalises.
     #[test]
-    fn sparse_model_predicts_on_the_simplex_and_learns() {
+    fn the_sparse_predictive_is_the_active_set_regression_and_generalises() {
         let (x, y) = data(200, 7);
         let kernel = SqExp { log_variance: 0.0, log_lengthscales: vec![0.0], learn_variance: false };
         let params = VbmnpSparseParams { active_size: 40, ..Default::default() };
-        let mut rng = Pcg64::seed_from_u64(1);
+        let fit_seed = 1;
+        let mut rng = Pcg64::seed_from_u64(fit_seed);
         let mut ctx = FitContext::new(&mut rng, None);
         let m = params
+            .clone()
             .check()
             .unwrap()
             .fit(&Problem { x: &x, y: &y, n_classes: 3 }, &KernelSet::shared_se(&kernel), HyperPolicy::Fixed, &mut ctx)
@@ -266,5 +273,42 @@ mod tests {
             }
         }
         assert!((err as f64) < 0.15 * 300.0, "test error {err}/300");
+
+        // The active set and pseudo-targets the fit stored: the ADF pass is the fit's first use
+        // of its stream, so the same seed gives the same pass.
+        let mut rng = Pcg64::seed_from_u64(fit_seed);
+        let r = adf(&x, &y, 3, &phi_from_kernel(&kernel), 1.0, &params, &mut FitContext::new(&mut rng, None)).unwrap();
+        let s = r.active.len();
+        // k(x, x') = exp(-|x - x'|^2 / 2): unit variance, unit length-scale.
+        let k = |a: ndarray::ArrayView1<f64>, b: ndarray::ArrayView1<f64>| {
+            (-0.5 * a.iter().zip(&b).map(|(u, v)| (u - v).powi(2)).sum::<f64>()).exp()
+        };
+        let a = Mat::from_fn(s, s, |i, j| k(x.row(r.active[i]), x.row(r.active[j])) + if i == j { 1.0 } else { 0.0 });
+        let a_inv = a.partial_piv_lu().inverse();
+        let mut mc = Pcg64::seed_from_u64(3);
+        let draws = 100_000;
+        for j in 0..20 {
+            let kx: Vec<f64> = (0..s).map(|i| k(x.row(r.active[i]), xt.row(j))).collect();
+            let w: Vec<f64> = (0..s).map(|i| (0..s).map(|l| kx[l] * a_inv[(l, i)]).sum()).collect();
+            let mean: Vec<f64> = (0..3).map(|c| (0..s).map(|i| w[i] * r.y_active[i][c]).sum()).collect();
+            let var = 1.0 - (0..s).map(|i| w[i] * kx[i]).sum::<f64>();
+            let scale = (1.0 + var).sqrt();
+            let mut wins = [0usize; 3];
+            for _ in 0..draws {
+                let t: Vec<f64> = mean.iter().map(|m| m + scale * mc.sample::<f64, _>(StandardNormal)).collect();
+                wins[crate::linalg::argmax(&t)] += 1;
+            }
+            for c in 0..3 {
+                // The binomial standard error at the model's probability (the hypothesis tested):
+                // finite also where the draws give no win for a class.
+                let freq = wins[c] as f64 / draws as f64;
+                let se = (p[[j, c]] * (1.0 - p[[j, c]]) / draws as f64).sqrt();
+                assert!(
+                    (p[[j, c]] - freq).abs() < 5.0 * se,
+                    "test point {j} class {c}: model {} vs Monte Carlo {freq} (se {se})",
+                    p[[j, c]]
+                );
+            }
+        }
     }
 }
