@@ -349,7 +349,11 @@ fn at_convergence_the_gradient_is_that_of_log_z_q() {
         converge(&mut s, &x, &y, 300);
         s.log_z_q(&x, &y).unwrap()
     });
-    assert_gradient_close("eq. 10 at convergence against d log Z_q", &grad, &fd, 1e-4);
+    // Every entry here is at least 0.05 in size, so the helper's absolute floor (rel) hides
+    // nothing. The central differences are good to a few 1e-9 (rounding of log Z_q over the
+    // step 1e-6; 300 sweeps converge EP past that), so 1e-6 leaves a wide margin.
+    assert!(fd.iter().all(|v| v.abs() > 1e-2), "a small gradient entry: {fd:?}");
+    assert_gradient_close("eq. 10 at convergence against d log Z_q", &grad, &fd, 1e-6);
 }
 
 /// log p(y) and p(y* | y) of the model EP approximates (the pairwise factors of eq. 6, FITC),
