@@ -186,6 +186,9 @@ impl Laplace {
         // Newton steps over all evaluations of the evidence (the work of the search: the
         // benchmark's flop count).
         let search_newton_steps = std::sync::atomic::AtomicUsize::new(0);
+        // Evaluations whose mode search stopped at `max_newton_iters` (their evidence and
+        // gradient are those of the best point reached).
+        let search_unconverged = std::sync::atomic::AtomicUsize::new(0);
         let kernel = match hyper {
             HyperPolicy::Fixed => kernel.clone_box(),
             HyperPolicy::Learn => learn_kernel(
@@ -196,6 +199,7 @@ impl Laplace {
                 |k, warm| {
                     let out = evidence_and_grad(k, problem, &self.params, warm)?;
                     search_newton_steps.fetch_add(out.2.newton_iters, std::sync::atomic::Ordering::Relaxed);
+                    search_unconverged.fetch_add(usize::from(!out.2.newton_converged), std::sync::atomic::Ordering::Relaxed);
                     Ok(out)
                 },
                 |mode| WarmStart { a: mode.a.clone(), da_dtheta: mode.da_dtheta.clone() },
@@ -206,8 +210,10 @@ impl Laplace {
         let K = kernel.gram(problem.x);
         let mode = find_mode(&K, problem.y, problem.n_classes, &self.params, &[])?;
         diagnostics.number("newton_iterations", mode.newton_iters as f64);
+        diagnostics.number("newton_converged", if mode.newton_converged { 1.0 } else { 0.0 });
         if hyper == HyperPolicy::Learn {
             diagnostics.number("hyper_newton_steps", search_newton_steps.into_inner() as f64);
+            diagnostics.number("hyper_newton_unconverged", search_unconverged.into_inner() as f64);
         }
         Ok(LaplaceModel {
             kernel,

@@ -32,6 +32,9 @@ pub(super) struct Mode {
     /// The Laplace approximation to log p(y | X): Psi - 1/2 log |I + K W|.
     pub(super) log_evidence: f64,
     pub(super) newton_iters: usize,
+    /// Whether Newton met `newton_tol` (false: it stopped at `max_newton_iters`, and f-hat is
+    /// the best point reached, not the mode to that tolerance).
+    pub(super) newton_converged: bool,
     /// da-hat/d(log-parameter p) as column p, class-major [C n, P], where the gradient was
     /// computed (`evidence_and_grad`): the next evaluation's Newton start is predicted by it.
     pub(super) da_dtheta: Option<Mat<f64>>,
@@ -153,7 +156,20 @@ pub(super) fn find_mode(K: &Mat<f64>, y: &[usize], n_classes: usize, params: &La
     let (f, a, psi) = (ascent.f, ascent.a, ascent.psi);
     let pi = class_probs(&f, n, n_classes);
     let (E, M, half_log_det) = curvature(K, &pi, n_classes)?;
-    Ok(Mode { n, n_classes, f, a, pi, E, M, psi, log_evidence: psi - half_log_det, newton_iters: ascent.iters, da_dtheta: None })
+    Ok(Mode {
+        n,
+        n_classes,
+        f,
+        a,
+        pi,
+        E,
+        M,
+        psi,
+        log_evidence: psi - half_log_det,
+        newton_iters: ascent.iters,
+        newton_converged: ascent.converged,
+        da_dtheta: None,
+    })
 }
 
 /// The end point of `newton_ascent`: a and f = K a at the mode, Psi there, Newton steps taken.
@@ -162,6 +178,8 @@ pub(super) struct Ascent {
     pub(super) f: Vec<f64>,
     pub(super) psi: f64,
     pub(super) iters: usize,
+    /// `newton_tol` met before `max_newton_iters`.
+    pub(super) converged: bool,
 }
 
 /// Damped Newton ascent on Psi(f) = -1/2 a^T f + log p(y | f), f = K a, shared by both
@@ -188,7 +206,7 @@ pub(super) fn newton_ascent(
             (a, f, psi) = (a0.to_vec(), f0, psi0);
         }
     }
-    let mut iters = 0;
+    let (mut iters, mut converged) = (0, false);
     for _ in 0..params.max_newton_iters {
         iters += 1;
         let mut a_new = step(&f)?;
@@ -206,7 +224,7 @@ pub(super) fn newton_ascent(
         if !psi_new.is_finite() {
             return Err(FitError::Numerical("Laplace: Newton objective became non-finite".into()));
         }
-        let converged = (psi_new - psi).abs() <= params.newton_tol * (1.0 + psi.abs());
+        converged = (psi_new - psi).abs() <= params.newton_tol * (1.0 + psi.abs());
         a = a_new;
         f = f_new;
         psi = psi_new;
@@ -214,7 +232,7 @@ pub(super) fn newton_ascent(
             break;
         }
     }
-    Ok(Ascent { a, f, psi, iters })
+    Ok(Ascent { a, f, psi, iters, converged })
 }
 
 /// (I_C (x) K) v for class-major v.

@@ -35,6 +35,8 @@ struct ProbitMode {
     /// Psi(f-hat) - 1/2 log |B| (GPML eq. 3.32).
     log_evidence: f64,
     newton_iters: usize,
+    /// As `Mode::newton_converged`.
+    newton_converged: bool,
 }
 
 /// t_i = +1 for class index 1, -1 for class 0.
@@ -78,7 +80,17 @@ fn find_mode(K: &Mat<f64>, t: &[f64], params: &LaplaceParams, warm: Option<&[f64
     let sW: Vec<f64> = W.iter().map(|w| w.sqrt()).collect();
     let L = factor_b(K, &sW)?;
     let log_evidence = ascent.psi - 0.5 * L.log_det();
-    Ok(ProbitMode { f: ascent.f, a: ascent.a, grad, sW, L, psi: ascent.psi, log_evidence, newton_iters: ascent.iters })
+    Ok(ProbitMode {
+        f: ascent.f,
+        a: ascent.a,
+        grad,
+        sW,
+        L,
+        psi: ascent.psi,
+        log_evidence,
+        newton_iters: ascent.iters,
+        newton_converged: ascent.converged,
+    })
 }
 
 /// Gradient of log q(t | X, theta) w.r.t. the kernel's log-parameters (GPML Alg. 5.1):
@@ -172,6 +184,7 @@ impl Laplace {
         let K = kernel.gram(problem.x);
         let mode = find_mode(&K, &t, &self.params, None)?;
         diagnostics.number("newton_iterations", mode.newton_iters as f64);
+        diagnostics.number("newton_converged", if mode.newton_converged { 1.0 } else { 0.0 });
         diagnostics.note("model", "binary probit (one GP; class 1 is t = +1)");
         Ok(LaplaceProbitModel { kernel, x_train: problem.x.clone(), mode, diagnostics })
     }

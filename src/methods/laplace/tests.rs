@@ -300,3 +300,28 @@ fn the_plug_in_alternative_is_the_softmax_of_the_predictive_mean() {
         }
     }
 }
+
+/// A mode search cut off by `max_newton_iters` is flagged, not passed off as the mode: one
+/// Newton step from f = 0 cannot meet the tolerance on this problem, the default budget does
+/// (the final fit's `newton_converged`, and the search's count of cut-off evaluations).
+#[test]
+fn a_newton_search_cut_short_is_flagged() {
+    use crate::methods::{build, FitContext, HyperPolicy};
+    let (x, y) = tiny(5, 3);
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let kernels = crate::kernels::KernelSet::shared(Box::new(kernel(false, 1.0, 4.0)));
+    let diagnostics = |settings: serde_json::Value, hyper: HyperPolicy| {
+        let method = build("laplace", &settings).unwrap();
+        let mut rng = Pcg64::seed_from_u64(1);
+        let mut ctx = FitContext::new(&mut rng, None);
+        method.fit(&problem, &kernels, hyper, &mut ctx).unwrap().diagnostics().numbers
+    };
+    let cut = diagnostics(serde_json::json!({ "max_newton_iters": 1 }), HyperPolicy::Fixed);
+    assert_eq!((cut["newton_iterations"], cut["newton_converged"]), (1.0, 0.0));
+    let full = diagnostics(serde_json::json!({}), HyperPolicy::Fixed);
+    assert_eq!(full["newton_converged"], 1.0, "{full:?}");
+    let learned = diagnostics(serde_json::json!({ "max_newton_iters": 1, "max_hyper_iters": 3 }), HyperPolicy::Learn);
+    assert!(learned["hyper_newton_unconverged"] >= 1.0, "{learned:?}");
+    let learned = diagnostics(serde_json::json!({ "max_hyper_iters": 3 }), HyperPolicy::Learn);
+    assert_eq!(learned["hyper_newton_unconverged"], 0.0, "{learned:?}");
+}
