@@ -1,25 +1,28 @@
-//! The scheduler: expand a spec into cells, reuse stored cells, run the rest on rayon in
-//! dependency order, store each finished cell atomically, then write the tables, the
-//! manifest and the report.
+//! A run: expand a spec into cells, reuse stored cells, run the rest on rayon in dependency
+//! order (`scheduler`), store each finished cell atomically (`cell`), then write the tables, the
+//! manifest and the report (`report`, which `mcgp report` also uses alone).
 //!
 //! Determinism: a cell's result depends only on its description and seed (faer runs
 //! sequentially inside a cell; parallelism is across cells), so it is bit-identical on any
 //! number of threads and across resumed runs.
 mod cell;
 mod provenance;
+mod report;
+mod scheduler;
 pub mod shard;
 mod status;
 
 pub use cell::{is_labels_only, run_cell, PROBABILITY_METRICS};
+use report::{cell_ids, manifest, reused_count, CellCounts, CodeVersion};
+pub use report::{report, report_only};
+use scheduler::{progress_bar, ProgressLog, Scheduler};
 pub use shard::{Shard, ShardPlan};
 pub use status::{status, EntryStatus, StatusReport};
 
 use crate::data::{make_splits, write_splits, Dataset, Registry, Split};
 use crate::methods::ProblemShape;
-use crate::report::{render_experiment, render_index, ReportInput};
 use crate::results::{CellRecord, Manifest, Status, Store};
 use crate::spec::{expand, Cell, Spec};
-use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -464,112 +467,6 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     Ok(RunSummary { manifest, cells })
 }
 
-/// Runs pending cells and, as each finishes, the cells waiting on it.
-struct Scheduler<'a> {
-    spec: &'a Spec,
-    prepared: &'a Prepared,
-    store: &'a Store,
-    bar: &'a ProgressBar,
-    /// Without a terminal (no bar): a progress line on stderr at most every `ProgressLog::every`.
-    log: Option<Mutex<ProgressLog>>,
-    /// Stored and finished cells by key.
-    done: Mutex<BTreeMap<String, CellRecord>>,
-    /// Pending cells by the key of the cell they wait on.
-    dependants: BTreeMap<&'a str, Vec<&'a Cell>>,
-    /// The first error that stops the run (a result that could not be stored).
-    failure: Mutex<Option<anyhow::Error>>,
-    /// Cells stored by this run; its lock also serialises the writes (see `abort_after`).
-    stored: Mutex<usize>,
-    /// Test hook: abort the process after this many stored cells, as a kill would.
-    abort_after: Option<usize>,
-    /// Test hook: sleep after storing each cell.
-    pause_after_cell: Option<std::time::Duration>,
-    /// The code's commit, stored in every record.
-    commit: Option<String>,
-}
-
-impl<'a> Scheduler<'a> {
-    fn run_then_spawn_dependants<'s>(&'s self, scope: &rayon::ScopeFifo<'s>, cell: &'a Cell)
-    where
-        'a: 's,
-    {
-        for &dependant in self.run_one(cell) {
-            scope.spawn_fifo(move |scope| self.run_then_spawn_dependants(scope, dependant));
-        }
-    }
-
-    /// `one_cell_at_a_time`: every cell in turn on this (pool) thread, its dependants after
-    /// it, so the other threads are free for the cell's own parallel products.
-    fn run_in_turn(&self, roots: Vec<&'a Cell>) {
-        let mut queue: std::collections::VecDeque<&'a Cell> = roots.into();
-        while let Some(cell) = queue.pop_front() {
-            queue.extend(self.run_one(cell).iter().copied());
-        }
-    }
-
-    /// Run and store one cell; returns the cells waiting on it.
-    fn run_one(&self, cell: &'a Cell) -> &[&'a Cell] {
-        if self.failure.lock().expect("no panic holds the lock").is_some() {
-            return &[];
-        }
-        let source = cell.depends_on.as_ref().and_then(|d| self.done.lock().expect("no panic holds the lock").get(d).cloned());
-        let record = run_cell(self.spec, cell, self.prepared, source.as_ref(), self.commit.as_deref());
-        // Storing and counting are one step under the lock, so the abort hook stops the
-        // process with exactly `abort_after` cells on disk (no other thread can store one
-        // between this write and the abort).
-        let n = {
-            let mut stored = self.stored.lock().expect("no panic holds the lock");
-            if let Err(e) = self.store.write_cell(&record) {
-                self.failure.lock().expect("no panic holds the lock").get_or_insert(e.into());
-                return &[];
-            }
-            *stored += 1;
-            if self.abort_after == Some(*stored) {
-                std::process::abort();
-            }
-            *stored
-        };
-        if let Some(pause) = self.pause_after_cell {
-            std::thread::sleep(pause);
-        }
-        self.bar.inc(1);
-        if record.status == Status::Failed {
-            self.bar.println(format!(
-                "failed: {} {} split {}: {}",
-                cell.dataset,
-                cell.entry.name,
-                cell.split,
-                record.error.as_deref().unwrap_or("")
-            ));
-        }
-        if let Some(log) = &self.log {
-            log.lock().expect("no panic holds the lock").cell_done(n, record.status == Status::Failed);
-        }
-        self.done.lock().expect("no panic holds the lock").insert(cell.key.clone(), record);
-        self.dependants.get(cell.key.as_str()).map_or(&[], |d| d.as_slice())
-    }
-}
-
-/// Plain progress lines for runs without a terminal (e.g. under nohup).
-struct ProgressLog {
-    started: Instant,
-    last: Instant,
-    every: std::time::Duration,
-    total: usize,
-    failed: usize,
-}
-
-impl ProgressLog {
-    fn cell_done(&mut self, done: usize, failed: bool) {
-        self.failed += failed as usize;
-        if self.last.elapsed() >= self.every {
-            self.last = Instant::now();
-            let minutes = self.started.elapsed().as_secs_f64() / 60.0;
-            eprintln!("{done}/{} cells computed ({} failed), {minutes:.1} min", self.total, self.failed);
-        }
-    }
-}
-
 /// Give a stored record the grid label of the cell it is taken for; true if it changed. The key
 /// hashes the entry with its grid point applied, not the label, so `kernel: {variance: 0.5}` and
 /// a grid over `kernel.variance` that includes 0.5 are the same computation with different
@@ -595,210 +492,4 @@ pub(crate) fn stored_elsewhere(others: &[Store], cell: &Cell) -> Result<Option<C
         }
     }
     Ok(None)
-}
-
-/// Render `reports/<experiment>/` and refresh `reports/index.html` (one renderer of an
-/// experiment's report at a time: a run's and a snapshot's never interleave their files).
-pub fn report(spec: &Spec, manifest: &Manifest, cells: &[CellRecord], opts: &RunOptions) -> anyhow::Result<()> {
-    let _render = Store::new(&opts.results_root, spec.name()).render_lock()?;
-    let methods = spec.method_names();
-    let input = ReportInput {
-        manifest,
-        tables: &spec.raw.tables,
-        figures: &spec.raw.figures,
-        datasets: &spec.raw.datasets,
-        methods: &methods,
-        cells,
-    };
-    render_experiment(&input, &opts.reports_root.join(spec.name()))?;
-    render_index(&opts.reports_root)?;
-    Ok(())
-}
-
-/// (dataset, entry, setting, split) of every cell of a prepared spec.
-fn cell_ids(prepared: &Prepared) -> Vec<(String, String, String, usize)> {
-    prepared.cells.iter().map(|c| (c.dataset.clone(), c.entry.name.clone(), c.setting.clone(), c.split)).collect()
-}
-
-/// Re-render the report of a spec from its stored cells (no computation). Works on an
-/// interrupted run too: the report then says how many cells are not stored yet. While a run
-/// or shards of the spec are under way it renders a snapshot of the cells stored so far (each
-/// cell file is written whole, by rename) and leaves the folder's tables, archive and manifest
-/// to the run, which writes them and the report again when it ends; with `wait` it waits for
-/// the run to end instead and then writes them itself.
-pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions, wait: bool) -> anyhow::Result<RunSummary> {
-    let store = Store::new(&opts.results_root, spec.name());
-    let lock = if wait { Some(store.lock()?) } else { store.try_lock()? };
-    let snapshot = lock.is_none();
-    check_owner(spec, &store)?;
-    if snapshot {
-        eprintln!(
-            "{}: a run of this experiment is under way: rendering a snapshot of the cells stored so far \
-             (the run writes the tables and the report again when it ends)",
-            store.dir.display()
-        );
-    } else {
-        // What a killed run or shard left half-written (no one else writes under the exclusive lock).
-        crate::atomic::remove_stale_temporaries(&store.dir);
-    }
-    let prepared = prepare(spec, registry, &opts.project_root, Some(&store))?;
-    let mut cells = Vec::new();
-    for c in &prepared.cells {
-        if let Some(mut r) = store.read_usable_cell(&c.key)? {
-            // Relabelled in memory only: the next run rewrites the file under its lock.
-            relabel(&mut r, c);
-            cells.push(r);
-        }
-    }
-    if cells.is_empty() {
-        anyhow::bail!("{}: no stored cells of this spec; run it first", store.dir.display());
-    }
-    let missing = prepared.cells.len() - cells.len();
-    // A stored manifest of this spec that describes exactly these cells (a finished run, or a
-    // partial one already reported with the same cells missing) is kept, so a re-render is
-    // byte for byte; otherwise a manifest is made now. "These cells": the same count missing is
-    // not enough, since cells recomputed under new keys (a numerics bump run by shards, say)
-    // leave none missing; their CPU seconds summed in the same order (to the bit) and their
-    // failures must be the manifest's too.
-    let same_cells = |m: &Manifest| {
-        let cpu: f64 = cells.iter().map(|c| c.cpu_seconds).sum();
-        m.cpu_seconds.to_bits() == cpu.to_bits() && m.cells_failed == cells.iter().filter(|c| c.status == Status::Failed).count()
-    };
-    let manifest = match store.read_manifest()? {
-        Some(m)
-            if m.spec_hash == spec.hash
-                && m.cells_missing == missing
-                && (missing == 0 || m.cells_total == prepared.cells.len())
-                && same_cells(&m) =>
-        {
-            m
-        }
-        old => {
-            let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-            let counts = CellCounts {
-                total: prepared.cells.len(),
-                computed: 0,
-                cached: cells.len(),
-                reused: reused_count(&cells),
-                older_code: 0,
-                missing,
-            };
-            let mut fresh = manifest(spec, CodeVersion::of(&opts.project_root), &cells, now, 0.0, 0, counts);
-            // Every cell is stored as that run left them but the spec text changed (say, a
-            // note): the spec provenance is new; the code that computed the cells and the run's
-            // timing are the earlier run's. Cells stored since are described by the checkout.
-            if let Some(m) = old.filter(|m| missing == 0 && same_cells(m)) {
-                fresh.git_commit = m.git_commit;
-                fresh.git_dirty = m.git_dirty;
-                fresh.crate_version = m.crate_version;
-                fresh.rustc = m.rustc;
-                fresh.host = m.host;
-                fresh.started = m.started;
-                fresh.finished = m.finished;
-                fresh.wall_seconds = m.wall_seconds;
-                fresh.threads = m.threads;
-                fresh.cells_computed = m.cells_computed;
-                fresh.cells_cached = m.cells_cached;
-                fresh.cells_reused = m.cells_reused;
-            }
-            fresh
-        }
-    };
-    if !snapshot {
-        let superseded = store.superseded(&cell_ids(&prepared), &cells)?;
-        store.write_tables(&cells, &superseded)?;
-        store.write_manifest(&manifest)?;
-    }
-    report(spec, &manifest, &cells, opts)?;
-    drop(lock);
-    Ok(RunSummary { manifest, cells })
-}
-
-/// Stored cells taken from another experiment (in this run or an earlier, resumed one).
-fn reused_count(cells: &[CellRecord]) -> usize {
-    cells.iter().filter(|c| c.diagnostics.contains_key("reused_from")).count()
-}
-
-struct CellCounts {
-    total: usize,
-    computed: usize,
-    cached: usize,
-    /// Of the cached, taken from other experiments' stores.
-    reused: usize,
-    /// Of the cached, computed at another commit.
-    older_code: usize,
-    missing: usize,
-}
-
-/// The git commit of a checkout and whether it has uncommitted changes.
-struct CodeVersion {
-    commit: String,
-    dirty: bool,
-}
-
-impl CodeVersion {
-    fn of(root: &std::path::Path) -> CodeVersion {
-        CodeVersion { commit: provenance::git_commit(root), dirty: provenance::git_dirty(root) }
-    }
-
-    /// `abc1234...` or `abc1234...+dirty`; None outside a git checkout.
-    fn label(&self) -> Option<String> {
-        (!self.commit.is_empty() && self.commit != "unknown").then(|| {
-            if self.dirty {
-                format!("{}+dirty", self.commit)
-            } else {
-                self.commit.clone()
-            }
-        })
-    }
-}
-
-/// Provenance of the stored `cells` of `spec`, computed by `code`.
-fn manifest(
-    spec: &Spec,
-    code: CodeVersion,
-    cells: &[CellRecord],
-    started: String,
-    wall_seconds: f64,
-    threads: usize,
-    counts: CellCounts,
-) -> Manifest {
-    Manifest {
-        experiment: spec.name().to_string(),
-        title: spec.raw.title.clone().unwrap_or_else(|| spec.name().to_string()),
-        paper: spec.raw.paper.clone(),
-        spec_path: spec.file.clone(),
-        spec_hash: spec.hash.clone(),
-        spec_text: spec.text.clone(),
-        git_commit: code.commit,
-        git_dirty: code.dirty,
-        crate_version: crate::VERSION.to_string(),
-        rustc: provenance::RUSTC.to_string(),
-        host: gethostname::gethostname().to_string_lossy().into_owned(),
-        threads,
-        started,
-        finished: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        cpu_seconds: cells.iter().map(|c| c.cpu_seconds).sum(),
-        wall_seconds,
-        cells_total: counts.total,
-        cells_computed: counts.computed,
-        cells_cached: counts.cached,
-        cells_reused: counts.reused,
-        cells_older_code: counts.older_code,
-        cells_failed: cells.iter().filter(|c| c.status == Status::Failed).count(),
-        cells_missing: counts.missing,
-    }
-}
-
-fn progress_bar(enabled: bool, n: usize) -> ProgressBar {
-    if !enabled {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(n as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} cells, ETA {eta}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    bar
 }
