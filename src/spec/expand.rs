@@ -195,20 +195,16 @@ pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>, data_hashes: &BTr
     // Two cells with one key are one computation listed twice: a repeated grid value, values that
     // parse to the same setting ([1, 1.0]), or a `dataset_settings` value that overrides a
     // gridded key. Run, both would count in the aggregates (n doubled, the standard error
-    // shrunk) and the stored record would carry whichever label finished last.
-    let mut seen: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
-    for m in &spec.raw.methods {
-        for c in &cells_by_entry[&m.name] {
-            if let Some((other_entry, other_setting)) = seen.insert(&c.key, (&m.name, &c.setting)) {
-                let label = |s: &str| if s.is_empty() { "(no grid)".to_string() } else { s.to_string() };
+    // shrunk) and the stored record would carry whichever label finished last. (The entry's name
+    // is in the key, so only grid points of one entry can collide.)
+    for (name, cells) in &cells_by_entry {
+        let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
+        for c in cells {
+            if let Some(other) = seen.insert(&c.key, &c.setting) {
                 return Err(format!(
-                    "methods entry \"{}\" ({}) and entry \"{other_entry}\" ({}) are the same computation on dataset {} split {}: \
+                    "methods entry \"{name}\": grid points {other} and {} are the same computation on dataset {} split {}: \
                      remove the repeated grid value, or the `dataset_settings` value that overrides the grid",
-                    m.name,
-                    label(&c.setting),
-                    label(other_setting),
-                    c.dataset,
-                    c.split
+                    c.setting, c.dataset, c.split
                 ));
             }
         }
