@@ -21,6 +21,11 @@ pub struct GibbsMnpModel {
 impl GibbsMnpModel {
     /// Per-draw predictive class probabilities [draw][test point][class] (tests and diagnostics).
     pub fn predict_per_draw(&self, x: &Array2<f64>) -> Vec<Array2<f64>> {
+        self.log_predict_per_draw(x).into_iter().map(|l| l.mapv(f64::exp)).collect()
+    }
+
+    /// Per-draw log predictive class probabilities [draw][test point][class].
+    fn log_predict_per_draw(&self, x: &Array2<f64>) -> Vec<Array2<f64>> {
         let (W, var) = self.test_projection(x);
         let m = x.nrows();
         let K = self.kept_B[0].ncols();
@@ -31,14 +36,14 @@ impl GibbsMnpModel {
             .map(|B| {
                 faer::linalg::matmul::matmul(mu.as_mut(), faer::Accum::Replace, W.as_ref(), B.as_ref(), 1.0, faer::Par::Seq);
                 let mut out = Array2::<f64>::zeros((m, self.n_classes));
-                let mut probs = vec![0.0; self.n_classes];
+                let mut logp = vec![0.0; self.n_classes];
                 for i in 0..m {
                     for (k, v) in mu_row.iter_mut().enumerate() {
                         *v = mu[(i, k)];
                     }
-                    predictive_point(&mu_row, var[i], self.binary, &mut probs);
-                    for (c, p) in probs.iter().enumerate() {
-                        out[[i, c]] = *p;
+                    log_predictive_point(&mu_row, var[i], self.binary, &mut logp);
+                    for (c, l) in logp.iter().enumerate() {
+                        out[[i, c]] = *l;
                     }
                 }
                 out
@@ -71,16 +76,23 @@ impl GibbsMnpModel {
 
 impl Fitted for GibbsMnpModel {
     fn predict(&self, x: &Array2<f64>, _rng: &mut Pcg64) -> Result<Prediction, FitError> {
-        let draws = self.predict_per_draw(x);
-        let mut mean = Array2::<f64>::zeros((x.nrows(), self.n_classes));
-        for d in &draws {
-            mean += d;
+        // The mean over draws in log space (log-mean-exp), so that a class whose probability
+        // underflows in every draw still has its log (a far-tail test point's score).
+        let draws = self.log_predict_per_draw(x);
+        let mut log_mean = Array2::<f64>::zeros((x.nrows(), self.n_classes));
+        let mut terms = vec![0.0; draws.len()];
+        for ((i, c), v) in log_mean.indexed_iter_mut() {
+            for (t, d) in terms.iter_mut().zip(&draws) {
+                *t = d[[i, c]];
+            }
+            *v = log_sum_exp(&terms) - (draws.len() as f64).ln();
         }
-        mean /= draws.len() as f64;
-        if mean.iter().any(|v| !v.is_finite()) {
-            return Err(FitError::Numerical("gibbs_mnp: non-finite predictive probability".into()));
+        if log_mean.iter().any(|v| v.is_nan() || *v > 1e-12) {
+            return Err(FitError::Numerical("gibbs_mnp: predictive log probability not a number or above 0".into()));
         }
-        Ok(Prediction::new(mean))
+        let mut prediction = Prediction::new(log_mean.mapv(f64::exp));
+        prediction.log_score = Some(log_mean);
+        Ok(prediction)
     }
 
     fn evidence(&self) -> Option<Evidence> {

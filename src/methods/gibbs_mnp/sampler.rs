@@ -14,24 +14,24 @@ pub(super) fn log_lik_point(m: &[f64], t: usize, binary: bool) -> f64 {
     }
 }
 
-/// Class probabilities for latent means `mu` (K, or 1 in the binary model) and a predictive
-/// variance `var` shared by the classes (shared kernel): the §3 formula with v_k = v for all
-/// k is P(t = k | mu / v) with v = sqrt(1 + var).
-pub(super) fn predictive_point(mu: &[f64], var: f64, binary: bool, out: &mut [f64]) {
+/// Log class probabilities for latent means `mu` (K, or 1 in the binary model) and a
+/// predictive variance `var` shared by the classes (shared kernel): the §3 formula with
+/// v_k = v for all k is P(t = k | mu / v) with v = sqrt(1 + var). Each class's value comes
+/// from its own tail (never 1 - p: Phi rounds to 1 from about 8.3, which would make the other
+/// class's probability exactly 0 where its log is about -35).
+pub(super) fn log_predictive_point(mu: &[f64], var: f64, binary: bool, out: &mut [f64]) {
     let v = (1.0 + var).sqrt();
     if binary {
-        let p1 = normal_cdf(mu[0] / v);
-        out[0] = 1.0 - p1;
-        out[1] = p1;
+        out[0] = log_normal_cdf(-mu[0] / v);
+        out[1] = log_normal_cdf(mu[0] / v);
     } else {
         let scaled: Vec<f64> = mu.iter().map(|x| x / v).collect();
-        let mut total = 0.0;
         for (k, o) in out.iter_mut().enumerate() {
-            *o = crate::likelihoods::probit::log_probit_class_prob_fast(&scaled, k).exp();
-            total += *o;
+            *o = crate::likelihoods::probit::log_probit_class_prob_fast(&scaled, k);
         }
         // The cones partition R^K: the exact values sum to one.
-        out.iter_mut().for_each(|o| *o /= total);
+        let total = log_sum_exp(out);
+        out.iter_mut().for_each(|o| *o -= total);
     }
 }
 

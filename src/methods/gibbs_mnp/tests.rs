@@ -2,7 +2,7 @@
 use super::*;
 use crate::likelihoods::truncated::*;
 use crate::methods::FromSettings;
-use crate::special::{d_log_normal_cdf, normal_pdf};
+use crate::special::{d_log_normal_cdf, normal_cdf, normal_pdf};
 use rand::SeedableRng;
 
 /// |mean - expected| <= 4.5 standard errors.
@@ -188,7 +188,8 @@ fn fast_quadrature_matches_the_shared_probit_likelihood() {
         // Predictive with a shared variance against the shared module's per-class form.
         let var = [0.0, 0.5, 3.0][case % 3];
         let mut out = vec![0.0; k];
-        predictive_point(&m, var, false, &mut out);
+        log_predictive_point(&m, var, false, &mut out);
+        out.iter_mut().for_each(|o| *o = o.exp());
         let reference = probit::predictive_class_probs(&m, &vec![var; k]);
         for (a, b) in out.iter().zip(&reference) {
             assert!((a - b).abs() < 1e-6, "predictive {out:?} vs {reference:?}");
@@ -198,6 +199,23 @@ fn fast_quadrature_matches_the_shared_probit_likelihood() {
     let d = -16.0;
     let exact = log_normal_cdf(d / std::f64::consts::SQRT_2);
     assert!((crate::likelihoods::probit::log_probit_class_prob_fast(&[0.0, -d], 0) - exact).abs() < 1e-6 * exact.abs(), "worst {worst}");
+}
+
+#[test]
+fn the_binary_predictive_takes_each_class_from_its_own_tail() {
+    // P(t = 0 | mu, var) = Phi(-mu / v), v = sqrt(1 + var). At mu / v = 12, 1 - Phi(12) is 0 in
+    // floating point; the log must be the tail's, checked against the asymptotic series
+    // log Phi(-x) = -x^2/2 - log(x sqrt(2 pi)) + log(1 - 1/x^2 + 3/x^4 - 15/x^6 + ...).
+    for (mu, var) in [(12.0, 0.0), (-15.0 * 2f64.sqrt(), 1.0), (40.0, 0.0)] {
+        let x = mu / (1.0f64 + var).sqrt();
+        let mut out = [0.0; 2];
+        log_predictive_point(&[mu], var, true, &mut out);
+        let a = x.abs();
+        let series = -0.5 * a * a - (a * (2.0 * std::f64::consts::PI).sqrt()).ln() + (1.0 - 1.0 / a.powi(2) + 3.0 / a.powi(4) - 15.0 / a.powi(6)).ln();
+        let (tail, bulk) = if x > 0.0 { (out[0], out[1]) } else { (out[1], out[0]) };
+        assert!((tail - series).abs() < 1e-6 * series.abs(), "x = {x}: log P(tail class) {tail} vs series {series}");
+        assert!(bulk <= 0.0 && bulk > -1e-30, "x = {x}: the other class's log P {bulk}");
+    }
 }
 
 #[test]

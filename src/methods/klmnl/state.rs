@@ -106,6 +106,10 @@ pub(super) fn bound_at(pr: &Prior, v: &VState, s: &[Mat<f64>], b: &[f64], m: &[f
         total += t.h_core + (0..c).map(|k| pr.y1[i * c + k] * m[i * c + k]).sum::<f64>();
         terms.push(t);
     }
+    // A non-finite bound (an overflowed term) is an error, never a value a step compares with.
+    if !total.is_finite() {
+        return Err(FitError::Numerical(format!("KL-MNL: the bound log Z_h is {total}")));
+    }
     Ok((total, terms))
 }
 

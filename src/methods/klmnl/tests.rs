@@ -622,3 +622,16 @@ fn v_from_w_matches_the_dense_inverse_over_many_row_groups() {
         assert!(err < 1e-10 * vi.norm_max(), "datum {i}: {err}");
     }
 }
+
+#[test]
+fn a_non_finite_bound_is_an_error_not_a_value() {
+    let (x, y) = toy(6, 3, 2);
+    let kern = SqExp { log_variance: 0.5, log_lengthscales: vec![0.0], learn_variance: true };
+    let pr = Prior::new(kern.gram(&x), eye(3), &y).unwrap();
+    let st = init_state(&pr, &default_w(6, 3, 1.0), 1.0).unwrap();
+    let m = m_of(&pr, &st.b);
+    assert!(bound(&pr, &st, &m).unwrap().0.is_finite());
+    // An overflowed mean (a step gone wild) makes the quadratic term infinite.
+    let wild: Vec<f64> = m.iter().map(|v| v * 1e308 * 1e10).collect();
+    assert!(matches!(bound(&pr, &st, &wild), Err(FitError::Numerical(_))), "an infinite bound must not pass");
+}
