@@ -9,8 +9,10 @@ use rand_pcg::Pcg64;
 
 /// z ~ N(0, 1) truncated to (b, inf): plain rejection for b < 0.45 (acceptance >= 0.33),
 /// else Robert (1995) with an Exp(lambda) proposal shifted to b (acceptance >= 0.76).
+/// A bound that is NaN, +inf or so large that b^2 overflows (no draw can be accepted: the loop
+/// would never end) gives NaN, which the sampler reports as an error.
 pub fn sample_std_normal_above(b: f64, rng: &mut Pcg64) -> f64 {
-    if b.is_nan() {
+    if b.is_nan() || b > 1e150 {
         return f64::NAN;
     }
     if b < 0.45 {

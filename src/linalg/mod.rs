@@ -610,4 +610,16 @@ mod tests {
         assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-12);
         assert_eq!(argmax(&[0.1, 0.5, 0.5]), 1);
     }
+
+    #[test]
+    fn log_sum_exp_of_infinities_and_nan() {
+        let (inf, nan) = (f64::INFINITY, f64::NAN);
+        assert_eq!(log_sum_exp(&[]), -inf);
+        assert_eq!(log_sum_exp(&[-inf, -inf]), -inf);
+        assert_eq!(log_sum_exp(&[-inf, 2.0]), 2.0);
+        assert_eq!(log_sum_exp(&[inf, 0.0]), inf);
+        for x in [[nan, -inf], [nan, inf], [nan, 1.0], [1.0, nan]] {
+            assert!(log_sum_exp(&x).is_nan(), "{x:?}");
+        }
+    }
 }

@@ -56,11 +56,13 @@ pub fn matvec(a: MatRef<'_, f64>, v: &[f64]) -> Vec<f64> {
     out
 }
 
-/// log sum_i exp(x_i), without overflow; -inf for an empty slice.
+/// log sum_i exp(x_i), without overflow; -inf for an empty slice (or all entries -inf), +inf
+/// if an entry is +inf, NaN if an entry is NaN.
 pub fn log_sum_exp(x: &[f64]) -> f64 {
     let max = x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     if !max.is_finite() {
-        return max;
+        // f64::max passes over NaN: a NaN entry must not vanish behind an infinite one.
+        return if x.iter().any(|v| v.is_nan()) { f64::NAN } else { max };
     }
     max + x.iter().map(|v| (v - max).exp()).sum::<f64>().ln()
 }
