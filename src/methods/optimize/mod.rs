@@ -131,6 +131,17 @@ const MAX_RESTARTS: u32 = 3;
 /// It converges when the gradient norm falls below 1e-6 or an iteration changes the cost by
 /// less than `tol_cost`. An evaluation that returns `FitError::Stop` (a budget reached) ends the
 /// search at the best point so far, with the stop as its `stop_reason`.
+///
+/// Behaviours to know (found by a review; kept, since changing them moves stored numbers):
+/// - The gradient test is argmin's, on the gradient in the scaled coordinates w = s (z - z0),
+///   g / s: under `FirstStep::UnitLength` (s = sqrt|g0|) and after restart k (s times 4^k) a
+///   run stops once |g| < 1e-6 s, not 1e-6.
+/// - An evaluation counts as failed if any entry of the gradient is non-finite, also an entry
+///   of a fixed parameter, which then triggers a restart.
+/// - Under `LineSearchKind::Decrease` one failed trial point marks the run as in trouble: it
+///   restarts from the best point (dropping its curvature pairs) even if it would converge.
+/// - A solver resumed with carried pairs (`minimize_lbfgs_resume`) starts argmin's iteration
+///   count at 0, and argmin trims the pairs only from iteration m on: it may hold up to 2m pairs.
 pub fn minimize_lbfgs(f: &CostAndGrad<'_>, x0: &[f64], free: &[bool], max_iters: u64, tol_cost: f64) -> Result<Minimum, FitError> {
     minimize_lbfgs_with(f, x0, free, max_iters, tol_cost, FirstStep::Gradient)
 }
