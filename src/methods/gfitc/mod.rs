@@ -255,6 +255,7 @@ impl Method for Gfitc {
         let sites = Mutex::new(inner::initial_sites(n, c, y));
         let inner_sweeps = std::sync::atomic::AtomicUsize::new(0);
         let unconverged = std::sync::atomic::AtomicUsize::new(0);
+        let restarts = std::sync::atomic::AtomicUsize::new(0);
         let evals = std::sync::atomic::AtomicU64::new(0);
         // The best evaluation's value and model: the result (EP re-run from other warm-start sites
         // at the same point could land elsewhere, or fail).
@@ -266,6 +267,9 @@ impl Method for Gfitc {
             inner_sweeps.fetch_add(report.iterations, std::sync::atomic::Ordering::Relaxed);
             if !report.converged {
                 unconverged.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            if report.restarted {
+                restarts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             let v = inner::log_z(&classes, &posts, &s, y)?;
             let g = gradient(&ks, &classes, &posts, &s, x, y);
@@ -313,6 +317,12 @@ impl Method for Gfitc {
         diagnostics.number("inducing", m as f64);
         diagnostics.number("inner_sweeps", inner_sweeps.load(std::sync::atomic::Ordering::Relaxed) as f64);
         diagnostics.number("inner_unconverged", unconverged.load(std::sync::atomic::Ordering::Relaxed) as f64);
+        // Written only where one happened (Anderson-accelerated runs only; see `inner::run`), so
+        // no cell that ran before it gains a column.
+        let restarts = restarts.load(std::sync::atomic::Ordering::Relaxed);
+        if restarts > 0 {
+            diagnostics.number("inner_restarts", restarts as f64);
+        }
         Ok(Box::new(ArgmaxModel { evidence: Some(v), diagnostics, ..fitted }))
     }
 }

@@ -134,6 +134,106 @@ fn gradient_at_convergence_matches_finite_differences_of_log_z_ep() {
 }
 
 #[test]
+fn an_improper_anderson_proposal_is_refused_though_a_and_its_cavities_pass() {
+    // Two classes, M = 1 (Z = (0, 0)), and class 2's k-side site precisions tau set by hand (the
+    // y-side sites on class 1 stay 1e-2). The acceptance test used to ask only for A's factor
+    // and valid cavities; a posterior is proper iff Sigma^{-1} = K_FITC^{-1} + T is positive
+    // definite, checked here densely.
+    let kernels = se_ard_plus_white(2, 2, 0.2);
+    let theta: Vec<f64> = kernels.log_params().into_iter().chain([1.0, 1.0, 0.0, 0.0]).collect();
+    // (rows, tau from D, whether the posterior is proper)
+    type TauOf = fn(&[f64]) -> Vec<f64>;
+    let cases: [(Vec<f64>, TauOf, bool); 3] = [
+        // The review's example: one row, 1 + tau D = -0.2, so Sigma = 1 / (1 / kappa + tau) < 0
+        // (K_FITC = kappa on one row) while A = K + k^2 tau / (1 + D tau) > 0.
+        (vec![0.3, -0.2], |d| vec![-1.2 / d[0]], false),
+        // Two rows, 1 + tau D = (-0.5, 0.15): A > 0 and both marginal variances positive (0.95
+        // and 20.9), yet Sigma^{-1} has a negative eigenvalue (-2.28): only 1 + tau D > 0 sees it.
+        (vec![0.3, -0.2, -0.5, 0.6], |d| vec![-1.5 / d[0], -0.85 / d[1]], false),
+        // Proper: one row, tau = -0.3 > -1 / kappa.
+        (vec![0.3, -0.2], |_| vec![-0.3], true),
+    ];
+    for (case, (rows, tau_of, proper)) in cases.into_iter().enumerate() {
+        let n = rows.len() / 2;
+        let x = Array2::from_shape_vec((n, 2), rows).unwrap();
+        let (_, classes) = classes_at(&kernels, &[(1, 2); 2], &theta, &x).unwrap();
+        let y = vec![0; n];
+        let tau = tau_of(&classes[1].d);
+        let mut sites = inner::initial_sites(n, 2, &y);
+        for (i, t) in tau.iter().enumerate() {
+            sites.c1k[(i, 1)] = *t;
+            sites.c2k[(i, 1)] = 0.3 * (i as f64 + 1.0);
+        }
+        // Dense: P = K_FITC^{-1} + T and its inverse (n <= 2, by hand: P may be indefinite).
+        let f = &classes[1];
+        let q = f.kmn.transpose() * &inverse(&f.k()) * &f.kmn;
+        let kf_inv = inverse(&Mat::from_fn(n, n, |i, j| q[(i, j)] + if i == j { f.d[i] } else { 0.0 }));
+        let p = Mat::from_fn(n, n, |i, j| kf_inv[(i, j)] + if i == j { tau[i] } else { 0.0 });
+        let (det, sigma_diag) = match n {
+            1 => (p[(0, 0)], vec![1.0 / p[(0, 0)]]),
+            _ => {
+                let det = p[(0, 0)] * p[(1, 1)] - p[(0, 1)] * p[(1, 0)];
+                (det, vec![p[(1, 1)] / det, p[(0, 0)] / det])
+            }
+        };
+        let dense_proper = p[(0, 0)] > 0.0 && det > 0.0;
+        assert_eq!(dense_proper, proper, "case {case}: the dense precision {p:?}");
+        // What the old test accepted: every posterior exists (the Woodbury marginals are the
+        // dense ones) and every cavity is valid.
+        let posts = inner::posteriors(&classes, &sites, &y).unwrap();
+        for (i, v) in sigma_diag.iter().enumerate() {
+            assert!((posts[1].var[i] - v).abs() < 1e-10 * v.abs(), "case {case}: variance {} vs dense {v}", posts[1].var[i]);
+        }
+        let refined = inner::refine(&posts, &sites, &y).expect("valid cavities");
+        match inner::accept_proposal(&classes, &sites, &y) {
+            Some((p, r)) => {
+                assert!(proper, "case {case}: an improper proposal accepted");
+                assert_eq!(p[1].var, posts[1].var);
+                assert_eq!(r.to_flat(), refined.to_flat());
+            }
+            None => assert!(!proper, "case {case}: a proper proposal refused"),
+        }
+    }
+}
+
+#[test]
+fn a_failed_first_refinement_restarts_from_the_initial_sites_under_acceleration() {
+    let (x, y) = toy(20, 3, 7);
+    let kernels = se_ard_plus_white(2, 3, 0.3);
+    let theta = theta_with_leading_rows(&kernels, &x, 3, 3);
+    let (_, classes) = classes_at(&kernels, &[(3, 2); 3], &theta, &x).unwrap();
+    // Warm-start sites whose first refinement fails: row 0's two y-side sites, +5 and -5, sum to
+    // zero, so every posterior exists, but the +5 site's cavity precision 1 / v - 5 is negative
+    // (v, the marginal variance, is near the prior's 1.8).
+    let mut warm = inner::initial_sites(20, 3, &y);
+    let others: Vec<usize> = (0..3).filter(|&k| k != y[0]).collect();
+    warm.c1y[(0, others[0])] = 5.0;
+    warm.c1y[(0, others[1])] = -5.0;
+    let posts = inner::posteriors(&classes, &warm, &y).unwrap();
+    assert!(1.0 / posts[y[0]].var[0] < 5.0, "variance {}", posts[y[0]].var[0]);
+    assert!(inner::refine(&posts, &warm, &y).is_none());
+    // The plain iteration fails as it always did (damping does not enter the first
+    // refinement), leaving the sites as they were.
+    let mut sites = warm.clone();
+    assert!(inner::run(&classes, &y, &mut sites, TIGHT[0]).is_err());
+    assert_eq!(sites.to_flat(), warm.to_flat());
+    // The accelerated one starts again from the initial sites: the run from them, to the bit.
+    let (posts, report) = inner::run(&classes, &y, &mut sites, TIGHT[1]).unwrap();
+    assert!(report.restarted && report.converged, "{report:?}");
+    let mut fresh = inner::initial_sites(20, 3, &y);
+    let (_, fresh_report) = inner::run(&classes, &y, &mut fresh, TIGHT[1]).unwrap();
+    assert!(!fresh_report.restarted);
+    assert_eq!(sites.to_flat(), fresh.to_flat());
+    assert_eq!(report.iterations, fresh_report.iterations);
+    // And that is EP's fixed point: the plain iteration's sites and log Z_EP.
+    let mut plain = inner::initial_sites(20, 3, &y);
+    let (plain_posts, _) = inner::run(&classes, &y, &mut plain, TIGHT[0]).unwrap();
+    assert!(sites.max_change(&plain) < 1e-8, "sites differ by {}", sites.max_change(&plain));
+    let (lz, lz_plain) = (inner::log_z(&classes, &posts, &sites, &y).unwrap(), inner::log_z(&classes, &plain_posts, &plain, &y).unwrap());
+    assert!((lz - lz_plain).abs() < 1e-8 * lz_plain.abs(), "log Z_EP {lz} vs {lz_plain}");
+}
+
+#[test]
 fn learning_raises_log_z_ep_and_classifies_the_toy_problem() {
     for first_step in ["gradient", "unit_length"] {
         learning_raises_log_z_ep_with(first_step);
