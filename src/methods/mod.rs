@@ -118,6 +118,21 @@ pub fn numerics_version(method: &str) -> Option<String> {
     Some(if bumped { format!("{v}+test-bump") } else { v })
 }
 
+/// `numerics_version` of a method entry: the method's version, and where the entry's settings
+/// select a code path with its own version (GFITC's Anderson-accelerated inner loop), that
+/// path's too, so that a change of that path re-keys only the cells that run it.
+pub fn entry_numerics_version(method: &str, settings: &serde_json::Value) -> Option<String> {
+    let base = numerics_version(method)?;
+    let extra = match method {
+        "gfitc" => gfitc::entry_numerics(settings),
+        _ => None,
+    };
+    Some(match extra {
+        Some(e) => format!("{base},{e}"),
+        None => base,
+    })
+}
+
 /// Build a checked method from its YAML name and settings. The error names the bad setting.
 /// Settings with a `select` entry build the method wrapped in cross-validated grid selection
 /// (`select.rs`).
@@ -188,5 +203,17 @@ mod tests {
             assert!(numerics_version(name).is_some(), "{name} has no numerics version");
         }
         assert!(build("lapalce", &serde_json::Value::Null).is_err());
+    }
+
+    #[test]
+    fn only_the_accelerated_gfitc_loop_carries_its_own_numerics_version() {
+        let plain = numerics_version("gfitc").unwrap();
+        for settings in [serde_json::Value::Null, serde_json::json!({"inner_anderson": 0}), serde_json::json!({"max_iters": 5})] {
+            assert_eq!(entry_numerics_version("gfitc", &settings).unwrap(), plain, "{settings}");
+        }
+        let accelerated = entry_numerics_version("gfitc", &serde_json::json!({"inner_anderson": 3})).unwrap();
+        assert_eq!(accelerated, format!("{plain},gfitc_anderson={}", gfitc::ANDERSON_NUMERICS_VERSION));
+        // Other methods ignore the setting.
+        assert_eq!(entry_numerics_version("ep", &serde_json::json!({"inner_anderson": 3})), numerics_version("ep"));
     }
 }

@@ -160,8 +160,8 @@ pub fn expand(spec: &Spec, n_splits: &BTreeMap<String, usize>, data_hashes: &BTr
                         blake3::hash(text.to_string().as_bytes()).to_hex()[..24].to_string()
                     };
                     let description = canonical(entry, source.as_ref().map(|s| &s.0));
-                    let numerics =
-                        crate::methods::numerics_version(&entry.method).ok_or_else(|| format!("unknown method \"{}\"", entry.method))?;
+                    let numerics = crate::methods::entry_numerics_version(&entry.method, &entry.settings)
+                        .ok_or_else(|| format!("unknown method \"{}\"", entry.method))?;
                     let data_hash = data_hashes.get(dataset).cloned().unwrap_or_default();
                     let key = blake3::hash(format!("{description}\n{numerics}\n{data_hash}").as_bytes()).to_hex()[..24].to_string();
                     // The seed ignores checkpoint schedules and decision grids (this cell's and

@@ -28,6 +28,18 @@ use std::sync::Mutex;
 /// posteriors' A = K + K_mn G K_nm from its lower triangle only (last bits).
 pub const NUMERICS_VERSION: u32 = 3;
 
+/// The version of the Anderson-accelerated inner loop's numbers (`inner_anderson` > 0), in the
+/// keys of those cells only (the plain loop's are unchanged by it). 2: a proposal whose
+/// posterior is improper (some 1 + tau_i D_i <= 0) is refused, and a run whose first refinement
+/// fails from warm sites restarts once from the initial sites.
+pub const ANDERSON_NUMERICS_VERSION: u32 = 2;
+
+/// The numerics tag of one entry's settings beyond `NUMERICS_VERSION`: the accelerated loop's.
+pub fn entry_numerics(settings: &serde_json::Value) -> Option<String> {
+    let depth = settings.get("inner_anderson").and_then(|v| v.as_u64()).unwrap_or(0);
+    (depth > 0).then(|| format!("gfitc_anderson={ANDERSON_NUMERICS_VERSION}"))
+}
+
 fn d_inducing() -> usize {
     10
 }
