@@ -115,6 +115,13 @@ impl Importance {
                 ctx.record(done, &[("is_log_ub", ub), ("is_ess", ess)]);
             }
         }
+        if acc.sum == 0.0 {
+            // p-hat = 0 with sigma-hat = 0: -inf would be no estimate and no upper bound.
+            return Err(FitError::Numerical(format!(
+                "importance sampling: all {} weights are 0 (every log-weight -inf, e.g. every u-sample product of Phi underflowed)",
+                sampler.n_samples
+            )));
+        }
         let (log_p, log_sd, log_ub, ess) = acc.summary();
         let max_frac = (log_w.iter().copied().fold(f64::NEG_INFINITY, f64::max) - acc.max).exp() / acc.sum;
         let mut extra = BTreeMap::new();

@@ -82,6 +82,10 @@ impl ImportanceModel {
             acc.add(self.log_w[next]);
             next += 1;
         }
+        if acc.sum == 0.0 {
+            // Every weight among the first n_test is 0 (the fit's evidence may still be finite).
+            return Err(FitError::Numerical(format!("importance predictive: all {} test-sample weights are 0", self.n_test)));
+        }
         Ok((0..mt).map(|j| (0..c).map(|q| acc.pred[j * c + q] / acc.sum).collect()).collect())
     }
 }

@@ -185,3 +185,100 @@ fn the_visiting_order_changes_no_weight_and_no_skip_decision() {
         }
     }
 }
+
+/// The accumulator's (log p-hat, log sigma-hat, log UB, ESS) and weighted average against the
+/// plain formulas over the weights w = e^lw, a zero weight (lw = -inf, e.g. a u-sample probit
+/// whose every product of Phi underflowed) counting as 0 wherever it comes: first (while the
+/// running maximum is still -inf), in the middle, last.
+#[test]
+fn zero_weights_count_as_zero_wherever_they_come() {
+    let ninf = f64::NEG_INFINITY;
+    let finite = [-3.0, -1.25, -2.5, -0.75];
+    let preds = [0.1, 0.7, 0.4, 0.9];
+    for zeros_at in [vec![0], vec![0, 1], vec![2], vec![0, 3, 6], vec![4]] {
+        // The finite weights in order, a zero weight inserted at each position of `zeros_at`.
+        let mut lws = Vec::new();
+        let mut ps = Vec::new();
+        let mut it = finite.iter().zip(&preds);
+        for k in 0..finite.len() + zeros_at.len() {
+            if zeros_at.contains(&k) {
+                lws.push(ninf);
+                ps.push(0.5);
+            } else {
+                let (&lw, &p) = it.next().unwrap();
+                lws.push(lw);
+                ps.push(p);
+            }
+        }
+        let mut acc = WeightAcc::new(1);
+        for (&lw, &p) in lws.iter().zip(&ps) {
+            let r = acc.add(lw);
+            acc.pred[0] += r * p;
+        }
+        let w: Vec<f64> = lws.iter().map(|v| v.exp()).collect();
+        let n = w.len() as f64;
+        let mean = w.iter().sum::<f64>() / n;
+        let sd = (w.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+        let ess = w.iter().sum::<f64>().powi(2) / w.iter().map(|v| v * v).sum::<f64>();
+        let pbar = w.iter().zip(&ps).map(|(v, p)| v * p).sum::<f64>() / w.iter().sum::<f64>();
+        let (log_p, log_sd, log_ub, got_ess) = acc.summary();
+        let want = [mean.ln(), sd.ln(), (mean + Z999 * sd / n.sqrt()).ln(), ess, pbar];
+        let got = [log_p, log_sd, log_ub, got_ess, acc.pred[0] / acc.sum];
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-13 * w.abs().max(1.0), "zeros at {zeros_at:?}: {got:?} vs {want:?}");
+        }
+        assert_eq!(acc.count, lws.len());
+    }
+    // Every weight zero: p-hat = 0, so log p-hat, log sigma-hat and the bound are -inf and the
+    // ESS is 0 (no sample carries weight), not NaN.
+    let mut acc = WeightAcc::new(2);
+    for _ in 0..5 {
+        assert_eq!(acc.add(ninf), 0.0);
+    }
+    assert_eq!(acc.summary(), (ninf, ninf, ninf, 0.0));
+    assert_eq!(acc.sum, 0.0);
+}
+
+/// A u-sample MC-MNP fit whose every weight is 0 (prior sd 1e4: in each sample some datum's
+/// f_y lies far below another class's, so all its products of Phi underflow) is an error that
+/// says so, not a NaN (or -inf) evidence.
+#[test]
+fn a_fit_with_every_weight_zero_is_an_error() {
+    let n = 30;
+    let x = Array2::from_shape_fn((n, 1), |(i, _)| i as f64 * 1.7);
+    let y: Vec<usize> = (0..n).map(|i| i % 3).collect();
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let kernel = SqExp { log_variance: 1e8f64.ln(), log_lengthscales: vec![0.0], learn_variance: false };
+    let method = ImportanceParams::from_settings(&serde_json::json!({ "n_samples": 200 })).unwrap().check(Lik::Probit).unwrap();
+    let mut rng = Pcg64::seed_from_u64(3);
+    let res = method.fit_model(&problem, &kernel, HyperPolicy::Fixed, &mut FitContext::new(&mut rng, None));
+    match res {
+        Err(FitError::Numerical(msg)) => assert!(msg.contains("weights are 0"), "{msg}"),
+        Err(e) => panic!("another error: {e:?}"),
+        Ok(m) => panic!("a fit: {:?}", m.extra_metrics()),
+    }
+}
+
+/// The predictive with every weight among the first n_test zero (the rest may carry the
+/// evidence) has no normaliser: an error, not 0/0 probabilities.
+#[test]
+fn a_predictive_with_every_test_weight_zero_is_an_error() {
+    let x = Array2::from_shape_fn((6, 1), |(i, _)| i as f64 * 0.8);
+    let y = vec![0, 1, 2, 0, 1, 2];
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let kernel = SqExp { log_variance: 0.0, log_lengthscales: vec![0.0], learn_variance: false };
+    let settings = serde_json::json!({ "n_samples": 300, "n_test_samples": 100 });
+    let method = ImportanceParams::from_settings(&settings).unwrap().check(Lik::Logit).unwrap();
+    let mut rng = Pcg64::seed_from_u64(3);
+    let mut model = method.fit_model(&problem, &kernel, HyperPolicy::Fixed, &mut FitContext::new(&mut rng, None)).unwrap();
+    let xs = Array2::from_shape_fn((2, 1), |(j, _)| j as f64);
+    let p = model.is_predictive(&xs, &mut Pcg64::seed_from_u64(4)).unwrap();
+    assert!(p.iter().all(|row| (row.iter().sum::<f64>() - 1.0).abs() < 1e-12));
+    // As if every test sample's products of Phi had underflowed.
+    model.log_w[..100].fill(f64::NEG_INFINITY);
+    model.replay.clear();
+    match model.is_predictive(&xs, &mut Pcg64::seed_from_u64(4)) {
+        Err(FitError::Numerical(msg)) => assert!(msg.contains("weights are 0"), "{msg}"),
+        other => panic!("not the error: {other:?}"),
+    }
+}

@@ -111,6 +111,12 @@ impl WeightAcc {
     }
     /// Make `lw` representable relative to the running max; returns exp(lw - max).
     pub(super) fn rel(&mut self, lw: f64) -> f64 {
+        // A zero weight (lw = -inf: a skipped sample, or a u-sample probit whose every product
+        // of Phi underflowed) is exactly 0, settled before the comparison with max: while max
+        // is still -inf, exp(lw - max) would be exp(-inf + inf) = NaN and poison every sum.
+        if lw == f64::NEG_INFINITY {
+            return 0.0;
+        }
         if lw > self.max {
             let shrink = if self.max.is_finite() { (self.max - lw).exp() } else { 0.0 };
             self.sum *= shrink;
@@ -129,8 +135,13 @@ impl WeightAcc {
         self.count += 1;
         r
     }
-    /// (log p-hat, log sigma-hat, log UB, ESS).
+    /// (log p-hat, log sigma-hat, log UB, ESS). With every weight zero (sum 0, max -inf) the
+    /// logs are -inf and the ESS is 0.
     pub(super) fn summary(&self) -> (f64, f64, f64, f64) {
+        if self.sum == 0.0 {
+            let ninf = f64::NEG_INFINITY;
+            return (ninf, ninf, ninf, 0.0);
+        }
         let n = self.count as f64;
         let mean = self.sum / n;
         let var = ((self.sum2 - n * mean * mean) / (n - 1.0)).max(0.0);
