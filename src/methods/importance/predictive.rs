@@ -130,7 +130,8 @@ impl Fitted for ImportanceModel {
     }
 
     /// IS, (24) and (25) log p(y*) sums, the bracket (24) <= IS <= (25) per point and for the
-    /// sums (Chai §9.1 claim (c)), and Theorem 12's lower bound.
+    /// sums (Chai §9.1 claim (c)), and the plug-in estimate of Theorem 12's lower bound
+    /// (`thm12_lower`: log p-hat in place of log p(y), so an estimate of the bound, not a bound).
     fn test_metrics(&self, prediction: &Prediction, y: &[usize]) -> BTreeMap<String, f64> {
         let mut out = prediction.class_value_sums(y);
         let v = &prediction.log_class_values;
@@ -141,8 +142,14 @@ impl Fitted for ImportanceModel {
         out.insert("eq25_minus_is".into(), s25 - s_is);
         out.insert("bracket_sum_ok".into(), if s24 <= s_is && s_is <= s25 { 1.0 } else { 0.0 });
         out.insert("bracket_point_frac".into(), inside as f64 / y.len().max(1) as f64);
-        // Theorem 12: log p(y*|y) >= sum_j max h(e^{c_j}; q_*j) + log Z_h - log p(y), with log p(y)
-        // from this sampler's estimate (a proper lower bound on the joint test likelihood).
+        // Theorem 12 (notes D§3.5): log p(y*|y) >= sum_j max h(e^{c_j}; q_*j) + log Z_h - log p(y).
+        // log p(y) is unknown; this plugs in the point estimate log p-hat (log_z_hat), which is
+        // biased low (Jensen) and random, so the value is an estimate of the bound, not a bound
+        // on the joint test likelihood. With the 99.9% upper confidence bound log_z_ub in place
+        // of log p-hat it would be a lower bound holding with probability >= 0.999 (as far as the
+        // CLT interval does); kept as is so that stored numbers do not move. For MC-MNP log p-hat
+        // is the probit model's evidence while h and Z_h are the logit's (KL-MNL), so there the
+        // value is not Theorem 12's for either model.
         if let (Some(zh), Some(lz)) = (self.extra.get("klmnl_log_zh"), self.extra.get("log_z_hat")) {
             out.insert("thm12_lower".into(), s24 + zh - lz);
         }
