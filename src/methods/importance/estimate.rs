@@ -157,6 +157,10 @@ pub(super) fn z_b_estimate(km: &KlmnlModel, lik: LikEval, ns: usize, batch: usiz
     let (n, c) = (km.n_train(), km.n_model_classes());
     let p = n * c;
     let k = km.prior_covariance();
+    // Known limitation (not changed, so no stored number moves): V is formed as K - K T K by
+    // subtraction, whose cancellation (and the jitter it may then need) can let the draws
+    // spread into K's near-null space on a nearly singular prior; the posterior-scale proposal
+    // in `fit_model` avoids this by factoring S = I - L_K^T T L_K and taking L_V = L_K L_S.
     let v = k - k * km.t_matrix() * k;
     let lv = Chol::factor_with_jitter(sym(&v).as_ref(), "V")?;
     let (mut s1, mut s2) = (0.0, 0.0);
