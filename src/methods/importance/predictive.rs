@@ -22,16 +22,9 @@ impl ImportanceModel {
     /// IS predictive class probabilities (F.1) over the model's classes, per test point.
     pub fn is_predictive(&self, x: &Array2<f64>, rng: &mut Pcg64) -> Result<Vec<Vec<f64>>, FitError> {
         let s = &self.sampler;
-        let (n, c) = (s.n, s.c);
+        let c = s.c;
         let mt = x.nrows();
-        // A_x = L_x^{-1} k_*x (n x m); conditional variance factor kappa_j = k_** - |A_x[:, j]|^2.
-        let ks = self.km.kx_cross(x);
-        let ax = s.lx.solve_l(ks.as_ref());
-        let kss = self.km.kernel().diag(x);
-        let kappa: Vec<f64> = (0..mt).map(|j| (kss[j] - (0..n).map(|i| ax[(i, j)].powi(2)).sum::<f64>()).max(0.0)).collect();
-        let axt = ax.transpose().to_owned();
-        // K_*^T alpha: mean of the test latents at the proposal centre.
-        let (means, _) = self.km.latent_predictive(x);
+        let cond = self.test_conditional(x);
         let pseed: u64 = rng.random();
         // Samples with weight below e^-negligible of the largest add nothing visible: skip them.
         let max_lw = self.log_w[..self.n_test].iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -44,7 +37,7 @@ impl ImportanceModel {
             // Their draws again (bit for bit), and K_*^T K^{-1} (f - m) / s = (A_x^T (x) L_c) u
             // for all of them at once: A_x^T U, then L_c per sample.
             let z = s.redraw(&chunk.iter().map(|(_, _, st)| st).collect::<Vec<_>>());
-            let au = s.right_lc(&(&axt * &*s.whiten(&z)), chunk.len());
+            let au = cond.offsets(s, &z);
             for (k, &&(sample, scale, _)) in chunk.iter().enumerate() {
                 // Every weight before this sample enters the normaliser, in sample order.
                 while next < sample {
@@ -58,12 +51,8 @@ impl ImportanceModel {
                     for q in 0..c {
                         eps[q] = rng.sample::<f64, _>(StandardNormal);
                     }
-                    let sk = kappa[j].sqrt();
                     let fj = &mut fstar[j * c..(j + 1) * c];
-                    for q in 0..c {
-                        let noise: f64 = (0..=q).map(|k| s.lc[(q, k)] * eps[k]).sum();
-                        fj[q] = means[j][q] + scale * au[(j, k * c + q)] + sk * noise;
-                    }
+                    cond.point(s, &au, k, scale, j, &eps, fj);
                     // The probit's u-draws follow this point's eps in the stream.
                     if s.lik.lik == Lik::Probit {
                         let pr = s.lik.probs(fj, rng);
@@ -87,6 +76,54 @@ impl ImportanceModel {
             return Err(FitError::Numerical(format!("importance predictive: all {} test-sample weights are 0", self.n_test)));
         }
         Ok((0..mt).map(|j| (0..c).map(|q| acc.pred[j * c + q] / acc.sum).collect()).collect())
+    }
+}
+
+/// The conditional f_* | f of F.1 at m test inputs: f_*j ~ N(K_*j^T K^{-1} f, kappa_j K^c) with
+/// K_*j = k_*j (x) K^c, K_*j^T K^{-1} f = K_*j^T alpha + s (A_x^T (x) L_c) u for a draw
+/// f = m + s L_K u (m = K alpha the proposal centre, L_K = L_x (x) L_c), A_x = L_x^{-1} k_*x and
+/// kappa_j = k_**j - |A_x[:, j]|^2 (so k_** K^c - K_*^T K^{-1} K_* = kappa_j K^c).
+pub(super) struct TestConditional {
+    /// K_*j^T alpha per test point: the conditional mean at the proposal centre.
+    pub(super) means: Vec<Vec<f64>>,
+    /// A_x^T (m x n).
+    pub(super) axt: Mat<f64>,
+    pub(super) kappa: Vec<f64>,
+}
+
+impl ImportanceModel {
+    /// The conditional f_* | f at the test inputs `x` ([`TestConditional`]).
+    pub(super) fn test_conditional(&self, x: &Array2<f64>) -> TestConditional {
+        let (n, mt) = (self.sampler.n, x.nrows());
+        // A_x = L_x^{-1} k_*x (n x m); conditional variance factor kappa_j = k_** - |A_x[:, j]|^2.
+        let ks = self.km.kx_cross(x);
+        let ax = self.sampler.lx.solve_l(ks.as_ref());
+        let kss = self.km.kernel().diag(x);
+        let kappa: Vec<f64> = (0..mt).map(|j| (kss[j] - (0..n).map(|i| ax[(i, j)].powi(2)).sum::<f64>()).max(0.0)).collect();
+        let axt = ax.transpose().to_owned();
+        // K_*^T alpha: mean of the test latents at the proposal centre.
+        let (means, _) = self.km.latent_predictive(x);
+        TestConditional { means, axt, kappa }
+    }
+}
+
+impl TestConditional {
+    /// K_*^T K^{-1} (f - m) / s = (A_x^T (x) L_c) u for draws z (Y layout, k samples): A_x^T U,
+    /// then L_c per sample; m x (k C).
+    pub(super) fn offsets(&self, s: &Sampler, z: &Mat<f64>) -> Mat<f64> {
+        s.right_lc(&(&self.axt * &*s.whiten(z)), z.ncols() / s.c)
+    }
+
+    /// Test point j's latents f_*j for sample k of `au` (from [`Self::offsets`]) at scale
+    /// `scale`, from C standard normals `eps`: the conditional mean + sqrt(kappa_j) L_c eps.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn point(&self, s: &Sampler, au: &Mat<f64>, k: usize, scale: f64, j: usize, eps: &[f64], fj: &mut [f64]) {
+        let c = s.c;
+        let sk = self.kappa[j].sqrt();
+        for q in 0..c {
+            let noise: f64 = (0..=q).map(|i| s.lc[(q, i)] * eps[i]).sum();
+            fj[q] = self.means[j][q] + scale * au[(j, k * c + q)] + sk * noise;
+        }
     }
 }
 

@@ -282,3 +282,166 @@ fn a_predictive_with_every_test_weight_zero_is_an_error() {
         other => panic!("not the error: {other:?}"),
     }
 }
+
+/// Plain dense Cholesky factor (lower) of an SPD matrix, independent of the crate's routes.
+fn dense_chol(a: &Mat<f64>) -> Mat<f64> {
+    let p = a.nrows();
+    let mut l = Mat::<f64>::zeros(p, p);
+    for j in 0..p {
+        let d = a[(j, j)] - (0..j).map(|k| l[(j, k)].powi(2)).sum::<f64>();
+        assert!(d > 0.0, "not positive definite at {j}");
+        l[(j, j)] = d.sqrt();
+        for i in j + 1..p {
+            l[(i, j)] = (a[(i, j)] - (0..j).map(|k| l[(i, k)] * l[(j, k)]).sum::<f64>()) / l[(j, j)];
+        }
+    }
+    l
+}
+
+/// L^{-1} b by forward substitution.
+fn forward(l: &Mat<f64>, b: &[f64]) -> Vec<f64> {
+    let mut x = vec![0.0; b.len()];
+    for i in 0..b.len() {
+        x[i] = (b[i] - (0..i).map(|k| l[(i, k)] * x[k]).sum::<f64>()) / l[(i, i)];
+    }
+    x
+}
+
+/// An MC-MNL fit with n = 4, C = 3 and a random SPD K^c far from I (handed over as the source
+/// cell's "kc"), at the given proposal scale; with the inputs, the kernel, K^c and the dense
+/// K = Kx (x) K^c (datum-major) and Sigma (K, or V = K - K T K for the posterior scale).
+fn fit_with_kc(scale: &str) -> (ImportanceModel, Array2<f64>, SqExp, Mat<f64>, Mat<f64>, Mat<f64>) {
+    let (n, c) = (4, 3);
+    let x = Array2::from_shape_vec((n, 1), vec![-1.2, -0.3, 0.5, 1.4]).unwrap();
+    let y = vec![0, 1, 2, 1];
+    let kernel = SqExp { log_variance: 2.0f64.ln(), log_lengthscales: vec![0.0], learn_variance: false };
+    let mut g = Pcg64::seed_from_u64(21);
+    let a = Mat::from_fn(c, c, |_, _| g.sample::<f64, _>(StandardNormal));
+    let kc = Mat::from_fn(c, c, |i, j| (0..c).map(|k| a[(i, k)] * a[(j, k)]).sum::<f64>() + if i == j { 0.5 } else { 0.0 });
+    let handoff =
+        Handoff { vectors: BTreeMap::from([("kc".to_string(), (0..c * c).map(|k| kc[(k / c, k % c)]).collect())]), ..Default::default() };
+    let settings = serde_json::json!({ "n_samples": 100, "scale": scale, "klmnl": { "kc_from_source": true } });
+    let method = ImportanceParams::from_settings(&settings).unwrap().check(Lik::Logit).unwrap();
+    let problem = Problem { x: &x, y: &y, n_classes: c };
+    let mut rng = Pcg64::seed_from_u64(3);
+    let mut ctx = FitContext::new(&mut rng, None);
+    ctx.source = Some(&handoff);
+    let model = method.fit_model(&problem, &kernel, HyperPolicy::Fixed, &mut ctx).unwrap();
+    let p = n * c;
+    // The fit works with exactly this K^c and K (no jitter), or the comparisons mean nothing.
+    assert!((0..c).all(|i| (0..c).all(|j| model.km.kc()[(i, j)] == kc[(i, j)])));
+    assert!(model.sampler.lx.jitter() == 0.0);
+    let kx = kernel.gram(&x);
+    let k = Mat::from_fn(p, p, |r, t| kx[(r / c, t / c)] * kc[(r % c, t % c)]);
+    let sigma = if scale == "prior" { k.clone() } else { &k - &k * model.km.t_matrix() * &k };
+    let sigma = Mat::from_fn(p, p, |r, t| 0.5 * (sigma[(r, t)] + sigma[(t, r)]));
+    (model, x, kernel, kc, k, sigma)
+}
+
+/// The draws f = m + s L_Sigma z (z of `draw_batch`, datum-major), L_Sigma the dense Cholesky
+/// factor of Sigma: the code's factor (L_x (x) L_c, or L_K L_S) is lower triangular with a
+/// positive diagonal, so it is this one.
+fn dense_draws(s: &Sampler, d: &Draws, l_sigma: &Mat<f64>) -> Vec<Vec<f64>> {
+    let (c, p) = (s.c, s.n * s.c);
+    (0..d.scales.len())
+        .map(|b| {
+            let z: Vec<f64> = (0..p).map(|r| d.z[(r / c, b * c + r % c)]).collect();
+            (0..p).map(|r| s.m[r] + d.scales[b] * (0..=r).map(|t| l_sigma[(r, t)] * z[t]).sum::<f64>()).collect()
+        })
+        .collect()
+}
+
+/// The weight without the likelihood, `log_prior_over_proposal` + its constant (computed via
+/// a = L_K^{-1} m, u = L_K^{-1} (f - m) / s and |z|^2 with log|K| cancelled), against
+/// log N(f; 0, K) - log t_4(f; m, Sigma) by dense algebra (Cholesky factors and forward
+/// substitution), K = Kx (x) K^c with K^c far from I, for Sigma = K (scale: prior) and
+/// Sigma = V (scale: posterior), to 1e-10.
+#[test]
+fn the_weight_without_the_likelihood_is_the_prior_over_the_t4_density() {
+    for scale in ["prior", "posterior"] {
+        let (model, _, _, _, k, sigma) = fit_with_kc(scale);
+        let s = &model.sampler;
+        let (p, nu) = ((s.n * s.c) as f64, s.df);
+        let (lk, ls) = (dense_chol(&k), dense_chol(&sigma));
+        let log_det_half = |l: &Mat<f64>| (0..l.nrows()).map(|i| l[(i, i)].ln()).sum::<f64>();
+        let d = s.draw_batch(&mut Pcg64::seed_from_u64(11), &ChiSquared::new(nu).unwrap(), 30);
+        let u = s.whiten(&d.z);
+        for (b, f) in dense_draws(s, &d, &ls).iter().enumerate() {
+            let wk = forward(&lk, f);
+            let log_prior = -0.5 * p * (2.0 * std::f64::consts::PI).ln() - log_det_half(&lk) - 0.5 * wk.iter().map(|v| v * v).sum::<f64>();
+            let fm: Vec<f64> = f.iter().zip(&s.m).map(|(a, b)| a - b).collect();
+            let delta: f64 = forward(&ls, &fm).iter().map(|v| v * v).sum();
+            let log_t = lgamma((nu + p) / 2.0)
+                - lgamma(nu / 2.0)
+                - 0.5 * p * (nu * std::f64::consts::PI).ln()
+                - log_det_half(&ls)
+                - 0.5 * (nu + p) * (delta / nu).ln_1p();
+            let want = log_prior - log_t;
+            let got = s.log_prior_over_proposal(d.scales[b], &u, d.znorm2[b], b);
+            assert!((got - want).abs() < 1e-10 * want.abs().max(1.0), "{scale}, sample {b} (s = {}): {got} vs {want}", d.scales[b]);
+        }
+    }
+}
+
+/// The predictive's conditional f_* | f (F.1) with K^c far from I (so the L_c product
+/// `right_lc` is exercised: it returns early for K^c = I): the mean formed from the redrawn z,
+/// K_*^T alpha + s (A_x^T (x) L_c) u, against dense K_*^T K^{-1} f, and the covariance of the
+/// noise sqrt(kappa) L_c eps (from unit eps) against dense k_** K^c - K_*^T K^{-1} K_*, for
+/// both proposal scales, to 1e-10.
+#[test]
+fn the_predictive_conditional_is_the_dense_gaussian_conditional() {
+    for scale in ["prior", "posterior"] {
+        let (model, x, kernel, kc, k, sigma) = fit_with_kc(scale);
+        let s = &model.sampler;
+        let (n, c, p) = (s.n, s.c, s.n * s.c);
+        let xs = Array2::from_shape_vec((2, 1), vec![0.1, 2.0]).unwrap();
+        let cond = model.test_conditional(&xs);
+        let d = s.draw_batch(&mut Pcg64::seed_from_u64(12), &ChiSquared::new(s.df).unwrap(), 8);
+        let au = cond.offsets(s, &d.z);
+        let lk = dense_chol(&k);
+        let fs = dense_draws(s, &d, &dense_chol(&sigma));
+        let ks = kernel.cross(&x, &xs);
+        let kss = kernel.diag(&xs);
+        for j in 0..2 {
+            // B = L_K^{-1} K_*j, K_*j = k_*j (x) K^c (p x C).
+            let bcols: Vec<Vec<f64>> =
+                (0..c).map(|q| forward(&lk, &(0..p).map(|r| ks[(r / c, j)] * kc[(r % c, q)]).collect::<Vec<_>>())).collect();
+            let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+            let point = |b: usize, eps: &[f64]| {
+                let mut fj = vec![0.0; c];
+                cond.point(s, &au, b, d.scales[b], j, eps, &mut fj);
+                fj
+            };
+            // Covariance of sqrt(kappa) L_c eps: sum over unit eps of the column outer products.
+            let centre = point(0, &vec![0.0; c]);
+            let cols: Vec<Vec<f64>> = (0..c)
+                .map(|i| {
+                    let e: Vec<f64> = (0..c).map(|q| if q == i { 1.0 } else { 0.0 }).collect();
+                    point(0, &e).iter().zip(&centre).map(|(a, b)| a - b).collect()
+                })
+                .collect();
+            for q in 0..c {
+                for r in 0..c {
+                    let got: f64 = cols.iter().map(|col| col[q] * col[r]).sum();
+                    let want = kss[j] * kc[(q, r)] - dot(&bcols[q], &bcols[r]);
+                    assert!(
+                        (got - want).abs() < 1e-10 * kss[j] * kc[(q, q)].max(kc[(r, r)]),
+                        "{scale}, point {j}, cov ({q}, {r}): {got} vs {want}"
+                    );
+                }
+            }
+            for (b, f) in fs.iter().enumerate() {
+                let w = forward(&lk, f);
+                let got = point(b, &vec![0.0; c]);
+                for q in 0..c {
+                    let want = dot(&bcols[q], &w);
+                    assert!(
+                        (got[q] - want).abs() < 1e-10 * want.abs().max(1.0),
+                        "{scale}, point {j}, sample {b}, class {q}: {got:?} vs mean {want}"
+                    );
+                }
+            }
+        }
+        assert_eq!(n, 4);
+    }
+}
