@@ -3,11 +3,13 @@
 use mcgp::kernels::SqExp;
 use mcgp::likelihoods::probit::log_probit_class_prob;
 use mcgp::linalg::{log_sum_exp, Chol};
-use mcgp::methods::importance::{ImportanceParams, Lik};
+use mcgp::methods::importance::{ImportanceModel, ImportanceParams, Lik};
 use mcgp::methods::klmnl::KlmnlParams;
 use mcgp::methods::{FitContext, Fitted, FromSettings, HyperPolicy, Problem};
+use mcgp::results::Handoff;
 use ndarray::Array2;
 use rand::SeedableRng;
+use std::collections::BTreeMap;
 
 /// Gauss-Hermite nodes and weights for E_{z ~ N(0,1)} g(z) (Golub-Welsch via the symmetric
 /// tridiagonal Jacobi matrix of the probabilists' Hermite polynomials).
@@ -24,11 +26,12 @@ fn gauss_hermite(n: usize) -> (Vec<f64>, Vec<f64>) {
 type LogIntegrand<'a> = dyn Fn(&[f64]) -> f64 + 'a;
 
 /// log E_{f ~ N(0, K)} exp(g(f)) for each g of `log_gs`, by tensor Gauss-Hermite quadrature in
-/// the whitened coordinates f = L g (datum-major latents, K = Kx (x) I_C), one pass over the
+/// the whitened coordinates f = L g (datum-major latents, K = Kx (x) Kc), one pass over the
 /// grid for all of them.
-fn quadrature_log_expectations(kx: &faer::Mat<f64>, c: usize, nodes: usize, log_gs: &[&LogIntegrand<'_>]) -> Vec<f64> {
+fn quadrature_log_expectations(kx: &faer::Mat<f64>, kc: &faer::Mat<f64>, nodes: usize, log_gs: &[&LogIntegrand<'_>]) -> Vec<f64> {
+    let c = kc.nrows();
     let p = kx.nrows() * c;
-    let k = faer::Mat::from_fn(p, p, |a, b| if a % c == b % c { kx[(a / c, b / c)] } else { 0.0 });
+    let k = faer::Mat::from_fn(p, p, |a, b| kx[(a / c, b / c)] * kc[(a % c, b % c)]);
     let l = Chol::factor(k.as_ref(), "K").unwrap();
     let (z, w) = gauss_hermite(nodes);
     let mut idx = vec![0usize; p];
@@ -77,8 +80,19 @@ fn log_likelihood(f: &[f64], y: &[usize], c: usize, lik: Lik) -> f64 {
 }
 
 /// log p(y) by tensor Gauss-Hermite quadrature.
-fn quadrature_log_evidence(kx: &faer::Mat<f64>, y: &[usize], c: usize, nodes: usize, lik: Lik) -> f64 {
-    quadrature_log_expectations(kx, c, nodes, &[&|f: &[f64]| log_likelihood(f, y, c, lik)])[0]
+fn quadrature_log_evidence(kx: &faer::Mat<f64>, kc: &faer::Mat<f64>, y: &[usize], nodes: usize, lik: Lik) -> f64 {
+    let c = kc.nrows();
+    quadrature_log_expectations(kx, kc, nodes, &[&|f: &[f64]| log_likelihood(f, y, c, lik)])[0]
+}
+
+/// K^c = I_C: independent latent functions.
+fn iid(c: usize) -> faer::Mat<f64> {
+    faer::Mat::from_fn(c, c, |i, j| if i == j { 1.0 } else { 0.0 })
+}
+
+/// K^c = [[1, .5], [.5, 1]]: correlated latent functions.
+fn kc_half() -> faer::Mat<f64> {
+    faer::Mat::from_fn(2, 2, |i, j| if i == j { 1.0 } else { 0.5 })
 }
 
 fn tiny(n: usize) -> (Array2<f64>, Vec<usize>) {
@@ -87,12 +101,47 @@ fn tiny(n: usize) -> (Array2<f64>, Vec<usize>) {
     (x, y)
 }
 
-fn run_is(lik: Lik, x: &Array2<f64>, y: &[usize], kern: &SqExp, settings: serde_json::Value) -> (f64, f64, f64, f64) {
+/// An IS fit on a two-class problem; with `kc`, K^c is that matrix (handed over by a source
+/// cell, `kc_from_source`), else the default I.
+fn fit_is(
+    lik: Lik,
+    x: &Array2<f64>,
+    y: &[usize],
+    kern: &SqExp,
+    mut settings: serde_json::Value,
+    kc: Option<&faer::Mat<f64>>,
+    seed: u64,
+) -> ImportanceModel {
+    let handoff = kc.map(|kc| {
+        settings["klmnl"] = serde_json::json!({ "kc_from_source": true });
+        let c = kc.nrows();
+        Handoff { vectors: BTreeMap::from([("kc".to_string(), (0..c * c).map(|k| kc[(k / c, k % c)]).collect())]), ..Default::default() }
+    });
     let method = ImportanceParams::from_settings(&settings).unwrap().check(lik).unwrap();
-    let mut rng = rand_pcg::Pcg64::seed_from_u64(17);
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
     let mut ctx = FitContext::new(&mut rng, None);
+    ctx.source = handoff.as_ref();
     let problem = Problem { x, y, n_classes: 2 };
     let model = method.fit_model(&problem, kern, HyperPolicy::Fixed, &mut ctx).unwrap();
+    // The fit runs with this K^c (its hand-off carries the one it used).
+    let want = handoff.map_or_else(|| vec![1.0, 0.0, 0.0, 1.0], |h| h.vectors["kc"].clone());
+    assert_eq!(model.handoff().vectors["kc"], want);
+    model
+}
+
+fn run_is(lik: Lik, x: &Array2<f64>, y: &[usize], kern: &SqExp, settings: serde_json::Value) -> (f64, f64, f64, f64) {
+    run_is_kc(lik, x, y, kern, settings, None)
+}
+
+fn run_is_kc(
+    lik: Lik,
+    x: &Array2<f64>,
+    y: &[usize],
+    kern: &SqExp,
+    settings: serde_json::Value,
+    kc: Option<&faer::Mat<f64>>,
+) -> (f64, f64, f64, f64) {
+    let model = fit_is(lik, x, y, kern, settings, kc, 17);
     let e = model.extra_metrics();
     (e["log_z_hat"], e["log_z_ub"], e["is_log_sd"], e["klmnl_log_zh"])
 }
@@ -102,7 +151,7 @@ fn mc_mnl_matches_brute_force_quadrature_and_brackets_the_bound() {
     // n = 3, C = 2: a 6-dimensional integral (notes D§11.0 item 6).
     let (x, y) = tiny(3);
     let kern = SqExp { log_variance: 1.0f64.ln(), log_lengthscales: vec![0.0], learn_variance: false };
-    let exact = quadrature_log_evidence(&kern.gram(&x), &y, 2, 12, Lik::Logit);
+    let exact = quadrature_log_evidence(&kern.gram(&x), &iid(2), &y, 12, Lik::Logit);
     let ns = 100_000.0f64;
     let (log_hat, log_ub, log_sd, log_zh) = run_is(Lik::Logit, &x, &y, &kern, serde_json::json!({"n_samples": 100000}));
     // |p-hat - p| within 4 standard errors (relative to p)
@@ -112,7 +161,7 @@ fn mc_mnl_matches_brute_force_quadrature_and_brackets_the_bound() {
     // the variational bound is below the truth (Proposition 8)
     assert!(log_zh <= exact, "log Z_h {log_zh} above log p(y) {exact}");
     // the quadrature itself has converged
-    let finer = quadrature_log_evidence(&kern.gram(&x), &y, 2, 15, Lik::Logit);
+    let finer = quadrature_log_evidence(&kern.gram(&x), &iid(2), &y, 15, Lik::Logit);
     assert!((finer - exact).abs() < 1e-6);
 }
 
@@ -123,7 +172,7 @@ fn mc_mnl_matches_brute_force_quadrature_and_brackets_the_bound() {
 fn posterior_scale_matches_quadrature_and_survives_a_nearly_singular_prior() {
     let (x, y) = tiny(3);
     let kern = SqExp { log_variance: 1.0f64.ln(), log_lengthscales: vec![0.0], learn_variance: false };
-    let exact = quadrature_log_evidence(&kern.gram(&x), &y, 2, 12, Lik::Logit);
+    let exact = quadrature_log_evidence(&kern.gram(&x), &iid(2), &y, 12, Lik::Logit);
     let (log_hat, log_ub, log_sd, _) = run_is(Lik::Logit, &x, &y, &kern, serde_json::json!({"n_samples": 100000, "scale": "posterior"}));
     let rel_se = (log_sd - exact).exp() / 100_000f64.sqrt();
     assert!(((log_hat - exact).exp() - 1.0).abs() < 4.0 * rel_se + 1e-9, "IS {log_hat} vs quadrature {exact} (rel se {rel_se})");
@@ -150,39 +199,93 @@ fn posterior_scale_matches_quadrature_and_survives_a_nearly_singular_prior() {
 /// error is about sd(p(c|f*) | y) / sqrt(ESS), with the posterior variance also by quadrature.
 #[test]
 fn mc_mnl_predictive_matches_brute_force_quadrature() {
+    predictive_matches_quadrature(None, &["prior"]);
+}
+
+/// As above with correlated latent functions, K^c = [[1, .5], [.5, 1]] (the predictive's mean
+/// (A_x^T (x) L_c) u and noise L_c eps, and the weights' L_c products), at both proposal scales
+/// (the posterior scale's u = R z). The correlation moves the predictive by 14 standard
+/// errors, so the K^c = I answer would fail.
+#[test]
+fn mc_mnl_predictive_with_correlated_latents_matches_quadrature_at_both_scales() {
+    predictive_matches_quadrature(Some(&kc_half()), &["prior", "posterior"]);
+}
+
+fn predictive_matches_quadrature(kc: Option<&faer::Mat<f64>>, scales: &[&str]) {
     let (x, y) = tiny(2);
     let xs = Array2::from_shape_fn((1, 1), |_| 0.3);
     let kern = SqExp { log_variance: 1.5f64.ln(), log_lengthscales: vec![0.0], learn_variance: false };
     // Joint latents: rows 0..2 training, row 2 the test point (latents 4..6).
     let xa = Array2::from_shape_fn((3, 1), |(i, _)| if i < 2 { x[(i, 0)] } else { 0.3 });
-    let lz = quadrature_log_evidence(&kern.gram(&x), &y, 2, 20, Lik::Logit);
     let log_p_test = |f: &[f64], c: usize| f[4 + c] - log_sum_exp(&f[4..6]);
     let y_train = &y;
     let moment = |c: usize, power: f64| move |f: &[f64]| log_likelihood(&f[..4], y_train, 2, Lik::Logit) + power * log_p_test(f, c);
     let (m01, m02, m11, m12) = (moment(0, 1.0), moment(0, 2.0), moment(1, 1.0), moment(1, 2.0));
-    let logs = quadrature_log_expectations(&kern.gram(&xa), 2, 12, &[&m01, &m02, &m11, &m12]);
-    // E[p(c|f*) | y] and Var(p(c|f*) | y) per class.
-    let want: Vec<f64> = (0..2).map(|c| (logs[2 * c] - lz).exp()).collect();
-    let var: Vec<f64> = (0..2).map(|c| (logs[2 * c + 1] - lz).exp() - want[c] * want[c]).collect();
+    // E[p(c|f*) | y] and Var(p(c|f*) | y) per class under K^c = kc.
+    let quadrature = |kc: &faer::Mat<f64>| {
+        let lz = quadrature_log_evidence(&kern.gram(&x), kc, &y, 20, Lik::Logit);
+        let logs = quadrature_log_expectations(&kern.gram(&xa), kc, 12, &[&m01, &m02, &m11, &m12]);
+        let want: Vec<f64> = (0..2).map(|c| (logs[2 * c] - lz).exp()).collect();
+        let var: Vec<f64> = (0..2).map(|c| (logs[2 * c + 1] - lz).exp() - want[c] * want[c]).collect();
+        (want, var)
+    };
+    let (want, var) = quadrature(kc.unwrap_or(&iid(2)));
     assert!((want[0] + want[1] - 1.0).abs() < 1e-6);
     let (n_samples, n_test) = (40000.0, 30500.0);
-    let method = ImportanceParams::from_settings(&serde_json::json!({"n_samples": 40000, "batch": 1000, "n_test_samples": 30500}))
-        .unwrap()
-        .check(Lik::Logit)
-        .unwrap();
-    let mut rng = rand_pcg::Pcg64::seed_from_u64(5);
-    let mut ctx = FitContext::new(&mut rng, None);
-    let problem = Problem { x: &x, y: &y, n_classes: 2 };
-    let model = method.fit_model(&problem, &kern, HyperPolicy::Fixed, &mut ctx).unwrap();
-    let mut prng = rand_pcg::Pcg64::seed_from_u64(6);
-    let got = model.is_predictive(&xs, &mut prng).unwrap();
-    // The reported ESS is over all n_s weights; the predictive uses the first n_test of these
-    // i.i.d. draws, whose ESS is that fraction of it.
-    let ess = model.extra_metrics()["is_ess"] * n_test / n_samples;
-    assert!((got[0].iter().sum::<f64>() - 1.0).abs() < 1e-12, "IS predictive {:?} does not sum to one", got[0]);
-    for c in 0..2 {
-        let se = (var[c] / ess).sqrt();
-        assert!((got[0][c] - want[c]).abs() < 5.0 * se, "class {c}: IS predictive {:?} vs quadrature {want:?} (se {se})", got[0]);
+    let mut se0 = f64::INFINITY;
+    for &scale in scales {
+        let settings = serde_json::json!({"n_samples": 40000, "batch": 1000, "n_test_samples": 30500, "scale": scale});
+        let model = fit_is(Lik::Logit, &x, &y, &kern, settings, kc, 5);
+        let mut prng = rand_pcg::Pcg64::seed_from_u64(6);
+        let got = model.is_predictive(&xs, &mut prng).unwrap();
+        // The reported ESS is over all n_s weights; the predictive uses the first n_test of these
+        // i.i.d. draws, whose ESS is that fraction of it.
+        let ess = model.extra_metrics()["is_ess"] * n_test / n_samples;
+        assert!((got[0].iter().sum::<f64>() - 1.0).abs() < 1e-12, "IS predictive {:?} does not sum to one", got[0]);
+        for c in 0..2 {
+            let se = (var[c] / ess).sqrt();
+            assert!(
+                (got[0][c] - want[c]).abs() < 5.0 * se,
+                "{scale}, class {c}: IS predictive {:?} vs quadrature {want:?} (se {se})",
+                got[0]
+            );
+        }
+        se0 = se0.min((var[0] / ess).sqrt());
+    }
+    if kc.is_some() {
+        // The test can tell K^c from I: their predictives differ by over 10 standard errors.
+        let (iid_want, _) = quadrature(&iid(2));
+        assert!((iid_want[0] - want[0]).abs() > 10.0 * se0, "K^c = I gives {iid_want:?} against {want:?} (se {se0})");
+    }
+}
+
+/// Correlated latent functions, K^c = [[1, .5], [.5, 1]] (the L_c products of the prior-scale
+/// draws, L_K = L_x (x) L_c of the posterior scale, and log|S| in the constant): MC-MNL at both
+/// proposal scales and MC-MNP against quadrature of the same prior, within 4 standard errors.
+/// The correlation moves p(y) by over 20 standard errors, so the K^c = I answer would fail.
+#[test]
+fn evidence_with_correlated_latents_matches_quadrature() {
+    let kern = SqExp { log_variance: 1.0f64.ln(), log_lengthscales: vec![0.0], learn_variance: false };
+    for (lik, n, nodes, scales, ns) in
+        [(Lik::Logit, 3, 12, &["prior", "posterior"][..], 100_000usize), (Lik::Probit, 2, 16, &["prior"][..], 20_000)]
+    {
+        let (x, y) = tiny(n);
+        let exact = quadrature_log_evidence(&kern.gram(&x), &kc_half(), &y, nodes, lik);
+        let iid_value = quadrature_log_evidence(&kern.gram(&x), &iid(2), &y, nodes, lik);
+        for &scale in scales {
+            let settings = serde_json::json!({"n_samples": ns, "scale": scale, "n_test_samples": 200});
+            let (log_hat, log_ub, log_sd, _) = run_is_kc(lik, &x, &y, &kern, settings, Some(&kc_half()));
+            let rel_se = (log_sd - exact).exp() / (ns as f64).sqrt();
+            assert!(
+                ((log_hat - exact).exp() - 1.0).abs() < 4.0 * rel_se + 1e-9,
+                "{lik:?} {scale}: IS {log_hat} vs quadrature {exact} (rel se {rel_se})"
+            );
+            assert!(log_ub >= exact, "{lik:?} {scale}: upper bound {log_ub} below the quadrature value {exact}");
+            assert!(((iid_value - exact).exp() - 1.0).abs() > 10.0 * rel_se, "{lik:?}: K^c = I gives {iid_value} against {exact}");
+        }
+        // The quadrature has converged for the correlated prior too.
+        let coarse = quadrature_log_evidence(&kern.gram(&x), &kc_half(), &y, nodes - 2, lik);
+        assert!((exact - coarse).abs() < 1e-6, "{lik:?}: {nodes} nodes {exact}, {} nodes {coarse}", nodes - 2);
     }
 }
 
@@ -190,7 +293,7 @@ fn mc_mnl_predictive_matches_brute_force_quadrature() {
 fn mc_mnp_matches_brute_force_quadrature() {
     let (x, y) = tiny(2);
     let kern = SqExp { log_variance: 2.0f64.ln(), log_lengthscales: vec![0.5], learn_variance: false };
-    let exact = quadrature_log_evidence(&kern.gram(&x), &y, 2, 16, Lik::Probit);
+    let exact = quadrature_log_evidence(&kern.gram(&x), &iid(2), &y, 16, Lik::Probit);
     let ns = 20_000.0f64;
     let (log_hat, log_ub, log_sd, _) = run_is(Lik::Probit, &x, &y, &kern, serde_json::json!({"n_samples": 20000, "n_test_samples": 200}));
     let rel_se = (log_sd - exact).exp() / ns.sqrt();
