@@ -21,7 +21,9 @@ pub struct VbmnpParams {
     #[serde(default = "d_vague")]
     pub tau: f64,
     /// Jitter (times s2) added to C_phi in the importance weights log N(m̃; 0, C_phi), the same
-    /// for every sample (notes §10.3).
+    /// for every sample (notes §10.3). Must be positive: without it C_phi of a smooth sample
+    /// (small phi) is numerically singular, fails to factorise and gets weight zero, so the
+    /// estimate of phi would be biased toward rough kernels.
     #[serde(default = "d_is_jitter")]
     pub is_jitter: f64,
     /// Importance weight: `paper` (eq. 4.5: prod_k N(m̃_k; 0, C_phi + jitter)), `port` (the R
@@ -150,8 +152,12 @@ impl VbmnpParams {
         if !(self.tau > 0.0 && self.tau.is_finite()) {
             return Err(format!("settings.tau must be positive, got {}", self.tau));
         }
-        if !(self.is_jitter >= 0.0 && self.is_jitter < 1.0) {
-            return Err(format!("settings.is_jitter must be in [0, 1), got {}", self.is_jitter));
+        if !(self.is_jitter > 0.0 && self.is_jitter < 1.0) {
+            return Err(format!(
+                "settings.is_jitter must be in (0, 1), got {}: without jitter C_phi of smooth samples (small phi) is numerically singular, \
+                 those samples fail to factorise and get importance weight zero, which biases phi toward rough kernels",
+                self.is_jitter
+            ));
         }
         if let Some(p) = self.init_phi {
             if !(p > 0.0 && p.is_finite()) {

@@ -249,10 +249,56 @@ fn dense_logdet_quad(a: &[Vec<f64>], rhs: &[Vec<f64>]) -> (f64, f64) {
     (logdet, quad)
 }
 
+/// Q(v) ∝ w(v) Exp(v; psi) on a fine grid over v in (0, 40 / psi]: its mean, sd and
+/// (E_p W)^2 / E_p W^2 (the expected ESS per sample of self-normalised IS with the prior as
+/// proposal), with `log_w` the log weight.
+struct GridQ {
+    mean: f64,
+    sd: f64,
+    ess_per_sample: f64,
+}
+
+fn grid_posterior(log_w: &dyn Fn(f64) -> f64, psi: f64, n_grid: usize) -> GridQ {
+    let h = 40.0 / psi / n_grid as f64;
+    let lws: Vec<f64> = (1..=n_grid).map(|i| log_w(i as f64 * h)).collect();
+    let lmax = lws.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let (mut z, mut z1, mut z2, mut zw2) = (0.0, 0.0, 0.0, 0.0);
+    for (i, lw) in lws.iter().enumerate() {
+        let v = (i + 1) as f64 * h;
+        let prior = psi * (-psi * v).exp() * h;
+        let w = (lw - lmax).exp();
+        z += prior * w;
+        z1 += prior * w * v;
+        z2 += prior * w * v * v;
+        zw2 += prior * w * w;
+    }
+    let mean = z1 / z;
+    GridQ { mean, sd: (z2 / z - mean * mean).sqrt(), ess_per_sample: z * z / zw2 }
+}
+
+impl GridQ {
+    /// The sampler's estimate within 4 standard errors sd_Q / sqrt(ESS) of the grid mean
+    /// (self-normalised IS), and its ESS within 10 % of the expected S (E_p W)^2 / E_p W^2.
+    fn check_sampler(&self, up: &IsUpdate, samples: usize, what: &str) {
+        let se = self.sd / up.ess.sqrt();
+        assert!(
+            (up.phi_mean[0] - self.mean).abs() < 4.0 * se,
+            "{what}: {} vs {} (sd {}, ess {})",
+            up.phi_mean[0],
+            self.mean,
+            self.sd,
+            up.ess
+        );
+        let ess_expected = samples as f64 * self.ess_per_sample;
+        assert!((up.ess / ess_expected - 1.0).abs() < 0.1, "{what}: ess {} vs {ess_expected}", up.ess);
+    }
+}
+
 #[test]
 fn importance_sampler_matches_a_brute_force_grid_over_phi() {
-    // Q(phi) ∝ prod_k N(m̃_k; 0, C_phi + jI) Exp(phi; psi): posterior mean and the expected ESS
-    // S (E_p W)^2 / E_p W^2 by a fine grid, against the sampler with S = 20000.
+    // Q(phi) ∝ prod_k N(m̃_k; 0, C_phi + jI) Exp(phi; psi): posterior mean, sd and the expected
+    // ESS S (E_p W)^2 / E_p W^2 by a fine grid, against the sampler with S = 20000 (within 4
+    // standard errors sd_Q / sqrt(ESS)).
     let x = Array2::from_shape_vec((6, 1), vec![-1.2, -0.5, 0.0, 0.4, 1.1, 1.5]).unwrap();
     let M = Mat::from_fn(6, 2, |i, k| (x[[i, 0]] * (1.0 + k as f64)).sin() * 0.8);
     let (psi, jitter, s2) = (0.7, 1e-3, 1.0);
@@ -264,28 +310,13 @@ fn importance_sampler_matches_a_brute_force_grid_over_phi() {
         let (ld, q) = dense_logdet_quad(&a, &rhs);
         -0.5 * q - ld
     };
-    let (n_grid, hi) = (200_000, 40.0 / psi);
-    let h = hi / n_grid as f64;
-    let lws: Vec<f64> = (1..=n_grid).map(|i| log_w(i as f64 * h)).collect();
-    let lmax = lws.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    let (mut z, mut z1, mut z2) = (0.0, 0.0, 0.0);
-    for (i, lw) in lws.iter().enumerate() {
-        let phi = (i + 1) as f64 * h;
-        let prior = psi * (-psi * phi).exp() * h;
-        let w = (lw - lmax).exp();
-        z += prior * w;
-        z1 += prior * w * phi;
-        z2 += prior * w * w;
-    }
-    let mean = z1 / z;
+    let q = grid_posterior(&log_w, psi, 200_000);
     let s = 20_000;
-    let ess_expected = s as f64 * z * z / z2;
     let mut rng = Pcg64::seed_from_u64(4);
     let up = importance_update(&x, &M, &[psi], s2, s, jitter, &mut rng).unwrap();
     assert_eq!(up.failed, 0);
-    // Self-normalised IS: se ≈ sd_Q(phi) / sqrt(ESS); sd_Q(phi) < mean here, so 4 mean/sqrt(ESS) is generous.
-    assert!((up.phi_mean[0] - mean).abs() < 4.0 * mean / up.ess.sqrt(), "{} vs {mean} (ess {})", up.phi_mean[0], up.ess);
-    assert!((up.ess / ess_expected - 1.0).abs() < 0.1, "ess {} vs {ess_expected}", up.ess);
+    q.check_sampler(&up, s, "paper");
+    let mean = q.mean;
     // The weights must actually matter (the posterior mean differs from the prior mean 1/psi).
     assert!((mean - 1.0 / psi).abs() > 0.1 * mean);
 }
@@ -307,29 +338,71 @@ fn sq_lengthscale_sampler_matches_a_brute_force_grid_over_theta() {
         let (ld, q) = dense_logdet_quad(&a, &rhs);
         -0.5 * q - ld
     };
-    // Posterior mean of v under prior Exp(v; psi) and likelihood at precision prec(v).
-    let grid_mean = |prec: &dyn Fn(f64) -> f64| {
-        let (n_grid, hi) = (100_000, 40.0 / psi);
-        let h = hi / n_grid as f64;
-        let lws: Vec<f64> = (1..=n_grid).map(|i| log_w(prec(i as f64 * h))).collect();
-        let lmax = lws.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let (mut z, mut z1) = (0.0, 0.0);
-        for (i, lw) in lws.iter().enumerate() {
-            let v = (i + 1) as f64 * h;
-            let w = psi * (-psi * v).exp() * (lw - lmax).exp();
-            z += w;
-            z1 += w * v;
-        }
-        z1 / z
-    };
-    let theta_mean = grid_mean(&|t| 1.0 / t);
-    let phi_mean = grid_mean(&|p| p);
+    // Q over theta (prior Exp(theta; psi), likelihood at phi = 1/theta) and over phi.
+    let theta_q = grid_posterior(&|t| log_w(1.0 / t), psi, 100_000);
+    let theta_mean = theta_q.mean;
+    let phi_mean = grid_posterior(&|p| log_w(p), psi, 100_000).mean;
     let mut rng = Pcg64::seed_from_u64(4);
-    let up = importance_update_kind(&x, &M, &[psi], s2, 20_000, jitter, IsWeight::Paper, IsParam::SqLengthscale, &mut rng).unwrap();
+    let s = 20_000;
+    let up = importance_update_kind(&x, &M, &[psi], s2, s, jitter, IsWeight::Paper, IsParam::SqLengthscale, &mut rng).unwrap();
     assert_eq!(up.failed, 0);
-    assert!((up.phi_mean[0] - theta_mean).abs() < 4.0 * theta_mean / up.ess.sqrt(), "{} vs {theta_mean} (ess {})", up.phi_mean[0], up.ess);
+    theta_q.check_sampler(&up, s, "sq_lengthscale");
     // (0.445 vs 0.477 here: the grid values are deterministic.)
     assert!((1.0 / theta_mean - phi_mean).abs() > 0.03 * phi_mean, "1/E[theta] {} vs E[phi] {phi_mean}", 1.0 / theta_mean);
+}
+
+/// `is_weight: port` and `marginal` against the grid, as `paper` above. Port (vbmp's
+/// varphiUpdate: its PHI = computeKernel + diag(1), weight exp(-1/2 sum diag(Mᵀ PHI^{-1} M))):
+/// log w = -1/2 sum_k m̃_kᵀ(C_phi + I)^{-1}m̃_k, no determinant. Marginal (m integrated out of
+/// N(ỹ; m, I) N(m; 0, C_phi)): log w = sum_k log N(ỹ_k; 0, C_phi + I). The I is the unit
+/// auxiliary noise, not scaled by s2 (s2 = 1.5 here tells the two apart), and neither uses the
+/// jitter. The three estimators' grid means are far apart in units of the sampler's standard
+/// error, so a variant computed with another's weight fails.
+#[test]
+fn port_and_marginal_weights_match_a_brute_force_grid_over_phi() {
+    let x = Array2::from_shape_vec((6, 1), vec![-1.2, -0.5, 0.0, 0.4, 1.1, 1.5]).unwrap();
+    let V = Mat::from_fn(6, 2, |i, k| (x[[i, 0]] * (1.0 + k as f64)).sin() * 1.5);
+    let (psi, jitter, s2, s) = (0.7, 1e-3, 1.5, 20_000);
+    // log det and the quadratic form of s2 exp(-phi dx^2) + add I by dense elimination.
+    let dense = |phi: f64, add: f64| {
+        let a: Vec<Vec<f64>> = (0..6)
+            .map(|i| (0..6).map(|j| s2 * (-phi * (x[[i, 0]] - x[[j, 0]]).powi(2)).exp() + if i == j { add } else { 0.0 }).collect())
+            .collect();
+        let rhs: Vec<Vec<f64>> = (0..2).map(|k| (0..6).map(|i| V[(i, k)]).collect()).collect();
+        dense_logdet_quad(&a, &rhs)
+    };
+    let port = grid_posterior(&|phi| -0.5 * dense(phi, 1.0).1, psi, 100_000);
+    let marginal = grid_posterior(
+        &|phi| {
+            let (ld, q) = dense(phi, 1.0);
+            -0.5 * q - ld
+        },
+        psi,
+        100_000,
+    );
+    let paper = grid_posterior(
+        &|phi| {
+            let (ld, q) = dense(phi, jitter * s2);
+            -0.5 * q - ld
+        },
+        psi,
+        100_000,
+    );
+    let mut ses = Vec::new();
+    for (kind, q) in [(IsWeight::Port, &port), (IsWeight::Marginal, &marginal), (IsWeight::Paper, &paper)] {
+        let mut rng = Pcg64::seed_from_u64(6);
+        let up = importance_update_kind(&x, &V, &[psi], s2, s, jitter, kind, IsParam::Precision, &mut rng).unwrap();
+        assert_eq!(up.failed, 0);
+        q.check_sampler(&up, s, &format!("{kind:?}"));
+        ses.push(q.sd / up.ess.sqrt());
+    }
+    let se = ses.iter().cloned().fold(0.0, f64::max);
+    for q in [&port, &marginal, &paper] {
+        assert!((q.mean - 1.0 / psi).abs() > 10.0 * se, "grid mean {} is too close to the prior's {} (se {se})", q.mean, 1.0 / psi);
+    }
+    for (a, b) in [(&port, &marginal), (&port, &paper), (&marginal, &paper)] {
+        assert!((a.mean - b.mean).abs() > 10.0 * se, "grid means {} and {} are too close to tell apart (se {se})", a.mean, b.mean);
+    }
 }
 
 #[test]
@@ -432,6 +505,150 @@ fn learning_runs_and_hands_over_the_estimated_kernel() {
     for r in p.rows() {
         assert!((r.sum() - 1.0).abs() < 1e-12 && r.iter().all(|v| *v >= 0.0));
     }
+}
+
+/// Dense oracle: A^{-1} r for each column r of `rhs` and log|A|, by Gaussian elimination with
+/// partial pivoting.
+fn dense_solve(a: &[Vec<f64>], rhs: &[Vec<f64>]) -> (Vec<Vec<f64>>, f64) {
+    let n = a.len();
+    let mut m: Vec<Vec<f64>> = a.to_vec();
+    let mut r: Vec<Vec<f64>> = rhs.to_vec();
+    let mut logdet = 0.0;
+    for col in 0..n {
+        let piv = (col..n).max_by(|&i, &j| m[i][col].abs().partial_cmp(&m[j][col].abs()).unwrap()).unwrap();
+        m.swap(col, piv);
+        for v in r.iter_mut() {
+            v.swap(col, piv);
+        }
+        logdet += m[col][col].abs().ln();
+        for i in col + 1..n {
+            let f = m[i][col] / m[col][col];
+            for j in col..n {
+                m[i][j] -= f * m[col][j];
+            }
+            for v in r.iter_mut() {
+                v[i] -= f * v[col];
+            }
+        }
+    }
+    let sol = r
+        .iter()
+        .map(|v| {
+            let mut s = vec![0.0; n];
+            for i in (0..n).rev() {
+                s[i] = (v[i] - (i + 1..n).map(|j| m[i][j] * s[j]).sum::<f64>()) / m[i][i];
+            }
+            s
+        })
+        .collect();
+    (sol, logdet)
+}
+
+/// P(class k) = E_u[prod_{j != k} Phi(u + (m_k - m_j) / sqrt(1 + v))], u ~ N(0, 1), by a
+/// midpoint sum over u in [-15, 15]: G&R §4.5's predictive with one latent variance v shared
+/// by the classes; v = 0 gives 𝒵_n = P(t_n | m̃_n) of eq. 4.2.
+fn probit_class_prob(m: &[f64], v: f64, k: usize) -> f64 {
+    let (steps, lo, hi) = (30_000, -15.0, 15.0);
+    let du = (hi - lo) / steps as f64;
+    let sd = (1.0 + v).sqrt();
+    (0..steps)
+        .map(|i| {
+            let u = lo + (i as f64 + 0.5) * du;
+            let rest: f64 = (0..m.len()).filter(|&j| j != k).map(|j| normal_cdf(u + (m[k] - m[j]) / sd)).product();
+            crate::special::normal_pdf(u) * rest * du
+        })
+        .sum()
+}
+
+/// After the last importance-sampling update the fit takes one more fixed-kernel VB step at
+/// the final phi, so the reported ELBO, m̃ and the predictive all belong to that phi. Oracle:
+/// the fit replayed from its random stream (Y from N(0, 1), then per iteration a VB step and
+/// the IS update, eqs. 4.5-4.8), which must land on the fit's phi; then at phi_final, by dense
+/// elimination on I + C (C built here from the formula s2 exp(-phi dx^2)):
+///     m̃ = ỹ_T - (I + C)^{-1} ỹ_T (= C (I + C)^{-1} ỹ_T, ỹ_T the last loop step's ỹ),
+///     ELBO = sum_n log 𝒵_n(m̃) - 1/2 sum_k m̃_kᵀ(I + C)^{-1}ỹ_T,k - K/2 log|I + C|
+/// (m̃ᵀC^{-1}m̃ written without C^{-1}; 𝒵_n by a midpoint sum), ỹ = E[y | m̃] (eq. 4.3), and
+/// the §4.5 predictive at test points: mean ỹᵀ(I + C)^{-1}c, variance s2 - cᵀ(I + C)^{-1}c,
+/// class probabilities by a midpoint sum. The last IS update moves phi by several percent,
+/// so the loop's own last ELBO (for the previous phi) is far from the oracle's and a fit that
+/// skipped the final step fails.
+#[test]
+fn the_learned_model_takes_a_final_step_at_the_final_phi() {
+    let (n, k, seed, phi0, iters, s2) = (20, 3, 8, 1.0, 3, 1.5);
+    let (x, y) = toy(n, 1, k, 21);
+    let kernel = SqExp { log_variance: f64::ln(s2), log_lengthscales: vec![0.0], learn_variance: false };
+    let params = VbmnpParams { is_samples: 500, is_jitter: 1e-6, max_iters: iters, tol: 0.0, init_phi: Some(phi0), ..Default::default() };
+    let (sigma, tau, jitter, samples) = (params.sigma, params.tau, params.is_jitter, params.is_samples);
+    let (m, trace) = fit(&x, &y, k, &kernel, HyperPolicy::Learn, params, seed);
+    assert_eq!(m.extra_metrics()["iterations"], iters as f64);
+
+    // Replay.
+    let mut rng = Pcg64::seed_from_u64(seed);
+    let mut yt = Mat::from_fn(n, k, |_, _| rng.sample::<f64, _>(StandardNormal));
+    let (mut phi, mut phi_prev) = (vec![phi0], vec![phi0]);
+    let mut psi = vec![(sigma + 1.0) / (tau + phi0)];
+    for _ in 0..iters {
+        let (mt, yn, _) = vb_step(&chol_i_plus(&gram_phi(&x, &phi, s2)).unwrap(), &yt, &y);
+        yt = yn;
+        let up = importance_update_kind(&x, &mt, &psi, s2, samples, jitter, IsWeight::Paper, IsParam::Precision, &mut rng).unwrap();
+        psi = up.phi_mean.iter().map(|f| (sigma + 1.0) / (tau + f)).collect();
+        phi_prev = std::mem::replace(&mut phi, up.phi_mean);
+    }
+    let learned = phi_from_kernel(m.kernels().class(0).as_sqexp().unwrap());
+    assert!((learned[0] / phi[0] - 1.0).abs() < 1e-12, "replay phi {} vs the fit's {}", phi[0], learned[0]);
+    assert!((phi[0] / phi_prev[0] - 1.0).abs() > 0.03, "the last IS update hardly moved phi: {} -> {}", phi_prev[0], phi[0]);
+
+    // Dense algebra at phi_final.
+    let phi = phi[0];
+    let cov = |a: f64, b: f64| s2 * (-phi * (a - b) * (a - b)).exp();
+    let a: Vec<Vec<f64>> = (0..n).map(|i| (0..n).map(|j| cov(x[[i, 0]], x[[j, 0]]) + if i == j { 1.0 } else { 0.0 }).collect()).collect();
+    let cols: Vec<Vec<f64>> = (0..k).map(|c| (0..n).map(|i| yt[(i, c)]).collect()).collect();
+    let (b, log_det) = dense_solve(&a, &cols);
+    let mt: Vec<Vec<f64>> = (0..n).map(|i| (0..k).map(|c| cols[c][i] - b[c][i]).collect()).collect();
+    let sum_log_z: f64 = (0..n).map(|i| probit_class_prob(&mt[i], 0.0, y[i]).ln()).sum();
+    let quad: f64 = (0..k).map(|c| (0..n).map(|i| mt[i][c] * b[c][i]).sum::<f64>()).sum();
+    let elbo = sum_log_z - 0.5 * quad - 0.5 * k as f64 * log_det;
+    let got = m.extra_metrics()["elbo"];
+    assert!((got - elbo).abs() < 1e-9 * elbo.abs(), "model ELBO {got} vs dense at phi_final {elbo}");
+    let loop_last = trace.iter().rfind(|t| t.name == "elbo").unwrap().value;
+    assert!((loop_last - elbo).abs() > 1e-2, "the loop's last ELBO {loop_last} is too close to the final step's {elbo} to tell");
+
+    // The predictive at phi_final from the final ỹ.
+    let y_final: Vec<Vec<f64>> = (0..k).map(|c| (0..n).map(|i| truncated_moments(&mt[i], y[i]).mean[c]).collect()).collect();
+    let xs = Array2::from_shape_fn((6, 1), |(j, _)| -2.0 + 0.8 * j as f64);
+    let probs = m.predict_proba(&xs, &mut Pcg64::seed_from_u64(0)).unwrap();
+    for j in 0..6 {
+        let c: Vec<f64> = (0..n).map(|i| cov(x[[i, 0]], xs[[j, 0]])).collect();
+        let (ac, _) = dense_solve(&a, std::slice::from_ref(&c));
+        let v = s2 - c.iter().zip(&ac[0]).map(|(p, q)| p * q).sum::<f64>();
+        let mean: Vec<f64> = (0..k).map(|cl| y_final[cl].iter().zip(&ac[0]).map(|(p, q)| p * q).sum()).collect();
+        for cl in 0..k {
+            let want = probit_class_prob(&mean, v, cl);
+            assert!((probs[[j, cl]] - want).abs() < 1e-9, "test point {j}, class {cl}: {} vs {want}", probs[[j, cl]]);
+        }
+    }
+}
+
+/// `is_jitter` must be positive. Why: on 30 points in [-2, 2] a smooth sample (phi = 1e-3) has
+/// a Gram matrix that is singular in floating point: without jitter its weight cannot be
+/// computed (the sampler would give it weight zero, silently), with the default 1e-8 s2 it
+/// can, and a rough sample (phi = 10) factorises either way. So a zero jitter would remove
+/// exactly the smooth end of the proposal.
+#[test]
+fn is_jitter_must_be_positive_because_smooth_samples_fail_without_it() {
+    for bad in [0.0, -1e-8, 1.0, f64::NAN] {
+        let err = VbmnpParams { is_jitter: bad, ..Default::default() }.check().unwrap_err();
+        assert!(err.contains("settings.is_jitter must be in (0, 1)") && err.contains("smooth samples"), "{bad}: {err}");
+    }
+    assert!(VbmnpParams { is_jitter: 1e-12, ..Default::default() }.check().is_ok());
+    let x = Array2::from_shape_fn((30, 1), |(i, _)| -2.0 + 4.0 * i as f64 / 29.0);
+    let M = Mat::from_fn(30, 2, |i, k| (x[[i, 0]] * (1.0 + k as f64)).sin());
+    let pairs = PairSqDiffs::new(&x);
+    let mut scratch = GramScratch::new(30);
+    let weight = |phi: f64, add: f64, scratch: &mut GramScratch| log_is_weight_kind(&pairs, &M, &[phi], 1.0, add, true, scratch);
+    assert!(weight(1e-3, 0.0, &mut scratch).is_none(), "the smooth Gram matrix factorised without jitter");
+    assert!(weight(1e-3, 1e-8, &mut scratch).is_some());
+    assert!(weight(10.0, 0.0, &mut scratch).is_some());
 }
 
 /// `also_predict: [plug_in]`: every class shares the latent variance v at a test point, so the
