@@ -371,3 +371,303 @@ fn predictive_probabilities_are_the_normalised_log_z() {
 fn gauss(r: &mut Pcg64) -> f64 {
     StandardNormal.sample(r)
 }
+
+/// The Gauss-Hermite rule with gauss-quad's nodes and weights recomputed from the Christoffel
+/// function, accurate in relative terms at every node: w_k = 1 / sum_{j<N} p_j(t_k)^2 for the
+/// orthonormal Hermite polynomials p_j of the weight exp(-t^2) (t = x / sqrt 2), by their
+/// three-term recurrence p_{j+1} = sqrt(2/(j+1)) t p_j - sqrt(j/(j+1)) p_{j-1}, rescaled
+/// against overflow; normal-rule weight w / sqrt(pi). Checked against numpy and mpmath values
+/// in `gauss_hermite_weights_match_independent_values_to_their_accuracy`.
+fn christoffel_rule(n: usize) -> NormalRule {
+    let nodes = NormalRule::gauss_hermite(n).nodes;
+    let log_weights: Vec<f64> = nodes
+        .iter()
+        .map(|&x| {
+            let t = x / SQRT_2;
+            let (mut prev, mut cur, mut sum, mut log_scale) = (0.0f64, PI.powf(-0.25), PI.powf(-0.5), 0.0f64);
+            for j in 0..n - 1 {
+                let jf = j as f64;
+                let next = (2.0 / (jf + 1.0)).sqrt() * t * cur - (jf / (jf + 1.0)).sqrt() * prev;
+                (prev, cur) = (cur, next);
+                sum += cur * cur;
+                if sum > 1e100 {
+                    (prev, cur, sum) = (prev * 1e-50, cur * 1e-50, sum * 1e-100);
+                    log_scale += 100.0 * std::f64::consts::LN_10;
+                }
+            }
+            -(sum.ln() + log_scale) - 0.5 * PI.ln()
+        })
+        .collect();
+    let weights = log_weights.iter().map(|l| l.exp()).collect();
+    NormalRule { nodes, weights, log_weights }
+}
+
+/// The rule's nodes and log-weights at N = 20 and N = 40 (the multi-probit's largest) against
+/// numpy's, hard-coded (the non-negative half; the rule is symmetric):
+///     python3 -c "import numpy as np; x, w = np.polynomial.hermite.hermgauss(N);
+///       print(list(np.sqrt(2) * x[x > 0]), list(np.log(w[x > 0]) - 0.5 * np.log(np.pi)))"
+/// (numpy 2.4.6; these agree with a 50-digit mpmath evaluation, roots of H_N and
+/// w = 2^{N-1} N! sqrt(pi) / (N^2 H_{N-1}(t)^2), to 3e-14 in log w). gauss-quad's Golub-Welsch
+/// weights are the squared first components of eigenvectors whose components carry an
+/// absolute error of a few ulps, so a weight w has a relative error of order eps / sqrt(w):
+/// 1e-14 in the bulk, 1e-9 at N = 20's outermost node (w = 1e-13), 5 % at N = 40's
+/// (w = 1.4e-29). The tolerance on log w is 1e-13 + 32 eps / sqrt(w); the recurrence of
+/// `christoffel_rule` is accurate everywhere (1e-12 relative).
+#[test]
+fn gauss_hermite_weights_match_independent_values_to_their_accuracy() {
+    let cases: [(usize, &[f64], &[f64]); 2] = [
+        (
+            20,
+            &[
+                0.3469641570813559,
+                1.0429453488027511,
+                1.745247320814127,
+                2.458663611172368,
+                3.18901481655339,
+                3.9439673506573163,
+                4.734581334046055,
+                5.5787388058932015,
+                6.510590157013655,
+                7.619048541679759,
+            ],
+            &[
+                -1.344028046485978,
+                -1.8217692891416606,
+                -2.7886144987405204,
+                -4.268852429362512,
+                -6.303382957935047,
+                -8.957045728135233,
+                -12.333424067234969,
+                -16.60789549709157,
+                -22.11676111764163,
+                -29.704241511181127,
+            ],
+        ),
+        (
+            40,
+            &[
+                0.24683289602272435,
+                0.7408707252859306,
+                1.2360320047991582,
+                1.7330905906317216,
+                2.232859218634872,
+                2.7362083404654314,
+                3.2440887329998707,
+                3.757559776168986,
+                4.2778261563627495,
+                4.8062871920938735,
+                5.344605445720087,
+                5.894805675372019,
+                6.459423377583768,
+                7.041738406453829,
+                7.646163764541462,
+                8.278940623659476,
+                8.949504543855554,
+                9.673556366934031,
+                10.481560534674268,
+                11.453377841548733,
+            ],
+            &[
+                -1.6551729475411765,
+                -1.8976460448073365,
+                -2.38404920270534,
+                -3.1173451416138036,
+                -4.102103939927234,
+                -5.344666088282054,
+                -6.8533816675892325,
+                -8.638948883135956,
+                -10.714888164909972,
+                -13.098208745557471,
+                -15.810359202332004,
+                -18.878613964400387,
+                -22.338159341081,
+                -26.235361104329137,
+                -30.633156137557403,
+                -35.62057479952705,
+                -41.331173614492016,
+                -47.98368286931244,
+                -55.99175631847168,
+                -66.39527186689521,
+            ],
+        ),
+    ];
+    for (n, nodes, log_w) in cases {
+        let rule = NormalRule::gauss_hermite(n);
+        let exact = christoffel_rule(n);
+        assert_eq!(rule.len(), n);
+        let half = n / 2;
+        for k in 0..half {
+            // Node k of the positive half and its mirror image.
+            for idx in [half + k, half - 1 - k] {
+                let what = format!("N {n}, node {idx}");
+                assert!(
+                    (rule.nodes[idx].abs() - nodes[k]).abs() < 1e-13 * nodes[k].max(1.0),
+                    "{what}: {} vs {}",
+                    rule.nodes[idx],
+                    nodes[k]
+                );
+                let tol = 1e-13 + 32.0 * f64::EPSILON / log_w[k].mul_add(0.5, 0.0).exp();
+                let err = rule.log_weights[idx] - log_w[k];
+                assert!(err.abs() < tol, "{what}: log w {} vs {} (error {err:e}, tolerance {tol:e})", rule.log_weights[idx], log_w[k]);
+                let err = exact.log_weights[idx] - log_w[k];
+                assert!(err.abs() < 1e-12, "{what}: recurrence log w {} vs {} (error {err:e})", exact.log_weights[idx], log_w[k]);
+            }
+        }
+        assert!((rule.weights.iter().sum::<f64>() - 1.0).abs() < 1e-14);
+    }
+}
+
+/// The multi-probit tilted moments by a dense midpoint sum over the standardised v_y, x, of
+/// the same 1-D integrals the rule approximates (no Gauss-Hermite anywhere):
+///     Z = int N(x) prod_{c != y} Phi(z_c(x)) dx,  z_c(x) = (sigma_y x + mu_y - mu_c) / sigma_c,
+/// u_y's moments from x's under the tilted density (u_y | v_y Gaussian), and for c != y
+/// h'_c = h_c - (a_c / sigma_c) E[H(z_c)], a'_c = a_c - (a_c / sigma_c)^2 (E[H]^2 + E[H z_c]),
+/// H = N / Phi (checked against product rules and Monte Carlo above). The integrand is
+/// log-concave with curvature at least 1, so it is negligible 30 units from its largest value
+/// on a coarse scan of [-100, 100]; the grid there has step 2e-3 (the integrand's width is at
+/// least 0.04 for the cavities below).
+fn probit_dense(p: &[f64], y: usize, h: &[f64], a: &[f64]) -> (f64, Vec<f64>, Vec<f64>) {
+    let c = p.len();
+    let mu: Vec<f64> = (0..c).map(|k| h[k] + p[k]).collect();
+    let sig: Vec<f64> = a.iter().map(|v| (v + 1.0).sqrt()).collect();
+    let z = |x: f64, j: usize| (sig[y] * x + mu[y] - mu[j]) / sig[j];
+    let g = |x: f64| -0.5 * x * x - crate::special::LN_SQRT_2PI + (0..c).filter(|&j| j != y).map(|j| log_normal_cdf(z(x, j))).sum::<f64>();
+    let x0 = (0..=20_000).map(|i| -100.0 + 0.01 * i as f64).max_by(|u, v| g(*u).total_cmp(&g(*v))).unwrap();
+    let (m, dx) = (30_000, 2e-3);
+    let xs: Vec<f64> = (0..m).map(|i| x0 - 30.0 + (i as f64 + 0.5) * dx).collect();
+    let logs: Vec<f64> = xs.iter().map(|&x| g(x) + dx.ln()).collect();
+    let log_z = log_sum_exp(&logs);
+    let w: Vec<f64> = logs.iter().map(|l| (l - log_z).exp()).collect();
+    let ex: f64 = w.iter().zip(&xs).map(|(w, x)| w * x).sum();
+    let vx: f64 = w.iter().zip(&xs).map(|(w, x)| w * (x - ex) * (x - ex)).sum();
+    let mut mean = vec![0.0; c];
+    let mut var = vec![0.0; c];
+    for j in 0..c {
+        let r = a[j] / sig[j];
+        if j == y {
+            mean[j] = h[j] + r * ex;
+            var[j] = a[j] / (sig[j] * sig[j]) + r * r * vx;
+        } else {
+            let (mut e_h, mut e_hz) = (0.0, 0.0);
+            for (w, &x) in w.iter().zip(&xs) {
+                let (zj, hz) = (z(x, j), d_log_normal_cdf(z(x, j)));
+                e_h += w * hz;
+                e_hz += w * hz * zj;
+            }
+            mean[j] = h[j] - r * e_h;
+            var[j] = a[j] - r * r * (e_h * e_h + e_hz);
+        }
+    }
+    (log_z, mean, var)
+}
+
+/// A multi-probit cavity: intercepts p, class y, means h, variances a.
+type ProbitCavity = (Vec<f64>, usize, Vec<f64>, Vec<f64>);
+
+/// Random multi-probit cavities: C in 3..=6, means in [-3, 3], variances log-uniform in
+/// [0.05, a_max], intercepts in [-0.5, 0.5], and every third one far on the wrong side (u_y's
+/// mean 10 to 30 below the others').
+fn probit_cavities(count: usize, a_max: f64, seed: u64) -> Vec<ProbitCavity> {
+    let mut rng = Pcg64::seed_from_u64(seed);
+    (0..count)
+        .map(|i| {
+            let c = rng.random_range(3..=6);
+            let y = rng.random_range(0..c);
+            let mut h: Vec<f64> = (0..c).map(|_| rng.random_range(-3.0..3.0)).collect();
+            let a: Vec<f64> = (0..c).map(|_| rng.random_range(0.05f64.ln()..a_max.ln()).exp()).collect();
+            let p: Vec<f64> = (0..c).map(|_| rng.random_range(-0.5..0.5)).collect();
+            if i % 3 == 2 {
+                h[y] -= rng.random_range(10.0..30.0);
+            }
+            (p, y, h, a)
+        })
+        .collect()
+}
+
+/// The largest differences between two tilted-moment results over cavities: |log Z| and the
+/// relative mean and variance, max |x - x'| / (1 + |x'|).
+fn worst(pairs: impl Iterator<Item = (TiltedMoments, (f64, Vec<f64>, Vec<f64>))>) -> (f64, f64) {
+    let (mut dz, mut dm) = (0.0f64, 0.0f64);
+    for (t, (lz, m, v)) in pairs {
+        dz = dz.max((t.log_z - lz).abs());
+        for k in 0..m.len() {
+            dm = dm.max((t.mean[k] - m[k]).abs() / (1.0 + m[k].abs())).max((t.var[k] - v[k]).abs() / (1.0 + v[k].abs()));
+        }
+    }
+    (dz, dm)
+}
+
+fn tilted_with(rule: &NormalRule, cav: &ProbitCavity) -> TiltedMoments {
+    let (p, y, h, a) = cav;
+    FactorisedLik::MultiProbit { rule: rule.clone(), intercepts: p.clone() }.tilted(*y, h, a)
+}
+
+fn as_tuple(t: &TiltedMoments) -> (f64, Vec<f64>, Vec<f64>) {
+    (t.log_z, t.mean.clone(), t.var.clone())
+}
+
+/// The mode-centred, curvature-scaled rule multiplies node k's weight by
+/// s exp((xi_k^2 - x_k^2) / 2) (x_k = x* + s xi_k), up to ~e^390 at 200 nodes, so the relative
+/// errors of gauss-quad's tail weights (see the weights test) reach log Z. On random cavities
+/// (variances up to 10, a third far on the wrong side): 32 nodes agree with the dense sum to
+/// 1e-7, while at 64, 100 and 200 nodes log Z is off from the 32-node value by more than
+/// 1e-2, 10 and 100, and at 100 and 200 some log Z = log P(y | cavity) is positive, which no
+/// probability has. The same nodes with the accurate weights agree with the dense sum to 1e-6:
+/// the error is the weights', not the rule's. (If gauss-quad's tail weights become accurate
+/// this test fails, and `quadrature_points` for the multi-probit can be allowed beyond 40.)
+#[test]
+fn multi_probit_with_many_nodes_is_wrong_from_the_tail_weights() {
+    let cases = probit_cavities(60, 10.0, 7);
+    let dense: Vec<_> = cases.iter().map(|(p, y, h, a)| probit_dense(p, *y, h, a)).collect();
+    let r32 = NormalRule::gauss_hermite(32);
+    let t32: Vec<_> = cases.iter().map(|cav| tilted_with(&r32, cav)).collect();
+    let (dz, dm) = worst(t32.iter().cloned().zip(dense.iter().cloned()));
+    assert!(dz < 1e-7 && dm < 1e-6, "32 nodes vs the dense sum: log Z {dz:e}, moments {dm:e}");
+    for (n, min_error, positive) in [(64, 1e-2, false), (100, 10.0, true), (200, 100.0, true)] {
+        let rule = NormalRule::gauss_hermite(n);
+        let t: Vec<_> = cases.iter().map(|cav| tilted_with(&rule, cav)).collect();
+        let (dz, _) = worst(t.iter().cloned().zip(t32.iter().map(as_tuple)));
+        let max_log_z = t.iter().map(|t| t.log_z).fold(f64::NEG_INFINITY, f64::max);
+        assert!(dz > min_error, "{n} nodes: log Z within {dz:e} of 32 nodes' (the tail weights' error is gone?)");
+        assert_eq!(max_log_z > 0.0, positive, "{n} nodes: largest log Z {max_log_z}");
+        let exact = christoffel_rule(n);
+        let (dz, dm) = worst(cases.iter().map(|cav| tilted_with(&exact, cav)).zip(dense.iter().cloned()));
+        assert!(dz < 1e-6 && dm < 1e-6, "{n} nodes with accurate weights vs the dense sum: log Z {dz:e}, moments {dm:e}");
+    }
+}
+
+/// The range `quadrature_points` allows for the multi-probit, 2..=40: there the tail weights'
+/// error stays at most a tenth of the rule's own error. On random cavities with variances up
+/// to 100 (the largest kernel variance of a committed spec's grid) and a third far on the
+/// wrong side, per N: the weights' error is gauss-quad's rule against the same nodes with
+/// accurate weights, the rule's own error is the latter against the dense sum (both the worst
+/// over the cavities, in log Z and in the relative moments). Up to 40 nodes the ratio is at
+/// most 0.06 (1e-13 below 30 nodes) and log Z <= 0; at 41 it is 0.2-0.3, and from 44 the
+/// weights' error exceeds the rule's own (from 45 by a factor of 40 or more: 45 nodes are
+/// less accurate than 44). At 32 and 40 nodes the rule is within 1e-2 of the dense sum in
+/// log Z (2e-3 and 8e-4) and 5e-2 in the moments (4e-2 and 2e-2).
+#[test]
+fn multi_probit_rule_is_accurate_up_to_40_nodes() {
+    let cases = probit_cavities(150, 100.0, 9);
+    let dense: Vec<_> = cases.iter().map(|(p, y, h, a)| probit_dense(p, *y, h, a)).collect();
+    for n in 2..=48 {
+        let (rule, exact) = (NormalRule::gauss_hermite(n), christoffel_rule(n));
+        let t: Vec<_> = cases.iter().map(|cav| tilted_with(&rule, cav)).collect();
+        let te: Vec<_> = cases.iter().map(|cav| tilted_with(&exact, cav)).collect();
+        let (wz, wm) = worst(t.iter().cloned().zip(te.iter().map(as_tuple)));
+        let (oz, om) = worst(te.iter().cloned().zip(dense.iter().cloned()));
+        let what = format!("{n} nodes: the weights' error {wz:.2e} (log Z), {wm:.2e} (moments); the rule's own {oz:.2e}, {om:.2e}");
+        if n <= 40 {
+            assert!(wz <= 0.1 * oz && wm <= 0.1 * om, "{what}");
+            for (t, cav) in t.iter().zip(&cases) {
+                assert!(t.is_finite() && t.log_z <= 0.0, "{n} nodes: {t:?} at {cav:?}");
+            }
+        } else {
+            assert!(wz > 0.1 * oz || wm > 0.1 * om, "{what}: the limit of 40 could be raised");
+        }
+        if n == 32 || n == 40 {
+            let (dz, dm) = worst(t.iter().cloned().zip(dense.iter().cloned()));
+            assert!(dz < 1e-2 && dm < 5e-2, "{n} nodes vs the dense sum: log Z {dz:e}, moments {dm:e}");
+        }
+    }
+}
