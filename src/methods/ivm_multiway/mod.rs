@@ -8,7 +8,9 @@
 //!   choice of the lowest Delta over the common selection index (notes P1, P11);
 //! - `model.rs` prediction: per-class latent predictive, Q(y* | x*) by the fit's rule;
 //! - the likelihood moments (softmax by the Gauss-Hermite product rule, multivariate probit by
-//!   App. D's 1-D rule) are shared numerics in `likelihoods::factorised`.
+//!   App. D's reduction to a 1-D integral, computed by a Gauss-Hermite rule centred at the
+//!   integrand's mode and scaled by its curvature, which is not in the paper) are shared
+//!   numerics in `likelihoods::factorised`.
 //!
 //! Hyper-parameters are fixed (kernels one per class or shared, intercepts given): the paper
 //! has no learning criterion for this model (its satimage values came from another method,
@@ -39,6 +41,15 @@ pub const NUMERICS_VERSION: u32 = 1;
 /// The largest softmax product grid (quadrature_points^C points per moment evaluation).
 const MAX_GRID_POINTS: f64 = 1e7;
 
+/// The most nodes of the multi-probit's rule. The rule is centred at the integrand's mode and
+/// scaled by its curvature, which multiplies node k's weight by s exp((xi_k^2 - x_k^2) / 2); the
+/// Golub-Welsch tail weights (gauss-quad) carry relative errors of order eps / sqrt(w), and the
+/// factor brings them into log Z. Up to 40 nodes that error stays at most a tenth of the rule's
+/// own (cavity variances up to 100); from 44 it exceeds it, and from about 50 log Z can even be
+/// positive (`likelihoods::factorised` tests `multi_probit_rule_is_accurate_up_to_40_nodes`,
+/// `multi_probit_with_many_nodes_is_wrong_from_the_tail_weights`).
+pub const MAX_MULTI_PROBIT_POINTS: usize = 40;
+
 /// The coupled likelihood P(y | u).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -48,7 +59,9 @@ pub enum MultiwayLikelihood {
     #[default]
     Softmax,
     /// Eq. 8, P(u_y + p_y + n_y = max_c (u_c + p_c + n_c)), n ~ N(0, I), moments by App. D's
-    /// 1-D Gauss-Hermite rule.
+    /// reduction to a 1-D integral over v_y, computed by a Gauss-Hermite rule centred at the
+    /// integrand's mode and scaled by its curvature (not in the paper: its plain rule misses
+    /// the integrand far on the wrong side of the decision).
     MultiProbit,
 }
 
@@ -64,7 +77,8 @@ pub struct IvmMultiwayParams {
     pub active_total: usize,
     /// Gauss-Hermite nodes: per axis of the softmax product rule (default 3, the paper's:
     /// exact for polynomials of degree 5 per axis; more for diagnostics, P18), or of the
-    /// multi-probit's 1-D rule (default 32; the paper does not say, notes §5.3).
+    /// multi-probit's 1-D rule (default 32; the paper does not say, notes §5.3; at most
+    /// `MAX_MULTI_PROBIT_POINTS` = 40, beyond which the tail weights' errors dominate).
     #[serde(default)]
     pub quadrature_points: Option<usize>,
     /// The fixed intercepts p_c, one per class (empty: all zero).
@@ -99,6 +113,14 @@ impl IvmMultiwayParams {
             // One node puts all mass at the cavity mean: a zero tilted variance, no site.
             if !(2..=200).contains(&q) {
                 return Err(format!("settings.quadrature_points must be in 2..=200, got {q}"));
+            }
+            if self.likelihood == MultiwayLikelihood::MultiProbit && q > MAX_MULTI_PROBIT_POINTS {
+                return Err(format!(
+                    "settings.quadrature_points must be at most {MAX_MULTI_PROBIT_POINTS} for likelihood: multi_probit, got {q}: \
+                     its rule is centred at the integrand's mode and scaled by its curvature, which multiplies the Gauss-Hermite \
+                     tail weights by up to exp(xi^2 / 2), and beyond {MAX_MULTI_PROBIT_POINTS} nodes the tail weights' rounding \
+                     errors (from the Golub-Welsch eigenvectors) outweigh the rule's own error (log Z can even come out positive)"
+                ));
             }
         }
         if let Some(p) = self.intercepts.iter().find(|p| !p.is_finite()) {
@@ -231,6 +253,8 @@ impl IvmMultiway {
             MultiwayLikelihood::Softmax => {
                 format!("softmax, Gauss-Hermite product rule {}^{c} = {} points", p.points(), p.points().pow(c as u32))
             }
+            // The wording is kept as stored in cell records; the rule is App. D's 1-D integral by a
+            // mode-centred, curvature-scaled Gauss-Hermite rule (likelihoods::factorised).
             MultiwayLikelihood::MultiProbit => format!("multivariate probit, App. D 1-D Gauss-Hermite rule with {} nodes", p.points()),
         };
         d.note(

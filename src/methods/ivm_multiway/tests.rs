@@ -218,6 +218,68 @@ fn points_enter_several_classes_and_the_selection_can_run_dry() {
     assert!(dry.mw.total() > 0 && dry.mw.total() <= 2 * n, "{} inclusions", dry.mw.total());
 }
 
+/// Prediction with per-class kernels that differ (all squared-exponential, no white-noise term,
+/// so a kernel's cross-covariance at a training row is its Gram entry): at the training rows
+/// class c's latent predictive is class c's own IVM marginal (h_c, a_c); at the training and
+/// test rows together it is the dense posterior of class c's Gram matrix with class c's active
+/// set and sites; the classes' dense marginals differ from each other (so a model that swapped
+/// kernels or states between classes fails); and predict is the likelihood's predictive of
+/// those dense marginals.
+#[test]
+fn prediction_uses_each_class_own_kernel_and_state() {
+    let (x, y) = blobs(10, 3, 1.2, 0.7, 17);
+    let (xt, _) = blobs(4, 3, 1.2, 1.2, 18);
+    let kernels = KernelSet::per_class(vec![
+        kernel("{ lengthscale: 0.6, variance: 2.0 }", 2),
+        kernel("{ ard: true, lengthscale: [0.7, 1.6], variance: 1.3 }", 2),
+        kernel("{ lengthscale: 1.5, variance: 0.6 }", 2),
+    ]);
+    let n = x.nrows();
+    let xx = ndarray::concatenate![ndarray::Axis(0), x, xt];
+    for settings in [
+        serde_json::json!({ "active_total": 24, "intercepts": [0.2, -0.1, 0.0] }),
+        serde_json::json!({ "active_total": 24, "likelihood": "multi_probit", "intercepts": [0.2, -0.1, 0.0] }),
+    ] {
+        let m = method(settings.clone());
+        let lik = m.likelihood(3);
+        let mut rng = Pcg64::seed_from_u64(1);
+        let mut ctx = FitContext::new(&mut rng, None);
+        let sel = m.select(&kernels, &x, &y, &lik, &mut ctx, |_, _, _| Ok(())).unwrap();
+        drop(ctx);
+        let model = m.model(&kernels, &x, &sel.mw, &lik, Diagnostics::default());
+        let (mean, var) = model.latent_predictive(&xx);
+        let mut dense = Vec::new();
+        for c in 0..3 {
+            let st = &sel.mw.states[c];
+            assert!(st.d() > 0, "{settings}: class {c} has no active point");
+            for j in 0..n {
+                close(&format!("{settings}: class {c} mean at training row {j} vs h"), mean[(j, c)], st.h[j], 1e-9);
+                close(&format!("{settings}: class {c} variance at training row {j} vs a"), var[(j, c)], st.a[j], 1e-9);
+            }
+            let (hd, ad) = dense_posterior(&kernels.class(c).gram(&xx), &st.active, &st.pi, &st.b);
+            for j in 0..xx.nrows() {
+                close(&format!("{settings}: class {c} mean at row {j} vs dense"), mean[(j, c)], hd[j], 1e-8);
+                close(&format!("{settings}: class {c} variance at row {j} vs dense"), var[(j, c)], ad[j], 1e-8);
+            }
+            dense.push((hd, ad));
+        }
+        for (c, d) in [(0, 1), (0, 2), (1, 2)] {
+            let gap = |f: &dyn Fn(usize, usize) -> f64| (0..xx.nrows()).map(|j| (f(c, j) - f(d, j)).abs()).fold(0.0, f64::max);
+            let (gm, gv) = (gap(&|k, j| dense[k].0[j]), gap(&|k, j| dense[k].1[j]));
+            assert!(gm > 0.1 && gv > 0.1, "{settings}: classes {c} and {d} are too alike to tell a swap (means {gm}, variances {gv})");
+        }
+        let p = model.predict(&xx, &mut rng).unwrap();
+        for j in 0..xx.nrows() {
+            let h: Vec<f64> = (0..3).map(|c| dense[c].0[j]).collect();
+            let a: Vec<f64> = (0..3).map(|c| dense[c].1[j]).collect();
+            let want = lik.predictive(&h, &a);
+            for c in 0..3 {
+                close(&format!("{settings}: P(class {c}) at row {j}"), p.probs[(j, c)], want[c], 1e-8);
+            }
+        }
+    }
+}
+
 /// Separable 3-class blobs: near-zero test error with both likelihoods, probabilities on the
 /// simplex, and bit-for-bit the same result twice.
 #[test]
@@ -257,6 +319,14 @@ fn settings_and_supports_name_what_is_wrong() {
     let err = |v: serde_json::Value| IvmMultiwayParams::from_settings(&v).and_then(|p| p.check()).unwrap_err();
     assert!(err(serde_json::json!({ "active_total": 0 })).contains("active_total"));
     assert!(err(serde_json::json!({ "quadrature_points": 1 })).contains("quadrature_points"));
+    // The multi-probit's rule is accurate up to 40 nodes (likelihoods::factorised's tests).
+    let e = err(serde_json::json!({ "likelihood": "multi_probit", "quadrature_points": 41 }));
+    assert!(
+        e.contains("settings.quadrature_points must be at most 40 for likelihood: multi_probit, got 41") && e.contains("tail weights"),
+        "{e}"
+    );
+    assert_eq!(method(serde_json::json!({ "likelihood": "multi_probit", "quadrature_points": 40 })).params.points(), 40);
+    assert_eq!(method(serde_json::json!({ "likelihood": "softmax", "quadrature_points": 41 })).params.points(), 41);
     assert!(err(serde_json::json!({ "min_site_precision": 0.0 })).contains("min_site_precision"));
     assert!(
         err(serde_json::json!({ "likelihood": "logit" })).contains("likelihood")
