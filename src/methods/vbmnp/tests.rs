@@ -215,37 +215,10 @@ fn two_classes_reduce_to_binary_probit_vb() {
     }
 }
 
-/// Dense oracle: log det and x^T A^{-1} x by Gaussian elimination with partial pivoting.
+/// Dense oracle: log det and x^T A^{-1} x (summed over the columns x of `rhs`), from `dense_solve`.
 fn dense_logdet_quad(a: &[Vec<f64>], rhs: &[Vec<f64>]) -> (f64, f64) {
-    let n = a.len();
-    let mut m: Vec<Vec<f64>> = a.to_vec();
-    let mut r: Vec<Vec<f64>> = rhs.to_vec();
-    let mut logdet = 0.0;
-    for col in 0..n {
-        let piv = (col..n).max_by(|&i, &j| m[i][col].abs().partial_cmp(&m[j][col].abs()).unwrap()).unwrap();
-        m.swap(col, piv);
-        for v in r.iter_mut() {
-            v.swap(col, piv);
-        }
-        logdet += m[col][col].abs().ln();
-        for i in col + 1..n {
-            let f = m[i][col] / m[col][col];
-            for j in col..n {
-                m[i][j] -= f * m[col][j];
-            }
-            for v in r.iter_mut() {
-                v[i] -= f * v[col];
-            }
-        }
-    }
-    let mut quad = 0.0;
-    for (v, orig) in r.iter().zip(rhs) {
-        let mut s = vec![0.0; n];
-        for i in (0..n).rev() {
-            s[i] = (v[i] - (i + 1..n).map(|j| m[i][j] * s[j]).sum::<f64>()) / m[i][i];
-        }
-        quad += s.iter().zip(orig).map(|(a, b)| a * b).sum::<f64>();
-    }
+    let (sol, logdet) = dense_solve(a, rhs);
+    let quad = sol.iter().zip(rhs).map(|(s, x)| s.iter().zip(x).map(|(a, b)| a * b).sum::<f64>()).sum();
     (logdet, quad)
 }
 
