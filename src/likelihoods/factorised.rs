@@ -8,18 +8,22 @@
 //!   with N nodes per axis (N^C points; the paper's satimage runs use N = 3, 729 points for
 //!   C = 6; notes §5.4, §3.5).
 //! - Multivariate probit (eq. 8) P(y | u) = P(v_y = max_c v_c), v = u + p + n, n ~ N(0, I), by
-//!   the paper's App. D reduction to one 1-D Gauss-Hermite rule over v_y (notes §5.3): given
-//!   v_y the other classes are independent, P(v_c < v_y | v_y) = Phi((v_y - mu_c) / sigma_c)
-//!   with mu_c = h_c + p_c, sigma_c^2 = a_c + 1, and u_y | v_y is Gaussian. The rule is centred
-//!   at the mode of the (log-concave) integrand and scaled by its curvature, so it follows the
-//!   integrand into the tails (the paper's plain rule does not).
+//!   the paper's App. D reduction to one 1-D integral over v_y (notes §5.3): given v_y the other
+//!   classes are independent, P(v_c < v_y | v_y) = Phi((v_y - mu_c) / sigma_c) with
+//!   mu_c = h_c + p_c, sigma_c^2 = a_c + 1, and u_y | v_y is Gaussian. The integral is the
+//!   arg-max probability of `likelihoods::probit` (the EP predictive and G&R's probit), so it
+//!   is computed by the same adapted rule (`probit::log_concave_rule`: mode-centred, spacing
+//!   set by the steepest factor, reach set by the integrand's own decay), which follows the
+//!   integrand into the tails and stays accurate when one class's cavity variance is hundreds of
+//!   times another's (the paper's plain Gauss-Hermite rule does neither).
 //!
 //! Accumulation is in log space where it can underflow: the multi-probit nodes by logsumexp
-//! of log w_k + sum_c log Phi; the softmax grid by a linear-domain sum that is used only when
+//! of the rule's log (weight x integrand); the softmax grid by a linear-domain sum that is used only when
 //! its total is far above underflow (every term is positive, so no cancellation), and by a
 //! logsumexp over the grid otherwise.
+use crate::likelihoods::probit::log_concave_rule;
 use crate::linalg::log_sum_exp;
-use crate::special::{d_log_normal_cdf, log_normal_cdf, neg_d2_log_normal_cdf};
+use crate::special::d_log_normal_cdf;
 use gauss_quad::hermite::GaussHermite;
 use std::f64::consts::{PI, SQRT_2};
 
@@ -75,8 +79,8 @@ impl TiltedMoments {
 pub enum FactorisedLik {
     /// Softmax by the product rule of `rule` on every axis.
     Softmax { rule: NormalRule, intercepts: Vec<f64> },
-    /// Multivariate probit (eq. 8) by the 1-D rule `rule` over v_y.
-    MultiProbit { rule: NormalRule, intercepts: Vec<f64> },
+    /// Multivariate probit (eq. 8) by the adapted 1-D rule over v_y.
+    MultiProbit { intercepts: Vec<f64> },
 }
 
 impl FactorisedLik {
@@ -84,8 +88,8 @@ impl FactorisedLik {
         FactorisedLik::Softmax { rule: NormalRule::gauss_hermite(points), intercepts }
     }
 
-    pub fn multi_probit(points: usize, intercepts: Vec<f64>) -> Self {
-        FactorisedLik::MultiProbit { rule: NormalRule::gauss_hermite(points), intercepts }
+    pub fn multi_probit(intercepts: Vec<f64>) -> Self {
+        FactorisedLik::MultiProbit { intercepts }
     }
 
     pub fn n_classes(&self) -> usize {
@@ -100,7 +104,7 @@ impl FactorisedLik {
         assert!(y < c && h.len() == c && a.len() == c, "FactorisedLik::tilted: class or cavity out of shape");
         match self {
             FactorisedLik::Softmax { rule, intercepts } => softmax_tilted(rule, intercepts, y, h, a),
-            FactorisedLik::MultiProbit { rule, intercepts } => probit_tilted(rule, intercepts, y, h, a),
+            FactorisedLik::MultiProbit { intercepts } => probit_tilted(intercepts, y, h, a),
         }
     }
 
@@ -248,12 +252,12 @@ fn advance(idx: &mut [usize], n: usize) {
     }
 }
 
-/// The multivariate probit by App. D's 1-D rule (notes §5.3). With mu_c = h_c + p_c,
+/// The multivariate probit by App. D's 1-D integral (notes §5.3). With mu_c = h_c + p_c,
 /// sigma_c = sqrt(a_c + 1), and x the standardised v_y = mu_y + sigma_y x, the integrand
-/// N(x) prod_{c != y} Phi(z_c(x)), z_c(x) = (sigma_y x + mu_y - mu_c) / sigma_c, is summed at nodes x_k
-/// with weights omega_k:
-///     S_k = sum_{c != y} log Phi(z_{c,k}),  log Z = logsumexp_k(log omega_k + S_k),
-///     wbar_k = exp(log omega_k + S_k - log Z).
+/// N(x) prod_{c != y} Phi(z_c(x)), z_c(x) = (sigma_y x + mu_y - mu_c) / sigma_c, is summed at
+/// the nodes x_k of the adapted rule (`probit::log_concave_rule` with slopes sigma_y / sigma_c
+/// and offsets (mu_y - mu_c) / sigma_c), whose log (weight x integrand) are l_k:
+///     log Z = logsumexp_k l_k,  wbar_k = exp(l_k - log Z).
 /// For c != y, with H = N / Phi and om_{c,k} = wbar_k H(z_{c,k}):
 ///     h'_c = h_c - (a_c / sigma_c) sum_k om_{c,k},
 ///     a'_c = a_c - (a_c / sigma_c)^2 ((sum_k om_{c,k})^2 + sum_k om_{c,k} z_{c,k});
@@ -261,96 +265,42 @@ fn advance(idx: &mut [usize], n: usize) {
 ///     h'_y = h_y + (a_y / sigma_y) m,  a'_y = a_y / sigma_y^2 + (a_y / sigma_y)^2 sum_k wbar_k (x_k - m)^2,
 /// m = sum_k wbar_k x_k (the notes' [DERIVED] form, equal to the paper's 2-D rule).
 ///
-/// The nodes [NOT IN PAPER]: the paper's plain rule (x_k the standard-normal nodes) puts them
-/// where N(x) is, but far on the wrong side of the decision the integrand lives in the tail of
-/// N (at x ~ (mu_c - mu_y) / sigma_y), where a fixed rule has no nodes. The integrand is
-/// log-concave, so the rule is centred at its mode x* (Newton on g = log integrand) and scaled
-/// by its curvature, s = (-g''(x*))^{-1/2}: x_k = x* + s xi_k, omega_k = s w_k N(x_k) / N(xi_k)
-/// (exact change of variables; the same as the plain rule when x* = 0 and s = 1).
-fn probit_tilted(rule: &NormalRule, p: &[f64], y: usize, h: &[f64], a: &[f64]) -> TiltedMoments {
-    let (c, n) = (p.len(), rule.len());
+/// The rule [NOT IN PAPER]: the paper's plain Gauss-Hermite rule puts its nodes where N(x) is,
+/// but far on the wrong side of the decision the integrand lives in the tail of N (at
+/// x ~ (mu_c - mu_y) / sigma_y), and when sigma_y is many times some sigma_c the factor
+/// Phi(z_c) is a step narrower than the rule's spacing. The adapted rule is centred at the
+/// integrand's mode and spaced by its steepest factor.
+fn probit_tilted(p: &[f64], y: usize, h: &[f64], a: &[f64]) -> TiltedMoments {
+    let c = p.len();
     let mu: Vec<f64> = (0..c).map(|k| h[k] + p[k]).collect();
     let sigma: Vec<f64> = a.iter().map(|v| (v.max(0.0) + 1.0).sqrt()).collect();
-    let (mode, scale) = probit_mode(&mu, &sigma, y);
-    let mut z = vec![0.0; c * n];
-    let mut log_terms = vec![0.0; n];
-    let mut nodes = vec![0.0; n];
-    for k in 0..n {
-        let xi = rule.nodes[k];
-        let x = mode + scale * xi;
-        nodes[k] = x;
-        let vy = sigma[y] * x + mu[y];
-        let mut s = 0.0;
-        for j in (0..c).filter(|&j| j != y) {
-            let zj = (vy - mu[j]) / sigma[j];
-            z[j * n + k] = zj;
-            s += log_normal_cdf(zj);
-        }
-        log_terms[k] = scale.ln() + rule.log_weights[k] + 0.5 * (xi * xi - x * x) + s;
-    }
-    let log_z = log_sum_exp(&log_terms);
-    let wbar: Vec<f64> = log_terms.iter().map(|l| (l - log_z).exp()).collect();
+    let others: Vec<usize> = (0..c).filter(|&j| j != y).collect();
+    let (slopes, offsets): (Vec<f64>, Vec<f64>) = others.iter().map(|&j| (sigma[y] / sigma[j], (mu[y] - mu[j]) / sigma[j])).unzip();
+    let rule = log_concave_rule(&slopes, &offsets);
+    let log_z = rule.log_total;
+    let wbar: Vec<f64> = rule.log_w.iter().map(|l| (l - log_z).exp()).collect();
     let mut mean = vec![0.0; c];
     let mut var = vec![0.0; c];
-    for j in 0..c {
+    let m: f64 = wbar.iter().zip(&rule.u).map(|(w, x)| w * x).sum();
+    let spread: f64 = wbar.iter().zip(&rule.u).map(|(w, x)| w * (x - m) * (x - m)).sum();
+    let scale_y = a[y].max(0.0) / sigma[y];
+    mean[y] = h[y] + scale_y * m;
+    var[y] = a[y].max(0.0) / (sigma[y] * sigma[y]) + scale_y * scale_y * spread;
+    for (&j, (slope, offset)) in others.iter().zip(slopes.iter().zip(&offsets)) {
         let scale = a[j].max(0.0) / sigma[j];
-        if j == y {
-            let m: f64 = wbar.iter().zip(&nodes).map(|(w, x)| w * x).sum();
-            let spread: f64 = wbar.iter().zip(&nodes).map(|(w, x)| w * (x - m) * (x - m)).sum();
-            mean[j] = h[j] + scale * m;
-            var[j] = a[j].max(0.0) / (sigma[j] * sigma[j]) + scale * scale * spread;
-        } else {
-            let (mut s_om, mut s_omz) = (0.0, 0.0);
-            for k in 0..n {
-                let zk = z[j * n + k];
-                let om = wbar[k] * d_log_normal_cdf(zk);
-                s_om += om;
-                s_omz += om * zk;
-            }
-            mean[j] = h[j] - scale * s_om;
-            // The factor (sum omega)^2 + sum omega z is the tilted variance reduction in units
-            // of a_c^2 / sigma_c^2; it lies in [0, 1) in exact arithmetic.
-            var[j] = a[j].max(0.0) - scale * scale * (s_om * s_om + s_omz);
+        let (mut s_om, mut s_omz) = (0.0, 0.0);
+        for (w, x) in wbar.iter().zip(&rule.u) {
+            let zk = slope * x + offset;
+            let om = w * d_log_normal_cdf(zk);
+            s_om += om;
+            s_omz += om * zk;
         }
+        mean[j] = h[j] - scale * s_om;
+        // The factor (sum omega)^2 + sum omega z is the tilted variance reduction in units
+        // of a_c^2 / sigma_c^2; it lies in [0, 1) in exact arithmetic.
+        var[j] = a[j].max(0.0) - scale * scale * (s_om * s_om + s_omz);
     }
     TiltedMoments { log_z, mean, var }
-}
-
-/// The mode x* of g(x) = -x^2 / 2 + sum_{c != y} log Phi(z_c(x)) and (-g''(x*))^{-1/2}. g is
-/// strictly concave (g'' <= -1), so Newton's method converges; each step is at most the
-/// distance to the maximiser of the quadratic model, and a step that does not increase g is
-/// halved (safeguard against overshooting where log Phi bends).
-fn probit_mode(mu: &[f64], sigma: &[f64], y: usize) -> (f64, f64) {
-    let c = mu.len();
-    let derivs = |x: f64| -> (f64, f64, f64) {
-        let (mut g, mut d1, mut d2) = (-0.5 * x * x, -x, -1.0);
-        for j in (0..c).filter(|&j| j != y) {
-            let r = sigma[y] / sigma[j];
-            let zj = (sigma[y] * x + mu[y] - mu[j]) / sigma[j];
-            g += log_normal_cdf(zj);
-            d1 += r * d_log_normal_cdf(zj);
-            d2 -= r * r * neg_d2_log_normal_cdf(zj);
-        }
-        (g, d1, d2)
-    };
-    let mut x = 0.0;
-    let (mut g, mut d1, mut d2) = derivs(x);
-    for _ in 0..100 {
-        let mut step = -d1 / d2;
-        let mut next = derivs(x + step);
-        let mut halvings = 0;
-        while next.0 < g && halvings < 30 {
-            step *= 0.5;
-            next = derivs(x + step);
-            halvings += 1;
-        }
-        x += step;
-        (g, d1, d2) = next;
-        if step.abs() <= 1e-10 * (1.0 + x.abs()) {
-            break;
-        }
-    }
-    (x, 1.0 / (-d2).sqrt())
 }
 
 #[cfg(test)]

@@ -119,12 +119,14 @@ pub fn numerics_version(method: &str) -> Option<String> {
 }
 
 /// `numerics_version` of a method entry: the method's version, and where the entry's settings
-/// select a code path with its own version (GFITC's Anderson-accelerated inner loop), that
+/// select a code path with its own version (GFITC's Anderson-accelerated inner loop, the
+/// multi-way IVM's multi-probit), that
 /// path's too, so that a change of that path re-keys only the cells that run it.
 pub fn entry_numerics_version(method: &str, settings: &serde_json::Value) -> Option<String> {
     let base = numerics_version(method)?;
     let extra = match method {
         "gfitc" => gfitc::entry_numerics(settings),
+        "ivm_multiway" => ivm_multiway::entry_numerics(settings),
         _ => None,
     };
     Some(match extra {
@@ -215,5 +217,16 @@ mod tests {
         assert_eq!(accelerated, format!("{plain},gfitc_anderson={}", gfitc::ANDERSON_NUMERICS_VERSION));
         // Other methods ignore the setting.
         assert_eq!(entry_numerics_version("ep", &serde_json::json!({"inner_anderson": 3})), numerics_version("ep"));
+    }
+
+    #[test]
+    fn only_the_multi_probit_multiway_ivm_carries_its_own_numerics_version() {
+        let plain = numerics_version("ivm_multiway").unwrap();
+        for settings in [serde_json::Value::Null, serde_json::json!({"likelihood": "softmax", "quadrature_points": 5})] {
+            assert_eq!(entry_numerics_version("ivm_multiway", &settings).unwrap(), plain, "{settings}");
+        }
+        let probit = entry_numerics_version("ivm_multiway", &serde_json::json!({"likelihood": "multi_probit"})).unwrap();
+        assert_eq!(probit, format!("{plain},ivm_multiway_probit={}", ivm_multiway::MULTI_PROBIT_NUMERICS_VERSION));
+        assert_eq!(entry_numerics_version("ivm", &serde_json::json!({"likelihood": "multi_probit"})), numerics_version("ivm"));
     }
 }

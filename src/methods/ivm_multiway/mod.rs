@@ -8,9 +8,9 @@
 //!   choice of the lowest Delta over the common selection index (notes P1, P11);
 //! - `model.rs` prediction: per-class latent predictive, Q(y* | x*) by the fit's rule;
 //! - the likelihood moments (softmax by the Gauss-Hermite product rule, multivariate probit by
-//!   App. D's reduction to a 1-D integral, computed by a Gauss-Hermite rule centred at the
-//!   integrand's mode and scaled by its curvature, which is not in the paper) are shared
-//!   numerics in `likelihoods::factorised`.
+//!   App. D's reduction to a 1-D integral, computed by the adapted rule of
+//!   `likelihoods::probit`, which is not in the paper) are shared numerics in
+//!   `likelihoods::factorised`.
 //!
 //! Hyper-parameters are fixed (kernels one per class or shared, intercepts given): the paper
 //! has no learning criterion for this model (its satimage values came from another method,
@@ -38,17 +38,21 @@ use serde::{Deserialize, Serialize};
 /// are recomputed. `tests/numerics_versions.rs` fails when the output changes without a bump.
 pub const NUMERICS_VERSION: u32 = 1;
 
+/// Version of the multi-probit's numbers, beyond `NUMERICS_VERSION`, for the entries that
+/// select it (`likelihood: multi_probit`), so that its changes re-key only those cells. 2: the
+/// 1-D integral by the adapted rule of `likelihoods::probit` (it was a mode-centred 32-node
+/// Gauss-Hermite rule, off by up to 9e-2 in log Z where one cavity variance is ~1e4 times
+/// another).
+pub const MULTI_PROBIT_NUMERICS_VERSION: u32 = 2;
+
+/// The numerics tag of one entry's settings beyond `NUMERICS_VERSION`: the multi-probit's.
+pub fn entry_numerics(settings: &serde_json::Value) -> Option<String> {
+    let probit = settings.get("likelihood").and_then(|v| v.as_str()) == Some("multi_probit");
+    probit.then(|| format!("ivm_multiway_probit={MULTI_PROBIT_NUMERICS_VERSION}"))
+}
+
 /// The largest softmax product grid (quadrature_points^C points per moment evaluation).
 const MAX_GRID_POINTS: f64 = 1e7;
-
-/// The most nodes of the multi-probit's rule. The rule is centred at the integrand's mode and
-/// scaled by its curvature, which multiplies node k's weight by s exp((xi_k^2 - x_k^2) / 2); the
-/// Golub-Welsch tail weights (gauss-quad) carry relative errors of order eps / sqrt(w), and the
-/// factor brings them into log Z. Up to 40 nodes that error stays at most a tenth of the rule's
-/// own (cavity variances up to 100); from 44 it exceeds it, and from about 50 log Z can even be
-/// positive (`likelihoods::factorised` tests `multi_probit_rule_is_accurate_up_to_40_nodes`,
-/// `multi_probit_with_many_nodes_is_wrong_from_the_tail_weights`).
-pub const MAX_MULTI_PROBIT_POINTS: usize = 40;
 
 /// The coupled likelihood P(y | u).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,9 +63,10 @@ pub enum MultiwayLikelihood {
     #[default]
     Softmax,
     /// Eq. 8, P(u_y + p_y + n_y = max_c (u_c + p_c + n_c)), n ~ N(0, I), moments by App. D's
-    /// reduction to a 1-D integral over v_y, computed by a Gauss-Hermite rule centred at the
-    /// integrand's mode and scaled by its curvature (not in the paper: its plain rule misses
-    /// the integrand far on the wrong side of the decision).
+    /// reduction to a 1-D integral over v_y, computed by the adapted rule of
+    /// `likelihoods::probit` (not in the paper: its plain Gauss-Hermite rule misses the
+    /// integrand far on the wrong side of the decision and where one cavity variance is many
+    /// times another).
     MultiProbit,
 }
 
@@ -75,10 +80,9 @@ pub struct IvmMultiwayParams {
     /// made when no pair is left whose site precision exceeds `min_site_precision`.
     #[serde(default = "d_active_total")]
     pub active_total: usize,
-    /// Gauss-Hermite nodes: per axis of the softmax product rule (default 3, the paper's:
-    /// exact for polynomials of degree 5 per axis; more for diagnostics, P18), or of the
-    /// multi-probit's 1-D rule (default 32; the paper does not say, notes §5.3; at most
-    /// `MAX_MULTI_PROBIT_POINTS` = 40, beyond which the tail weights' errors dominate).
+    /// Gauss-Hermite nodes per axis of the softmax product rule (default 3, the paper's: exact
+    /// for polynomials of degree 5 per axis; more for diagnostics, P18). The multi-probit's
+    /// 1-D rule sets its own nodes (as many as the integrand needs), so it takes none.
     #[serde(default)]
     pub quadrature_points: Option<usize>,
     /// The fixed intercepts p_c, one per class (empty: all zero).
@@ -114,12 +118,10 @@ impl IvmMultiwayParams {
             if !(2..=200).contains(&q) {
                 return Err(format!("settings.quadrature_points must be in 2..=200, got {q}"));
             }
-            if self.likelihood == MultiwayLikelihood::MultiProbit && q > MAX_MULTI_PROBIT_POINTS {
+            if self.likelihood == MultiwayLikelihood::MultiProbit {
                 return Err(format!(
-                    "settings.quadrature_points must be at most {MAX_MULTI_PROBIT_POINTS} for likelihood: multi_probit, got {q}: \
-                     its rule is centred at the integrand's mode and scaled by its curvature, which multiplies the Gauss-Hermite \
-                     tail weights by up to exp(xi^2 / 2), and beyond {MAX_MULTI_PROBIT_POINTS} nodes the tail weights' rounding \
-                     errors (from the Golub-Welsch eigenvectors) outweigh the rule's own error (log Z can even come out positive)"
+                    "settings.quadrature_points ({q}) applies to likelihood: softmax only: the multi-probit's 1-D integral \
+                     is computed by an adapted rule that places as many nodes as the integrand needs"
                 ));
             }
         }
@@ -132,12 +134,9 @@ impl IvmMultiwayParams {
         Ok(IvmMultiway { params: self })
     }
 
-    /// The rule's nodes (per axis for the softmax).
+    /// The softmax product rule's nodes per axis.
     pub fn points(&self) -> usize {
-        self.quadrature_points.unwrap_or(match self.likelihood {
-            MultiwayLikelihood::Softmax => 3,
-            MultiwayLikelihood::MultiProbit => 32,
-        })
+        self.quadrature_points.unwrap_or(3)
     }
 }
 
@@ -164,7 +163,7 @@ impl IvmMultiway {
         let intercepts = if p.intercepts.is_empty() { vec![0.0; n_classes] } else { p.intercepts.clone() };
         match p.likelihood {
             MultiwayLikelihood::Softmax => FactorisedLik::softmax(p.points(), intercepts),
-            MultiwayLikelihood::MultiProbit => FactorisedLik::multi_probit(p.points(), intercepts),
+            MultiwayLikelihood::MultiProbit => FactorisedLik::multi_probit(intercepts),
         }
     }
 
@@ -253,9 +252,7 @@ impl IvmMultiway {
             MultiwayLikelihood::Softmax => {
                 format!("softmax, Gauss-Hermite product rule {}^{c} = {} points", p.points(), p.points().pow(c as u32))
             }
-            // The wording is kept as stored in cell records; the rule is App. D's 1-D integral by a
-            // mode-centred, curvature-scaled Gauss-Hermite rule (likelihoods::factorised).
-            MultiwayLikelihood::MultiProbit => format!("multivariate probit, App. D 1-D Gauss-Hermite rule with {} nodes", p.points()),
+            MultiwayLikelihood::MultiProbit => "multivariate probit, App. D 1-D integral by the adapted rule".to_string(),
         };
         d.note(
             "model",

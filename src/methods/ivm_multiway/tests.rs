@@ -319,13 +319,9 @@ fn settings_and_supports_name_what_is_wrong() {
     let err = |v: serde_json::Value| IvmMultiwayParams::from_settings(&v).and_then(|p| p.check()).unwrap_err();
     assert!(err(serde_json::json!({ "active_total": 0 })).contains("active_total"));
     assert!(err(serde_json::json!({ "quadrature_points": 1 })).contains("quadrature_points"));
-    // The multi-probit's rule is accurate up to 40 nodes (likelihoods::factorised's tests).
-    let e = err(serde_json::json!({ "likelihood": "multi_probit", "quadrature_points": 41 }));
-    assert!(
-        e.contains("settings.quadrature_points must be at most 40 for likelihood: multi_probit, got 41") && e.contains("tail weights"),
-        "{e}"
-    );
-    assert_eq!(method(serde_json::json!({ "likelihood": "multi_probit", "quadrature_points": 40 })).params.points(), 40);
+    // The multi-probit's adapted rule sets its own nodes.
+    let e = err(serde_json::json!({ "likelihood": "multi_probit", "quadrature_points": 40 }));
+    assert!(e.contains("settings.quadrature_points (40) applies to likelihood: softmax only"), "{e}");
     assert_eq!(method(serde_json::json!({ "likelihood": "softmax", "quadrature_points": 41 })).params.points(), 41);
     assert!(err(serde_json::json!({ "min_site_precision": 0.0 })).contains("min_site_precision"));
     assert!(
@@ -344,7 +340,6 @@ fn settings_and_supports_name_what_is_wrong() {
     let four = ProblemShape { n_classes: 4, ..shape };
     assert!(m.supports(&four, &kernels, HyperPolicy::Fixed).unwrap_err().contains("quadrature_points"));
     assert_eq!(method(serde_json::json!({})).params.points(), 3);
-    assert_eq!(method(serde_json::json!({ "likelihood": "multi_probit" })).params.points(), 32);
 }
 
 /// `budget: {iterations: k}` ends the selection after k inclusions, as a normal stop with a
