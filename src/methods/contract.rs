@@ -169,6 +169,12 @@ impl AlsoPredict {
     }
 }
 
+/// ln p with a probability that underflowed to 0 floored at the smallest normal double (about
+/// -708 nats), so that one point cannot make a sum of logs -inf.
+pub fn floored_ln(p: f64) -> f64 {
+    p.max(f64::MIN_POSITIVE).ln()
+}
+
 /// What `Fitted::predict` returns for m rows and C classes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Prediction {
@@ -210,6 +216,20 @@ impl Prediction {
     pub fn labels_only(labels: &[usize], n_classes: usize) -> Self {
         let probs = Array2::from_shape_fn((labels.len(), n_classes), |(i, c)| if labels[i] == c { 1.0 } else { 0.0 });
         Prediction { labels_only: true, ..Prediction::new(probs) }
+    }
+
+    /// The log predictive value row i is scored by at class `yi` (every `log_pred_*` metric and
+    /// a cross-validation by NLL read it): the method's own log score where it has one, kept
+    /// where finite (it may lie far below a probability's floor, computed accurately in log
+    /// space) and floored as a probability where -inf; otherwise ln(probs), floored. Left as
+    /// -inf, one point would make a split's sum non-finite, and a non-finite split drops out of
+    /// the aggregates: the worst split would vanish from the mean.
+    pub fn log_pred(&self, i: usize, yi: usize) -> f64 {
+        match &self.log_score {
+            Some(l) if l[(i, yi)] == f64::NEG_INFINITY => floored_ln(0.0),
+            Some(l) => l[(i, yi)],
+            None => floored_ln(self.probs[(i, yi)]),
+        }
     }
 
     /// The predicted class of each row: the most probable (the first on ties), what every

@@ -6,18 +6,21 @@
 //!   select:
 //!     grid: { settings.c: [0.01, 0.1, 1, 10, 100, 1000], kernel.lengthscale: [0.1, 1, 5, 10, 15] }
 //!     folds: 5          # default 5, at least 2
-//!     metric: error     # the number of misclassified validation points (the only metric so far)
+//!     metric: error     # the number of misclassified validation points; or nll, the validation
+//!                       # negative log predictive (the runner's log_pred_* rule), for calibration
 //! ```
 //!
 //! `build` turns such settings into a [`Select`] wrapping the method: its `fit` splits the
 //! training rows into `folds` folds (a permutation drawn from the cell's rng; row p of it goes to
-//! fold p mod folds), fits every grid point on every fold's complement, counts the validation
-//! errors summed over the folds, picks the point with the fewest (ties: the first in grid order),
-//! and refits that point on the whole training split. Grid keys are `settings.<name>` (a setting
+//! fold p mod folds), fits every grid point on every fold's complement, sums the metric over
+//! the validation rows of all folds (errors, or -log p(y | x) by `Prediction::log_pred`), picks
+//! the point with the least (ties: the first in grid order; a point that fails on a fold or
+//! scores NaN is passed over), and refits that point on the whole training split. Grid keys are `settings.<name>` (a setting
 //! of the method) or `kernel.<parameter>` (a kernel parameter by name, in natural units, e.g.
 //! `kernel.lengthscale`, covering every ARD and per-class copy). Grid order: keys sorted by name,
 //! the last key varying fastest. The chosen values are recorded as metrics `selected_<name>`
-//! (numbers) and a diagnostics note, the cross-validated error rate as `select_cv_error`.
+//! (numbers) and a diagnostics note, the cross-validated error rate as `select_cv_error` and,
+//! with `metric: nll`, the cross-validated NLL per row as `select_cv_nll`.
 use super::{
     build, parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape,
 };
@@ -49,7 +52,16 @@ fn error_metric() -> String {
 }
 
 /// The metrics a selection can minimise.
-const METRICS: &[&str] = &["error"];
+const METRICS: &[&str] = &["error", "nll"];
+
+/// What a selection minimises, summed over the validation rows of all folds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Metric {
+    /// Misclassified rows.
+    Error,
+    /// -log p(y | x) as the runner scores it (`Prediction::log_pred`).
+    Nll,
+}
 
 /// One grid point: its values in grid-key order, the method built with its settings, and the
 /// kernel parameters it sets (name, log-value).
@@ -63,6 +75,7 @@ struct GridPoint {
 pub struct Select {
     points: Vec<GridPoint>,
     folds: usize,
+    metric: Metric,
 }
 
 /// Build `name` with `settings` whose `select` entry is `select`: every grid point's method is
@@ -120,7 +133,8 @@ pub(crate) fn build_select(name: &str, settings: &serde_json::Value, select: &se
             Ok(GridPoint { values, method, kernel })
         })
         .collect::<Result<Vec<_>, String>>()?;
-    Ok(Select { points, folds: spec.folds })
+    let metric = if spec.metric == "nll" { Metric::Nll } else { Metric::Error };
+    Ok(Select { points, folds: spec.folds, metric })
 }
 
 /// `settings.c=10, kernel.lengthscale=1`.
@@ -170,11 +184,12 @@ impl Method for Select {
         let fold = fold_assignment(n, self.folds, ctx.rng);
         // One seed for the inner fits, each of which gets its own stream from it.
         let seed: u64 = ctx.rng.random();
-        let mut best: Option<(usize, usize)> = None; // (point, errors)
+        // (point, its score, errors, NLL) of the least score so far.
+        let mut best: Option<(usize, f64, usize, f64)> = None;
         let mut failed = 0usize;
-        for (pi, point) in self.points.iter().enumerate() {
+        'points: for (pi, point) in self.points.iter().enumerate() {
             let point_kernels = point.kernels(kernels).map_err(FitError::Unsupported)?;
-            let mut errors = 0usize;
+            let (mut errors, mut nll) = (0usize, 0.0f64);
             for f in 0..self.folds {
                 let (train, val): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| fold[i] != f);
                 let (x, y) = (problem.x.select(Axis(0), &train), train.iter().map(|&i| problem.y[i]).collect::<Vec<_>>());
@@ -184,33 +199,55 @@ impl Method for Select {
                 let fitted = point.method.fit(&Problem { x: &x, y: &y, n_classes: problem.n_classes }, &point_kernels, hyper, &mut inner);
                 drop(inner);
                 match fitted.and_then(|m| m.predict(&x_val, &mut rng)) {
-                    Ok(p) => errors += p.labels().iter().zip(&val).filter(|(label, &i)| **label != problem.y[i]).count(),
+                    Ok(p) => {
+                        errors += p.labels().iter().zip(&val).filter(|(label, &i)| **label != problem.y[i]).count();
+                        if self.metric == Metric::Nll {
+                            if p.labels_only {
+                                return Err(FitError::Unsupported(format!(
+                                    "settings.select.metric: nll needs predictive probabilities, and {} predicts labels only",
+                                    point.method.name()
+                                )));
+                            }
+                            nll -= val.iter().enumerate().map(|(j, &i)| p.log_pred(j, problem.y[i])).sum::<f64>();
+                        }
+                    }
                     Err(e @ FitError::Timeout { .. }) => return Err(e),
                     // A grid point that cannot be fitted on a fold is never chosen.
                     Err(_) => {
                         failed += 1;
-                        errors = usize::MAX;
-                        break;
+                        continue 'points;
                     }
                 }
             }
-            if best.is_none_or(|(_, e)| errors < e) {
-                best = Some((pi, errors));
+            let score = match self.metric {
+                Metric::Error => errors as f64,
+                Metric::Nll => nll,
+            };
+            if score.is_nan() {
+                failed += 1;
+                continue;
+            }
+            if best.is_none_or(|(_, s, _, _)| score < s) {
+                best = Some((pi, score, errors, nll));
             }
         }
-        let (pi, errors) = best.expect("a non-empty grid");
-        if errors == usize::MAX {
+        let Some((pi, _, errors, nll)) = best else {
             return Err(FitError::Numerical("select: no grid point could be fitted on every fold".into()));
-        }
+        };
         let chosen = &self.points[pi];
         let inner = chosen.method.fit(problem, &chosen.kernels(kernels).map_err(FitError::Unsupported)?, hyper, ctx)?;
-        let mut note = format!("{} ({}-fold CV errors {errors} of {n})", describe(&chosen.values), self.folds);
+        let mut note = format!("{} ({}-fold CV errors {errors} of {n}", describe(&chosen.values), self.folds);
+        if self.metric == Metric::Nll {
+            note.push_str(&format!(", NLL {nll:.6}; chosen by NLL"));
+        }
+        note.push(')');
         if failed > 0 {
             note.push_str(&format!("; {failed} grid points failed on a fold and were passed over"));
         }
         let selected =
             chosen.values.iter().filter_map(|(k, v)| Some((format!("selected_{}", k.rsplit('.').next()?), v.as_f64()?))).collect();
-        Ok(Box::new(Selected { inner, selected, cv_error: errors as f64 / n as f64, note }))
+        let cv_nll = (self.metric == Metric::Nll).then(|| nll / n as f64);
+        Ok(Box::new(Selected { inner, selected, cv_error: errors as f64 / n as f64, cv_nll, note }))
     }
 }
 
@@ -219,6 +256,8 @@ struct Selected {
     inner: Box<dyn Fitted>,
     selected: BTreeMap<String, f64>,
     cv_error: f64,
+    /// The cross-validated NLL per row, where it chose (`metric: nll`).
+    cv_nll: Option<f64>,
     note: String,
 }
 
@@ -249,6 +288,9 @@ impl Fitted for Selected {
         let mut m = self.inner.extra_metrics();
         m.extend(self.selected.clone());
         m.insert("select_cv_error".into(), self.cv_error);
+        if let Some(v) = self.cv_nll {
+            m.insert("select_cv_nll".into(), v);
+        }
         m
     }
 
@@ -370,5 +412,66 @@ mod tests {
             .supports(&ProblemShape { n_train: 4, ..shape }, &se(1.0), HyperPolicy::Fixed)
             .unwrap_err()
             .contains("settings.select.folds"));
+    }
+
+    /// `metric: nll` picks the grid point whose validation rows, summed over the same folds, have
+    /// the least -ln p(y | x), computed here from the probabilities of direct fits, where the
+    /// error count would pick another point (so the metric is the one used); it records the
+    /// CV NLL per row. A labels-only method cannot be selected by NLL.
+    #[test]
+    fn the_nll_metric_picks_the_least_validation_nll_of_a_brute_force_loop() {
+        let (x, y) = problem(36, 3);
+        let ls = [0.05, 0.3, 1.0, 3.0, 30.0];
+        let m = build("laplace", &serde_json::json!({ "select": { "grid": { "kernel.lengthscale": ls }, "folds": 3, "metric": "nll" } }))
+            .unwrap();
+        let problem_ = Problem { x: &x, y: &y, n_classes: 3 };
+        let mut rng = Pcg64::seed_from_u64(9);
+        let mut ctx = FitContext::new(&mut rng, None);
+        let fitted = m.fit(&problem_, &se(1.0), HyperPolicy::Fixed, &mut ctx).unwrap();
+        drop(ctx);
+
+        // The same folds and the same random streams (Laplace's predictive is Monte Carlo): the
+        // cell's rng draws the folds, then one seed, from which fit (grid point g, fold f) runs
+        // on the stream seed ^ (3 g + f) x the golden-ratio constant.
+        let mut cell_rng = Pcg64::seed_from_u64(9);
+        let fold = fold_assignment(36, 3, &mut cell_rng);
+        let seed: u64 = cell_rng.random();
+        let direct = build("laplace", &serde_json::Value::Null).unwrap();
+        let mut table = Vec::new();
+        for (g, &l) in ls.iter().enumerate() {
+            let (mut nll, mut errors) = (0.0, 0);
+            for f in 0..3 {
+                let train: Vec<usize> = (0..36).filter(|&i| fold[i] != f).collect();
+                let val: Vec<usize> = (0..36).filter(|&i| fold[i] == f).collect();
+                let yt: Vec<usize> = train.iter().map(|&i| y[i]).collect();
+                let mut r = Pcg64::seed_from_u64(seed ^ ((g * 3 + f) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                let mut c2 = FitContext::new(&mut r, None);
+                let xt = x.select(Axis(0), &train);
+                let model = direct.fit(&Problem { x: &xt, y: &yt, n_classes: 3 }, &se(l), HyperPolicy::Fixed, &mut c2).unwrap();
+                drop(c2);
+                let p = model.predict(&x.select(Axis(0), &val), &mut r).unwrap();
+                for (j, &i) in val.iter().enumerate() {
+                    nll -= p.probs[(j, y[i])].ln();
+                    let label = (0..3).max_by(|&a, &b| p.probs[(j, a)].total_cmp(&p.probs[(j, b)]).then(b.cmp(&a))).unwrap();
+                    errors += usize::from(label != y[i]);
+                }
+            }
+            table.push((l, nll, errors));
+        }
+        let best = table.iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
+        let least_errors = table.iter().map(|t| t.2).min().unwrap();
+        let by_errors = table.iter().find(|t| t.2 == least_errors).unwrap();
+        assert_ne!(best.0, by_errors.0, "the error count must pick another point, or the metric is not tested: {table:?}");
+        let extra = fitted.extra_metrics();
+        assert_eq!(extra["selected_lengthscale"], best.0, "{table:?}");
+        assert!((extra["select_cv_nll"] - best.1 / 36.0).abs() < 1e-12, "{} vs {table:?}", extra["select_cv_nll"]);
+        assert_eq!(extra["select_cv_error"], best.2 as f64 / 36.0);
+        assert!(fitted.diagnostics().notes["select"].contains("chosen by NLL"));
+
+        let svm = build("msvm", &serde_json::json!({ "select": { "grid": { "settings.c": [1.0] }, "folds": 3, "metric": "nll" } })).unwrap();
+        let mut rng = Pcg64::seed_from_u64(9);
+        let mut ctx = FitContext::new(&mut rng, None);
+        let e = svm.fit(&problem_, &se(1.0), HyperPolicy::Fixed, &mut ctx).err().unwrap().to_string();
+        assert!(e.contains("settings.select.metric: nll needs predictive probabilities"), "{e}");
     }
 }

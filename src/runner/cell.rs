@@ -3,7 +3,7 @@
 use super::{Prepared, SplitData};
 use crate::kernels::KernelSet;
 use crate::linalg::argmax;
-use crate::methods::{self, FitContext, Fitted, Prediction, Problem};
+use crate::methods::{self, floored_ln, FitContext, Fitted, Prediction, Problem};
 use crate::results::{CellRecord, DecisionGrid, EvidenceKind, Handoff, Status, TracePoint};
 use crate::spec::{Cell, DecisionGridSpec, HyperSpec, Spec};
 use ndarray::Array2;
@@ -322,26 +322,12 @@ pub fn is_labels_only(record: &CellRecord) -> bool {
 pub fn score(prediction: &Prediction, y: &[usize]) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     out.insert("n_test".into(), y.len() as f64);
-    // A method's own log score is kept where finite (it may lie far below a probability's
-    // floor, computed accurately in log space); -inf, an underflow, is floored as a probability
-    // is. Left as -inf it would make the split's log_pred_* non-finite, and a non-finite split
-    // drops out of the aggregates: the worst split would vanish from the mean.
-    let log_pred = |i: usize, yi: usize| match &prediction.log_score {
-        Some(l) if l[(i, yi)] == f64::NEG_INFINITY => floored_ln(0.0),
-        Some(l) => l[(i, yi)],
-        None => floored_ln(prediction.probs[(i, yi)]),
-    };
+    let log_pred = |i: usize, yi: usize| prediction.log_pred(i, yi);
     out.extend(score_rule(&prediction.probs, log_pred, y, prediction.labels_only, ""));
     for (name, probs) in &prediction.alternatives {
         out.extend(score_rule(probs, |i, yi| floored_ln(probs[(i, yi)]), y, false, &format!("_{name}")));
     }
     out
-}
-
-/// A probability that underflowed to 0 would make a sum of logs -inf; floor it at the smallest
-/// normal double (about -708 nats) so one point cannot erase the rest.
-fn floored_ln(p: f64) -> f64 {
-    p.max(f64::MIN_POSITIVE).ln()
 }
 
 /// Errors of the most probable classes of `probs` (the first on ties) and, unless labels
