@@ -468,7 +468,8 @@ mod tests {
         assert_eq!(extra["select_cv_error"], best.2 as f64 / 36.0);
         assert!(fitted.diagnostics().notes["select"].contains("chosen by NLL"));
 
-        let svm = build("msvm", &serde_json::json!({ "select": { "grid": { "settings.c": [1.0] }, "folds": 3, "metric": "nll" } })).unwrap();
+        let svm =
+            build("msvm", &serde_json::json!({ "select": { "grid": { "settings.c": [1.0] }, "folds": 3, "metric": "nll" } })).unwrap();
         let mut rng = Pcg64::seed_from_u64(9);
         let mut ctx = FitContext::new(&mut rng, None);
         let e = svm.fit(&problem_, &se(1.0), HyperPolicy::Fixed, &mut ctx).err().unwrap().to_string();
