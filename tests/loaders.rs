@@ -389,3 +389,40 @@ fn unusable_data_is_refused_naming_the_file_and_the_reason() {
         "{e}"
     );
 }
+
+/// Input that loaded before as something else is refused, naming the file and what is wrong:
+/// a quoted empty label (it became a class ""; a bare empty field is a missing label), a class of class_order that no row has (a one-class
+/// data set listing two classes scored 0% error), a keep_classes entry no row has (a typo
+/// dropped a class silently), and a test file whose header names the columns in another order
+/// (they were matched by position, so the test columns came swapped).
+#[test]
+fn labels_classes_and_headers_that_disagree_with_the_rows_are_refused() {
+    let (_d, reg) = temp_registry(
+        "blank: { files: [blank.csv], format: csv, label_column: -1, description: d, citation: c }\n\
+         quoted: { files: [quoted.csv], format: csv, label_column: -1, description: d, citation: c }\n\
+         order: { files: [one.csv], format: csv, label_column: -1, class_order: [a, b, z], description: d, citation: c }\n\
+         keep: { files: [two.csv], format: csv, label_column: -1, keep_classes: [a, bb], description: d, citation: c }\n\
+         swapped: { files: [tr.csv], test_files: [te.csv], format: csv, header: true, label_column: -1, description: d, citation: c }\n\
+         same: { files: [tr.csv], test_files: [tr2.csv], format: csv, header: true, label_column: -1, description: d, citation: c }\n",
+        &[
+            ("blank.csv", "1,2,a\n2,3,b\n3,4,\n4,5,a\n"),
+            ("quoted.csv", "1,2,a\n2,3,\"\"\n3,4,b\n"),
+            ("one.csv", "1.0,a\n2.0,b\n3.0,a\n"),
+            ("two.csv", "1.0,a\n2.0,b\n3.0,a\n"),
+            ("tr.csv", "p,q,y\n1,2,a\n2,3,b\n"),
+            ("te.csv", "q,p,y\n2,1,a\n3,2,b\n"),
+            ("tr2.csv", "p,q,y\n1,5,a\n2,6,b\n"),
+        ],
+    );
+    let err = |name: &str| reg.load_dataset(name).map(|_| ()).unwrap_err().to_string();
+    assert!(err("blank").contains("blank.csv:3") && err("blank").contains("missing label"), "{}", err("blank"));
+    assert!(err("quoted").contains("quoted.csv:2") && err("quoted").contains("empty label"), "{}", err("quoted"));
+    assert!(err("order").contains("class_order lists 'z'") && err("order").contains("one.csv"), "{}", err("order"));
+    assert!(err("keep").contains("keep_classes lists 'bb'") && err("keep").contains("two.csv"), "{}", err("keep"));
+    let e = err("swapped");
+    assert!(e.contains("te.csv") && e.contains("[\"q\", \"p\"]") && e.contains("[\"p\", \"q\"]") && e.contains("tr.csv"), "{e}");
+    // Headers that agree load, the test file's rows after the training file's.
+    let data = reg.load_dataset("same").unwrap();
+    assert_eq!(data.x.column(1).to_vec(), [2.0, 3.0, 5.0, 6.0]);
+    assert_eq!(data.n_fixed_train, Some(2));
+}

@@ -91,7 +91,10 @@ fn no_method_changes_its_numbers_without_a_numerics_bump() {
 }
 
 /// (data preparation version, fingerprint of the splits and standardised values below).
-const RECORDED_DATA_PREP: (u32, &str) = (1, "02b225031e532c51");
+/// 2026-11-30: the stratified k-fold's test_size cap draws per class (it took the first
+/// classes' rows), which moved this print (02b225031e532c51 before) without a bump: that
+/// protocol's label, and so the keys of its cells, gained ",cap=per_class" instead.
+const RECORDED_DATA_PREP: (u32, &str) = (1, "86e184489973420a");
 
 /// The splits of every generated protocol and a standardisation, on a fixed unbalanced
 /// three-class data set: what every cell's training and test rows come from. Their key holds
@@ -143,5 +146,36 @@ fn no_split_or_standardisation_changes_without_a_data_prep_bump() {
         version == DATA_PREP_VERSION && recorded == print,
         "splits or standardisation: recorded ({version}, {recorded:?}), now ({DATA_PREP_VERSION}, {print:?}). \
          If the numbers changed, bump DATA_PREP_VERSION (src/data/mod.rs) and record the new pair"
+    );
+}
+
+/// (generator version, fingerprint of every generator's rows below).
+const RECORDED_GENERATORS: (u32, &str) = (1, "555e821953bbe99b");
+
+/// Every synthetic generator's rows and labels at a fixed n and seed. A synthetic data set's
+/// content hash (and so every cell key on it) holds only the entry, n, the seed and
+/// `GENERATOR_VERSION`, so a change of the rows (a new `rand` or `rand_distr`, a new faer
+/// under the GP-prior draws) must bump `GENERATOR_VERSION`.
+#[test]
+fn no_generator_changes_its_rows_without_a_generator_bump() {
+    use mcgp::data::synthetic::{generate, GENERATORS, GENERATOR_VERSION, VC2017_TRAIN};
+    let mut h = blake3::Hasher::new();
+    for &g in GENERATORS {
+        let n = if g == "vc2017-gp3" { VC2017_TRAIN + 40 } else { 60 };
+        let d = generate(g, g, n, 11).unwrap();
+        h.update(g.as_bytes());
+        for v in d.x.iter() {
+            h.update(&v.to_bits().to_le_bytes());
+        }
+        for &c in &d.y {
+            h.update(&(c as u64).to_le_bytes());
+        }
+    }
+    let print = h.finalize().to_hex()[..16].to_string();
+    let (version, recorded) = RECORDED_GENERATORS;
+    assert!(
+        version == GENERATOR_VERSION && recorded == print,
+        "synthetic generators: recorded ({version}, {recorded:?}), now ({GENERATOR_VERSION}, {print:?}). \
+         If the rows changed, bump GENERATOR_VERSION (src/data/synthetic.rs) and record the new pair"
     );
 }

@@ -33,7 +33,10 @@ pub(crate) fn load(name: &str, spec: &DatasetSpec, dir: &Path) -> Result<Dataset
     let mut n_train = table.labels.len();
     read_files(&mut table, test_files, spec, dir)?;
     if let Some(keep) = &spec.keep_classes {
-        n_train = table.keep_classes(keep, n_train);
+        let files = spec.files.iter().chain(test_files).map(|f| show(&dir.join(f))).collect::<Vec<_>>().join(", ");
+        n_train = table
+            .keep_classes(keep, n_train)
+            .map_err(|c| DataError::invalid(dir, format!("dataset '{name}': keep_classes lists '{c}', which no row of {files} has")))?;
     }
 
     let d = table.width.unwrap_or(0);
@@ -57,6 +60,16 @@ pub(crate) fn load(name: &str, spec: &DatasetSpec, dir: &Path) -> Result<Dataset
     let (class_names, y) = assign_classes(&table, spec.class_order.as_deref(), dir)?;
     if class_names.len() < 2 {
         return Err(DataError::invalid(dir, format!("dataset '{name}' has one class only ({:?}) in {}", class_names, files())));
+    }
+    // A class of class_order that no row has would be a class no method can learn, scored as if
+    // present (a one-class dataset listing two classes scored 0% error).
+    let mut has_rows = vec![false; class_names.len()];
+    y.iter().for_each(|&c| has_rows[c] = true);
+    if let Some(c) = has_rows.iter().position(|h| !h) {
+        return Err(DataError::invalid(
+            dir,
+            format!("dataset '{name}': class_order lists '{}', which no row of {} has", class_names[c], files()),
+        ));
     }
     let feature_names = table.feature_names.take().unwrap_or_else(|| (1..=d).map(|j| format!("x{j}")).collect());
     let x = Array2::from_shape_vec((n, d), std::mem::take(&mut table.values))
@@ -117,8 +130,13 @@ struct Table {
 
 impl Table {
     /// Drop the rows whose label is not in `keep` (normalised like the class names); returns
-    /// how many of the first `n_train` rows remain.
-    fn keep_classes(&mut self, keep: &[String], n_train: usize) -> usize {
+    /// how many of the first `n_train` rows remain, or an entry of `keep` that no row has (a
+    /// typo would otherwise drop a class silently).
+    fn keep_classes(&mut self, keep: &[String], n_train: usize) -> Result<usize, String> {
+        let present: HashSet<String> = self.labels.iter().map(|l| normalize_label(l)).collect();
+        if let Some(missing) = keep.iter().find(|l| !present.contains(&normalize_label(l))) {
+            return Err(missing.clone());
+        }
         let keep: HashSet<String> = keep.iter().map(|l| normalize_label(l)).collect();
         let d = self.width.unwrap_or(0);
         let mask: Vec<bool> = self.labels.iter().map(|l| keep.contains(&normalize_label(l))).collect();
@@ -132,7 +150,7 @@ impl Table {
         self.labels.retain(|_| (mask[i], i += 1).0);
         let mut i = 0;
         self.origins.retain(|_| (mask[i], i += 1).0);
-        mask[..n_train].iter().filter(|&&k| k).count()
+        Ok(mask[..n_train].iter().filter(|&&k| k).count())
     }
 }
 
@@ -143,7 +161,21 @@ impl Table {
             Some(w) if w != d => {
                 return Err(DataError::invalid(path, format!("expected {w} features (like {}), found {d}", self.width_from)))
             }
-            Some(_) => {}
+            // Columns are matched by position: with headers, a later file must name them alike
+            // (test columns in another order would be swapped silently).
+            Some(_) => {
+                if let (Some(first), Some(these)) = (&self.feature_names, &names) {
+                    if first != these {
+                        return Err(DataError::invalid(
+                            path,
+                            format!(
+                                "feature columns {these:?} differ from {first:?} of {}: files of a dataset must agree",
+                                self.width_from
+                            ),
+                        ));
+                    }
+                }
+            }
             None => {
                 self.width = Some(d);
                 self.width_from = show(path);
@@ -266,6 +298,9 @@ fn read_csv(table: &mut Table, path: &Path, bytes: Vec<u8>, spec: &DatasetSpec) 
     for (i, value) in text_column(label)?.iter().enumerate() {
         let line = data_lines[i];
         let text = value.ok_or_else(|| DataError::parse(path, line, format!("column {label}: missing label")))?;
+        if text.trim().is_empty() {
+            return Err(DataError::parse(path, line, format!("column {label}: empty label")));
+        }
         table.push_label(text.trim().to_string(), line);
     }
     Ok(())
@@ -545,7 +580,7 @@ mod tests {
             t.push_label(l.to_string(), i + 1);
         }
         // Rows 0-2 from the training files, 3-4 from the test files.
-        let n_train = t.keep_classes(&["+1".to_string(), "2".to_string()], 3);
+        let n_train = t.keep_classes(&["+1".to_string(), "2".to_string()], 3).unwrap();
         assert_eq!(n_train, 2);
         assert_eq!(t.labels, ["1", "2", "1.0"]);
         assert_eq!(t.values, [0.0, 0.0, 2.0, 20.0, 4.0, 40.0]);

@@ -1,9 +1,10 @@
 //! Train/test split protocols, and the CSV format that records splits.
 //!
 //! Splits are deterministic in a seed, and split `r` is drawn from its own random stream derived
-//! from `(seed, r)`: asking for 10 or 100 repeats gives the same first 10 splits, so a run can be
-//! extended without changing the cells already computed. (For k-fold the stream belongs to a
-//! repeat, whose shuffle fixes all k folds.)
+//! from `(seed, r)`: for one seed, 10 or 100 repeats give the same first 10 splits. (For k-fold
+//! the stream belongs to a repeat, whose shuffle fixes all k folds.) The runner's seed and the
+//! cell keys, though, are derived from the protocol's whole label, `repeats` included, so a spec
+//! whose `repeats` grows draws new splits and computes every cell afresh.
 //!
 //! Split file format (`write_splits` / `read_splits`): CSV with header `split,role,row`, one line
 //! per row index, `role` = `train` | `test`, rows 0-based into the dataset (fixed training rows
@@ -145,6 +146,11 @@ impl SplitProtocol {
                 let mut s = format!("kfold[k={k},repeats={repeats},stratify={stratify}");
                 if let Some(t) = test_size {
                     s.push_str(&format!(",test_size={t}"));
+                    // Stratified caps are drawn per class since 2026-11-30 (they took the first
+                    // classes' rows): a new label, so cells of the old draw are not reused.
+                    if *stratify {
+                        s.push_str(",cap=per_class");
+                    }
                 }
                 if let Some(f) = folds {
                     s.push_str(&format!(",folds={f}"));
@@ -258,8 +264,20 @@ pub fn make_splits(protocol: &SplitProtocol, data: &Dataset, seed: u64, project_
                 for fold in 0..used {
                     let (mut test, train): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| fold_of[i] == fold);
                     if let Some(cap) = test_size.filter(|&cap| cap < test.len()) {
-                        // The fold's first rows in the shuffled order.
-                        test = order.iter().copied().filter(|&row| fold_of[row] == fold).take(cap).collect();
+                        // The fold's first rows in the shuffled order; stratified, the first of
+                        // each class in proportion to the fold's class counts (the order is
+                        // grouped by class, so its first rows would be the first classes').
+                        let in_fold: Vec<usize> = order.iter().copied().filter(|&row| fold_of[row] == fold).collect();
+                        test = if *stratify {
+                            let mut groups: Vec<Vec<usize>> = vec![Vec::new(); data.n_classes()];
+                            for &row in &in_fold {
+                                groups[data.y[row]].push(row);
+                            }
+                            let take = allocate(cap, &groups.iter().map(Vec::len).collect::<Vec<_>>());
+                            groups.iter().zip(&take).flat_map(|(g, t)| g[..*t].iter().copied()).collect()
+                        } else {
+                            in_fold.into_iter().take(cap).collect()
+                        };
                         test.sort_unstable();
                     }
                     splits.push(Split { index: r * used + fold, train, test });
@@ -576,6 +594,23 @@ mod tests {
             assert!(c.test.iter().all(|r| f.test.contains(r)), "the capped fold is part of the fold");
         }
         assert!(SplitProtocol::Kfold { k: 5, repeats: 1, stratify: false, test_size: Some(0), folds: None }.validate().is_err());
+    }
+
+    /// Stratified with a cap, each test fold keeps the fold's class shares (by largest
+    /// remainder), not the first classes' rows; the label says so, so cells of the old draw are
+    /// not reused. Without stratification the cap and the label are as before.
+    #[test]
+    fn stratified_kfold_test_size_caps_each_class_in_proportion() {
+        let d = data(&[50, 50, 50]);
+        let p = SplitProtocol::Kfold { k: 2, repeats: 1, stratify: true, test_size: Some(30), folds: None };
+        for s in make_splits(&p, &d, 3, root()).unwrap() {
+            assert_eq!(class_counts(&d, &s.test), [10, 10, 10], "split {}", s.index);
+            assert_eq!(s.train.len(), 75);
+            assert!(s.test.iter().all(|r| !s.train.contains(r)));
+        }
+        assert!(p.label().contains(",test_size=30,cap=per_class"), "{}", p.label());
+        let plain = SplitProtocol::Kfold { k: 2, repeats: 1, stratify: false, test_size: Some(30), folds: None };
+        assert_eq!(plain.label(), "kfold[k=2,repeats=1,stratify=false,test_size=30]");
     }
 
     #[test]

@@ -30,9 +30,15 @@ impl Standardizer {
                 scale.push(1.0);
                 continue;
             }
-            let m = col.sum() / n;
-            let var = col.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / n;
-            let sd = var.sqrt();
+            let mut m = col.sum() / n;
+            let mut sd = (col.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / n).sqrt();
+            if !(m.is_finite() && sd.is_finite()) {
+                // Finite values near f64::MAX overflow the sums: the same statistics in units of
+                // the largest magnitude (only here, so ordinary columns keep their bits).
+                let big = lo.abs().max(hi.abs());
+                m = big * (col.iter().map(|v| v / big).sum::<f64>() / n);
+                sd = big * (col.iter().map(|v| (v - m) / big).map(|d| d * d).sum::<f64>() / n).sqrt();
+            }
             mean.push(m);
             scale.push(if sd > 0.0 && sd.is_finite() { sd } else { 1.0 });
         }
@@ -107,5 +113,18 @@ mod tests {
         let s = Standardizer::fit(&Array2::zeros((0, 2)));
         assert_eq!(s.mean, [0.0, 0.0]);
         assert_eq!(s.scale, [1.0, 1.0]);
+    }
+
+    /// Finite values near f64::MAX overflow the plain sums (the mean came out inf, and every
+    /// standardised value -inf or NaN): the scaled sums give the column's statistics.
+    #[test]
+    fn columns_near_the_largest_double_standardise_finitely() {
+        let x = array![[1e308], [1e308], [1.0], [2.0]];
+        let s = Standardizer::fit(&x);
+        assert!((s.mean[0] - 5e307).abs() <= 1e292, "{}", s.mean[0]);
+        assert!((s.scale[0] - 5e307).abs() <= 1e292, "{}", s.scale[0]);
+        let z = s.transform(&x);
+        assert!(z.iter().all(|v| v.is_finite()), "{z:?}");
+        assert!((z[[0, 0]] - 1.0).abs() < 1e-12 && (z[[2, 0]] + 1.0).abs() < 1e-12, "{z:?}");
     }
 }

@@ -54,11 +54,17 @@ impl Task {
         let Some(k) = data.class_names.iter().position(|n| n == c) else {
             return Err(format!("class \"{c}\" is not a class of {} (its classes: {})", data.name, data.class_names.join(", ")));
         };
-        Ok(Dataset {
-            y: data.y.iter().map(|&y| usize::from(y == k)).collect(),
-            class_names: vec![format!("not {c}"), c.clone()],
-            ..data.clone()
-        })
+        let y: Vec<usize> = data.y.iter().map(|&y| usize::from(y == k)).collect();
+        let positives = y.iter().filter(|&&v| v == 1).count();
+        if positives == 0 || positives == y.len() {
+            let which = if positives == 0 {
+                format!("no row of {} is class \"{c}\"", data.name)
+            } else {
+                format!("every row of {} is class \"{c}\"", data.name)
+            };
+            return Err(format!("{c} against the rest needs rows of both: {which}"));
+        }
+        Ok(Dataset { y, class_names: vec![format!("not {c}"), c.clone()], ..data.clone() })
     }
 
     /// The field of the spec that names the task's class.
@@ -103,5 +109,19 @@ mod tests {
             serde_json::to_string(&serde_norway::from_str::<Task>("{ one_vs_rest: 7.0 }").unwrap()).unwrap(),
             r#"{"one_vs_rest":"7"}"#
         );
+    }
+
+    /// A one-vs-rest task needs rows of class c and of the rest: a class listed but absent (or
+    /// the only one present) would make every label one value and score 0% error.
+    #[test]
+    fn one_vs_rest_of_an_absent_or_only_class_is_refused() {
+        let mut d = digits();
+        d.class_names.push("9".into());
+        let task: Task = serde_norway::from_str("{ one_vs_rest: 9 }").unwrap();
+        let e = task.apply(&d).unwrap_err();
+        assert!(e.contains("9 against the rest needs rows of both: no row of d is class \"9\""), "{e}");
+        d.y = vec![3; 5];
+        let e = task.apply(&d).unwrap_err();
+        assert!(e.contains("every row of d is class \"9\""), "{e}");
     }
 }
