@@ -51,6 +51,15 @@ fn sh(p: &Path) -> String {
     format!("'{}'", p.display().to_string().replace('\'', r"'\''"))
 }
 
+/// The value of an `#SBATCH --output` directive for the file `pattern` in `dir`: sbatch splits
+/// a directive at blanks and ends it at `#` unless quoted, and expands `%` patterns in the file
+/// name, so the folder is double-quoted (its `"` and `\` escaped) with its `%` doubled, and
+/// `pattern` (SLURM's `%a`, `%A`, `%j`) follows as SLURM should expand it.
+pub(crate) fn sbatch_output(dir: &Path, pattern: &str) -> String {
+    let folder = dir.display().to_string().replace('\\', "\\\\").replace('"', "\\\"").replace('%', "%%");
+    format!("\"{folder}/{pattern}\"")
+}
+
 /// Write the shard plan, the array script, the collection script and a `submit.sh` that submits
 /// both (the collection job depending on the array) into `<results>/<experiment>/slurm/`.
 pub fn write_scripts(spec: &Spec, registry: &Registry, opts: &SlurmOptions) -> anyhow::Result<SlurmFiles> {
@@ -111,8 +120,8 @@ pub fn write_scripts(spec: &Spec, registry: &Registry, opts: &SlurmOptions) -> a
             script.push_str(&format!("#SBATCH --partition={p}\n"));
         }
     }
-    array.push_str(&format!("#SBATCH --output={}\n", logs.join("shard-%a-job-%A.out").display()));
-    collect.push_str(&format!("#SBATCH --output={}\n", logs.join("collect-job-%j.out").display()));
+    array.push_str(&format!("#SBATCH --output={}\n", sbatch_output(&logs, "shard-%a-job-%A.out")));
+    collect.push_str(&format!("#SBATCH --output={}\n", sbatch_output(&logs, "collect-job-%j.out")));
     let common = format!("--results {} --reports {} --data {}", sh(&opts.results_root), sh(&opts.reports_root), sh(&opts.data_dir));
     array.push_str(&format!(
         "set -euo pipefail\n\
@@ -193,4 +202,18 @@ pub fn submit(files: &SlurmFiles) -> anyhow::Result<(String, String)> {
     let array = sbatch(&[], &files.array)?;
     let collect = sbatch(&[format!("--dependency=afterany:{array}")], &files.collect)?;
     Ok((array, collect))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A results folder with a blank, a `#`, a `%` and a double quote: sbatch would end the
+    /// unquoted value at the blank (or the `#`) and expand the `%`.
+    #[test]
+    fn output_directives_quote_the_folder_and_keep_the_patterns() {
+        let got = sbatch_output(Path::new("/tmp/my res#1/100%/a\"b/logs"), "shard-%a-job-%A.out");
+        assert_eq!(got, r#""/tmp/my res#1/100%%/a\"b/logs/shard-%a-job-%A.out""#);
+        assert_eq!(sbatch_output(Path::new("/r/logs"), "collect-job-%j.out"), "\"/r/logs/collect-job-%j.out\"");
+    }
 }

@@ -162,7 +162,8 @@ fn load_spec(path: Option<&Path>, registry: &Registry) -> anyhow::Result<Spec> {
 /// one), else the data folder's parent as before.
 fn project_root(data_dir: &Path) -> PathBuf {
     let is_checkout = |d: &Path| d.join(".git").exists() || d.join("Cargo.toml").is_file();
-    let parent = data_dir.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    // `--data d1` has the parent "" (not a path canonicalize accepts): the working directory.
+    let parent = data_dir.parent().filter(|p| !p.as_os_str().is_empty()).map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
     if is_checkout(&parent) {
         return parent;
     }
