@@ -88,6 +88,7 @@ impl Adam {
     pub fn step(&mut self, x: &mut [f64], grad: &[f64], free: &[bool]) {
         assert_eq!(x.len(), self.m.len());
         assert_eq!(grad.len(), self.m.len());
+        assert_eq!(free.len(), self.m.len(), "Adam::step: a free-parameter mask of another length");
         self.t += 1;
         let lr = self.rate.at(self.t);
         let (c1, c2) = (1.0 - self.beta1.powi(self.t as i32), 1.0 - self.beta2.powi(self.t as i32));

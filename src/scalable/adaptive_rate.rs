@@ -24,8 +24,11 @@ impl AdaptiveRate {
     /// Started from sample noise vectors (the authors: 10 minibatches at the initial q, off the
     /// clock) and a window `tau` (theirs: 10 |S|).
     pub fn from_samples(deltas: &[Vec<f64>], tau: f64) -> Self {
-        let k = deltas.len().max(1) as f64;
-        let dim = deltas.first().map_or(0, Vec::len);
+        // With no samples g would have no entries, so |g|^2 = 0 and rho = 0 for ever.
+        assert!(!deltas.is_empty(), "AdaptiveRate::from_samples: no sample noise vectors");
+        let k = deltas.len() as f64;
+        let dim = deltas[0].len();
+        assert!(deltas.iter().all(|d| d.len() == dim), "AdaptiveRate::from_samples: noise vectors of different lengths");
         let mut g = vec![0.0; dim];
         for d in deltas {
             g.iter_mut().zip(d).for_each(|(a, b)| *a += b / k);
@@ -37,6 +40,7 @@ impl AdaptiveRate {
 
     /// The step for this iteration's noise `delta`.
     pub fn update(&mut self, delta: &[f64]) -> f64 {
+        assert_eq!(delta.len(), self.g.len(), "AdaptiveRate::update: a noise vector of another length");
         let w = 1.0 / self.tau;
         self.g.iter_mut().zip(delta).for_each(|(a, b)| *a = (1.0 - w) * *a + w * b);
         self.h = (1.0 - w) * self.h + w * squared_norm(delta);

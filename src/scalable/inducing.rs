@@ -77,6 +77,15 @@ pub fn inducing_sets(
         }
         return class_weighted_inducing(x, y, n_classes, m, *subsample, *max_iters, rng);
     }
+    if let InducingInit::Kmeans { subsample, .. } = init {
+        // k-means on fewer rows than M would give fewer than M centres, a smaller model than
+        // the spec asks for, silently.
+        if *subsample < m.min(x.nrows()) {
+            return Err(format!(
+                "inducing_init.subsample ({subsample}) must be at least M ({m}): k-means on fewer rows gives fewer than M centres"
+            ));
+        }
+    }
     let sets = if per_class { n_classes } else { 1 };
     let mut zs = Vec::with_capacity(sets);
     let mut report = InitReport::default();
@@ -413,5 +422,22 @@ mod tests {
         assert!(right(&sets[0]) >= 1, "class 0: weight 60/50 - 1 = 0.2 on its own rows, {:?}", sets[0]);
         let (all, _) = class_weighted_inducing(&x, &y, 2, 60, 1000, 100, &mut rng).unwrap();
         assert_eq!(all[1], x, "M >= N: Z = X");
+    }
+
+    /// k-means on a subsample smaller than M gave fewer than M inducing inputs without a word
+    /// (and a subsample of 0 panicked): refused, naming the setting.
+    #[test]
+    fn a_kmeans_subsample_below_m_is_refused() {
+        let x = Array2::from_shape_fn((40, 2), |(i, k)| (i * (k + 1)) as f64 * 0.1);
+        let y: Vec<usize> = (0..40).map(|i| i % 2).collect();
+        let mut rng = Pcg64::seed_from_u64(1);
+        for subsample in [0, 9] {
+            let init = InducingInit::Kmeans { per_class: false, subsample, max_iters: 10 };
+            let e = inducing_sets(&x, &y, 2, 10, &init, false, &mut rng).unwrap_err();
+            assert!(e.contains(&format!("inducing_init.subsample ({subsample}) must be at least M (10)")), "{e}");
+        }
+        let init = InducingInit::Kmeans { per_class: true, subsample: 10, max_iters: 10 };
+        let (sets, _) = inducing_sets(&x, &y, 2, 10, &init, true, &mut rng).unwrap();
+        assert!(sets.iter().all(|z| z.nrows() == 10));
     }
 }

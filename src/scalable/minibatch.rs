@@ -1,4 +1,9 @@
-//! Minibatch streams: epochs of seeded random permutations of the training rows.
+//! Minibatch streams: epochs of seeded random permutations of the training rows, cut into
+//! batches of the given size (the last batch of an epoch holds the remainder: 52 rows for
+//! N = 7352 at |S| = 100). Every row is seen once an epoch; each method scales a batch by
+//! N / |batch|, so its gradient stays unbiased. Galy-Fajou et al.'s code draws each minibatch
+//! afresh at a fixed |S| instead (notes §5.4): the epoch's short batch is the difference, a
+//! little more noise in the steps that see it.
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_pcg::Pcg64;

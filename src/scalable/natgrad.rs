@@ -105,6 +105,7 @@ impl NaturalGaussian {
     /// `g_s`. If the new precision is not positive definite (a likelihood that is not
     /// log-concave can make it so) the step is halved, up to 20 times; returns the length used.
     pub fn step(&mut self, g_m: &[f64], g_s: MatRef<'_, f64>, prior_precision: MatRef<'_, f64>, gamma: f64) -> Result<f64, LinalgError> {
+        finite_gradients(g_m, g_s)?;
         let m = self.dim();
         let gsm = crate::linalg::matvec(g_s, &self.mean);
         let mut gamma = gamma;
@@ -131,6 +132,9 @@ impl NaturalGaussian {
     /// (CAVI at rho = 1, SVI in between; Hoffman et al. 2013). A convex combination of positive
     /// definite precisions is positive definite, so no step is ever halved.
     pub fn blend(&mut self, t1: &[f64], target_precision: MatRef<'_, f64>, rho: f64) -> Result<(), LinalgError> {
+        if !t1.iter().all(|v| v.is_finite()) {
+            return Err(LinalgError::NonFinite { what: "the natural-parameter target theta1".into() });
+        }
         let m = self.dim();
         let precision = if rho == 1.0 {
             target_precision.to_owned()
@@ -159,6 +163,7 @@ impl NaturalGaussian {
         prior_precision: MatRef<'_, f64>,
         gamma: f64,
     ) -> Result<(), LinalgError> {
+        finite_gradients(g_m, g_s)?;
         let m = self.dim();
         let g = Mat::from_fn(m, m, |i, j| prior_precision[(i, j)] - (g_s[(i, j)] + g_s[(j, i)]) - self.precision[(i, j)]);
         // G Lambda^{-1} G = W^T W with W = L^{-1} G (Lambda = L L^T): one triangular solve and
@@ -179,6 +184,19 @@ impl NaturalGaussian {
         self.chol = chol;
         Ok(())
     }
+}
+
+/// The expected log-likelihood's gradients must be finite: a NaN in g_m would pass into q's
+/// mean with the step reported as taken, and one in g_S would be halved 20 times and reported
+/// as a precision that is not positive definite, both far from the cause.
+fn finite_gradients(g_m: &[f64], g_s: MatRef<'_, f64>) -> Result<(), LinalgError> {
+    if !g_m.iter().all(|v| v.is_finite()) {
+        return Err(LinalgError::NonFinite { what: "the expected log-likelihood's gradient in the mean".into() });
+    }
+    if !(0..g_s.ncols()).all(|j| (0..g_s.nrows()).all(|i| g_s[(i, j)].is_finite())) {
+        return Err(LinalgError::NonFinite { what: "the expected log-likelihood's gradient in the covariance".into() });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -248,5 +266,27 @@ mod tests {
         // 1-D: KL(N(m, s) || N(0, 1)) = (s + m^2 - 1 - ln s) / 2.
         let q = NaturalGaussian::from_mean_precision(vec![0.7], Mat::from_fn(1, 1, |_, _| 1.0 / 0.3)).unwrap();
         assert!((q.kl_standard() - 0.5 * (0.3 + 0.49 - 1.0 - 0.3f64.ln())).abs() < 1e-14);
+    }
+
+    /// A non-finite gradient is refused as such by every update, and q is left as it was.
+    #[test]
+    fn non_finite_gradients_are_refused_and_leave_q_unchanged() {
+        let start =
+            || NaturalGaussian::from_mean_precision(vec![0.2, -0.4], Mat::from_fn(2, 2, |i, j| if i == j { 2.0 } else { 0.3 })).unwrap();
+        let prior = Mat::<f64>::identity(2, 2);
+        let fine = Mat::from_fn(2, 2, |i, j| if i == j { -0.1 } else { 0.0 });
+        let bad_s = Mat::from_fn(2, 2, |i, j| if i == 1 && j == 0 { f64::NAN } else { -0.1 });
+        for (g_m, g_s) in [(vec![f64::NAN, 0.0], fine.clone()), (vec![0.1, 0.0], bad_s), (vec![0.1, f64::INFINITY], fine.clone())] {
+            let mut q = start();
+            let e = q.step(&g_m, g_s.as_ref(), prior.as_ref(), 0.5).unwrap_err();
+            assert!(matches!(e, LinalgError::NonFinite { .. }), "{e}");
+            let e = q.step_retracted(&g_m, g_s.as_ref(), prior.as_ref(), 0.5).unwrap_err();
+            assert!(matches!(e, LinalgError::NonFinite { .. }), "{e}");
+            assert_eq!(q.mean(), start().mean());
+        }
+        let mut q = start();
+        let e = q.blend(&[0.0, f64::NAN], prior.as_ref(), 0.5).unwrap_err();
+        assert!(matches!(e, LinalgError::NonFinite { .. }), "{e}");
+        assert_eq!(q.mean(), start().mean());
     }
 }
