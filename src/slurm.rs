@@ -83,7 +83,11 @@ pub fn write_scripts(spec: &Spec, registry: &Registry, opts: &SlurmOptions) -> a
     let dir = store.dir.join("slurm");
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).map_err(|e| anyhow::anyhow!("{}: {e}", logs.display()))?;
-    let plan_path = dir.join("shard-plan.json");
+    // Named by its content, so that writing the scripts again (say after some cells were
+    // stored, which changes the balance) leaves the plan of an array still running in place:
+    // its pending tasks go on reading the plan its other tasks read.
+    let json = serde_json::to_vec_pretty(&plan)?;
+    let plan_path = dir.join(format!("shard-plan-{}.json", &blake3::hash(&json).to_hex()[..12]));
     plan.write(&plan_path)?;
 
     let name = spec.name();

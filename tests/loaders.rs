@@ -426,3 +426,25 @@ fn labels_classes_and_headers_that_disagree_with_the_rows_are_refused() {
     assert_eq!(data.x.column(1).to_vec(), [2.0, 3.0, 5.0, 6.0]);
     assert_eq!(data.n_fixed_train, Some(2));
 }
+
+/// Provenance: every staged file a dataset reads has the sha256 that data/SOURCES.md records
+/// for it (the cell keys hash the bytes, so an edited file recomputes its cells; this says
+/// that the bytes are still the documented ones). Files not shipped are passed over.
+#[test]
+fn every_staged_file_has_the_sha256_sources_md_records() {
+    use sha2::{Digest, Sha256};
+    let reg = registry();
+    let sources = std::fs::read_to_string(reg.data_dir().join("SOURCES.md")).unwrap();
+    let mut checked = 0;
+    for name in reg.names() {
+        let spec = reg.spec(&name).unwrap();
+        for file in spec.files.iter().chain(spec.test_files.iter().flatten()) {
+            let path = reg.data_dir().join(file);
+            let Ok(bytes) = std::fs::read(&path) else { continue };
+            let hex: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+            assert!(sources.contains(&hex), "{}: sha256 {hex} is not in data/SOURCES.md", path.display());
+            checked += 1;
+        }
+    }
+    assert!(checked >= 25, "only {checked} staged files found");
+}

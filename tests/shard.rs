@@ -160,7 +160,19 @@ fn slurm_writes_an_array_a_dependent_collection_job_and_a_plan_shards_follow() {
     );
     let submit = std::fs::read_to_string(slurm.join("submit.sh")).unwrap();
     assert!(submit.contains("sbatch --parsable") && submit.contains("--dependency=afterany:$array"), "{submit}");
-    let plan: serde_json::Value = serde_json::from_slice(&std::fs::read(slurm.join("shard-plan.json")).unwrap()).unwrap();
+    // The plan the array reads, named by its content.
+    let plans = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+        let mut p: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with("shard-plan-"))
+            .collect();
+        p.sort();
+        p
+    };
+    let plan_path = plans(&slurm).pop().expect("a shard plan");
+    assert!(array.contains(&format!("--shard-plan '{}'", plan_path.display())), "{array}");
+    let plan: serde_json::Value = serde_json::from_slice(&std::fs::read(&plan_path).unwrap()).unwrap();
     assert_eq!(plan["shards"], 3);
     // 4 chains (5, 5, 3, 3 cells at 1 s each while nothing is timed) over 3 shards: 6, 5, 5.
     let mut est: Vec<f64> = plan["estimated_seconds"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
@@ -168,7 +180,6 @@ fn slurm_writes_an_array_a_dependent_collection_job_and_a_plan_shards_follow() {
     assert_eq!(est, [5.0, 5.0, 6.0]);
 
     // The shards as the array would run them, with the plan: every cell once, sizes as planned.
-    let plan_path = slurm.join("shard-plan.json");
     let mut counts = Vec::new();
     for i in 0..3 {
         let (code, stderr, _) = mcgp_at(&dir, &["run", spec, "--shard", &format!("{i}/3"), "--shard-plan", plan_path.to_str().unwrap()]);
@@ -182,8 +193,16 @@ fn slurm_writes_an_array_a_dependent_collection_job_and_a_plan_shards_follow() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("plan is for 3 shards"), "{stderr}");
 
-    // With stored cells, the plan uses their times.
+    // With stored cells, the plan uses their times: a new plan beside the first, which an array
+    // still running goes on reading.
     let (code, stderr, stdout) = mcgp_at(&dir, &args);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("(16 cells timed by a previous run)"), "{stdout}");
+    let now = plans(&slurm);
+    assert!(now.len() == 2 && now.contains(&plan_path), "{now:?}");
+    let array = std::fs::read_to_string(slurm.join("array.sbatch")).unwrap();
+    let newest = now.iter().find(|p| array.contains(&format!("--shard-plan '{}'", p.display()))).expect("the new array's plan");
+    assert_ne!(newest, &plan_path, "the timed plan differs from the untimed one");
+    let first: serde_json::Value = serde_json::from_slice(&std::fs::read(&plan_path).unwrap()).unwrap();
+    assert_eq!(first, plan, "the first plan is left as it was");
 }
