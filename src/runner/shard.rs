@@ -200,17 +200,10 @@ mod tests {
     fn check_partition(cells: &[Cell], count: usize, plan: Option<&ShardPlan>) {
         let shards = assign(cells, count, plan).unwrap();
         let roots = chain_roots(cells);
-        // Every cell in exactly one shard (one number each, in range)...
+        // Every cell in exactly one shard: one number each, in range (so the shards I = 0..N-1
+        // taken together are every cell once).
         assert_eq!(shards.len(), cells.len());
         assert!(shards.iter().all(|&s| s < count));
-        // ... and each shard's cells, taken together over I = 0..N-1, are every cell once.
-        let mut seen = vec![0; cells.len()];
-        for i in 0..count {
-            for (j, _) in shards.iter().enumerate().filter(|(_, &s)| s == i) {
-                seen[j] += 1;
-            }
-        }
-        assert!(seen.iter().all(|&n| n == 1));
         // Chains stay together: a cell is in its source's shard.
         let index: BTreeMap<&str, usize> = cells.iter().enumerate().map(|(i, c)| (c.key.as_str(), i)).collect();
         for (i, c) in cells.iter().enumerate() {
