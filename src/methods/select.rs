@@ -15,8 +15,9 @@
 //! fold p mod folds), fits every grid point on every fold's complement, sums the metric over
 //! the validation rows of all folds (errors, or -log p(y | x) by `Prediction::log_pred`), picks
 //! the point with the least (ties: the first in grid order; a point that fails on a fold or
-//! scores NaN is passed over), and refits that point on the whole training split. Grid keys are `settings.<name>` (a setting
-//! of the method) or `kernel.<parameter>` (a kernel parameter by name, in natural units, e.g.
+//! scores NaN is passed over), and refits that point on the whole training split. Grid keys
+//! are `settings.<name>` (a setting of the method) or `kernel.<parameter>` (a kernel
+//! parameter by name, in natural units, e.g.
 //! `kernel.lengthscale`, covering every ARD and per-class copy). Grid order: keys sorted by name,
 //! the last key varying fastest. The chosen values are recorded as metrics `selected_<name>`
 //! (numbers) and a diagnostics note, the cross-validated error rate as `select_cv_error` and,

@@ -352,7 +352,7 @@ fn multi_probit_far_on_the_wrong_side_follows_the_integrand_into_the_tail() {
 fn predictive_probabilities_are_the_normalised_log_z() {
     let mut rng = Pcg64::seed_from_u64(4);
     // The softmax product rule sums to one at every grid point; the multi-probit's classes
-    // are integrated by different 1-D rules, each with its own small error (32 nodes: ~1e-7).
+    // are integrated by different adapted 1-D rules, each with its own small error (~1e-10).
     for (lik, tol) in
         [(FactorisedLik::softmax(3, vec![0.1, -0.2, 0.0, 0.3]), 1e-13), (FactorisedLik::multi_probit(vec![0.1, -0.2, 0.0, 0.3]), 1e-9)]
     {
