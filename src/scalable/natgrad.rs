@@ -156,13 +156,16 @@ impl NaturalGaussian {
     /// The new precision is positive definite for any gamma and any g_S (it is
     /// Lambda/2 + (Lambda^{1/2} + gamma G Lambda^{-1/2})(...)^T / 2), so likelihoods that are not
     /// log-concave (robust-max) never need a halved step; to first order in gamma it is `step`.
+    /// Rounding can still leave the new precision a hair short of positive definite, so it is
+    /// factored with jitter; returns the jitter that needed (0 almost always) for the caller to
+    /// report. The stored precision is the retraction's, without it.
     pub fn step_retracted(
         &mut self,
         g_m: &[f64],
         g_s: MatRef<'_, f64>,
         prior_precision: MatRef<'_, f64>,
         gamma: f64,
-    ) -> Result<(), LinalgError> {
+    ) -> Result<f64, LinalgError> {
         finite_gradients(g_m, g_s)?;
         let m = self.dim();
         let g = Mat::from_fn(m, m, |i, j| prior_precision[(i, j)] - (g_s[(i, j)] + g_s[(j, i)]) - self.precision[(i, j)]);
@@ -181,8 +184,9 @@ impl NaturalGaussian {
         self.mean = (0..m).map(|i| self.mean[i] + gamma * step[i]).collect();
         self.theta1 = crate::linalg::matvec(precision.as_ref(), &self.mean);
         self.precision = precision;
+        let jitter = chol.jitter();
         self.chol = chol;
-        Ok(())
+        Ok(jitter)
     }
 }
 
@@ -245,7 +249,8 @@ mod tests {
         let mut plain = start();
         assert!(plain.step(&g_m, g_s.as_ref(), eye.as_ref(), 1.0).unwrap() < 1.0, "the plain step must halve");
         let mut retracted = start();
-        retracted.step_retracted(&g_m, g_s.as_ref(), eye.as_ref(), 1.0).unwrap();
+        // Positive definite by construction: no jitter needed (the value returned is reported).
+        assert_eq!(retracted.step_retracted(&g_m, g_s.as_ref(), eye.as_ref(), 1.0).unwrap(), 0.0);
         assert!(retracted.log_det_cov().is_finite());
         // First order: for small gamma the two agree to O(gamma^2).
         let gamma = 1e-4;

@@ -81,6 +81,8 @@ pub(crate) fn train(
     let mut batches = Minibatches::new(n, p.batch_size, batch_seed);
     let identity = Mat::<f64>::identity(m, m);
     let mut halvings = 0u64;
+    // The largest jitter a retracted step's factor needed (rounding only; reported when > 0).
+    let mut retraction_jitter = 0.0f64;
     let mut stop = StopReason::MaxIterations;
     let mut t = 0u64;
     let snapshot = |sparse: &Sparse| -> Result<Box<dyn Fitted>, FitError> {
@@ -115,7 +117,8 @@ pub(crate) fn train(
             let gamma = p.natgrad_lr.at(t);
             // The classes' steps are independent: one per thread (each result is the same on any
             // number of threads).
-            let halved: Vec<Result<u64, FitError>> = q
+            // Per class: (halvings of a plain step, jitter of a retracted step's factor).
+            let outcomes: Vec<Result<(u64, f64), FitError>> = q
                 .par_iter_mut()
                 .enumerate()
                 .map(|(class, qc)| {
@@ -123,17 +126,18 @@ pub(crate) fn train(
                     match p.natgrad_rule {
                         NatgradRule::Plain => {
                             let used = nat.step(&g.g_m[class], g.g_s[class].as_ref(), identity.as_ref(), gamma)?;
-                            Ok((gamma / used).log2().round() as u64)
+                            Ok(((gamma / used).log2().round() as u64, 0.0))
                         }
                         NatgradRule::Retracted => {
-                            nat.step_retracted(&g.g_m[class], g.g_s[class].as_ref(), identity.as_ref(), gamma)?;
-                            Ok(0)
+                            Ok((0, nat.step_retracted(&g.g_m[class], g.g_s[class].as_ref(), identity.as_ref(), gamma)?))
                         }
                     }
                 })
                 .collect();
-            for h in halved {
-                halvings += h?;
+            for outcome in outcomes {
+                let (h, jitter) = outcome?;
+                halvings += h;
+                retraction_jitter = retraction_jitter.max(jitter);
             }
         } else {
             let mut at = n_kern + n_z;
@@ -167,6 +171,9 @@ pub(crate) fn train(
     diagnostics.number("kmeans_iterations", init.kmeans_iterations as f64);
     if natural {
         diagnostics.number("natgrad_halvings", halvings as f64);
+        if retraction_jitter > 0.0 {
+            diagnostics.number("natgrad_retraction_jitter", retraction_jitter);
+        }
     }
     if !evidence.is_finite() {
         return Err(FitError::Numerical(format!("svgp: the full-data ELBO is {evidence}")));
