@@ -195,3 +195,50 @@ fn an_iteration_budget_is_a_normal_stop_with_a_usable_model() {
     }
     assert!(learners >= 5, "laplace, klmnl, mc_mnl, mc_mnp and vbmnp learn hyper-parameters and must stop at the budget ({learners} did)");
 }
+
+/// Input no fit can use is refused by every method with an error naming the method and the
+/// fault (`Problem::check`), never an index panic: a label that is no class, fewer labels than
+/// rows, no rows at all.
+#[test]
+fn every_method_refuses_labels_that_do_not_fit_the_problem() {
+    let (x, y) = blobs(6, 3, 41);
+    let kernels = kernel_set("{ lengthscale: 1.0 }", 3);
+    let mut bad_label = y.clone();
+    bad_label[4] = 3;
+    let empty = Array2::<f64>::zeros((0, 2));
+    let cases: [(&str, Problem, &str); 3] = [
+        ("label 3 of 3 classes", Problem { x: &x, y: &bad_label, n_classes: 3 }, "class index 3 out of range for 3 classes"),
+        ("one label short", Problem { x: &x, y: &y[1..], n_classes: 3 }, "18 rows but 17 labels"),
+        ("no rows", Problem { x: &empty, y: &[], n_classes: 3 }, "no training rows"),
+    ];
+    for &(method, _) in METHODS {
+        for (what, problem, want) in &cases {
+            let m = build(method, &quick_settings(method)).unwrap();
+            let mut rng = Pcg64::seed_from_u64(1);
+            let mut ctx = FitContext::new(&mut rng, None);
+            match m.fit(problem, &kernels, HyperPolicy::Fixed, &mut ctx) {
+                Err(FitError::Unsupported(e)) => assert!(e.starts_with(method) && e.contains(want), "{method}, {what}: {e}"),
+                Err(e) => panic!("{method}, {what}: not refused as unusable input: {e}"),
+                Ok(_) => panic!("{method}, {what}: fitted"),
+            }
+        }
+    }
+}
+
+/// Per-class kernels of the wrong count (two for three classes) are refused by every method,
+/// by `supports` and by `fit` alike, never indexed past the end or silently cut short.
+#[test]
+fn every_method_refuses_per_class_kernels_of_the_wrong_count() {
+    let (x, y) = blobs(6, 3, 43);
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let two = kernel_set("{ lengthscale: 1.0, per_class: true }", 2);
+    let kernels = mcgp::kernels::KernelSet::per_class(two.kernels().iter().map(|k| k.clone_box()).collect());
+    for &(method, _) in METHODS {
+        let m = build(method, &quick_settings(method)).unwrap();
+        assert!(m.supports(&problem.shape(), &kernels, HyperPolicy::Fixed).is_err(), "{method}: supports accepted 2 kernels for 3 classes");
+        let mut rng = Pcg64::seed_from_u64(1);
+        let mut ctx = FitContext::new(&mut rng, None);
+        let result = m.fit(&problem, &kernels, HyperPolicy::Fixed, &mut ctx);
+        assert!(matches!(result, Err(FitError::Unsupported(_))), "{method}: {:?}", result.err());
+    }
+}

@@ -33,6 +33,15 @@ impl KernelSet {
         !self.per_class
     }
 
+    /// For a method that reads `class(c)` for every class: per-class kernels must be one per
+    /// class (fewer would index past the end, more would be ignored).
+    pub fn check_classes(&self, n_classes: usize, method: &str) -> Result<(), String> {
+        if self.per_class && self.kernels.len() != n_classes {
+            return Err(format!("{method}: {} per-class kernels for {n_classes} classes", self.kernels.len()));
+        }
+        Ok(())
+    }
+
     /// The shared kernel, or None for per-class kernels.
     pub fn shared_kernel(&self) -> Option<&dyn Kernel> {
         (!self.per_class).then(|| self.kernels[0].as_ref())

@@ -21,6 +21,23 @@ impl Problem<'_> {
     pub fn shape(&self) -> ProblemShape {
         ProblemShape { n_classes: self.n_classes, n_features: self.x.ncols(), n_train: self.x.nrows() }
     }
+
+    /// What every method's `fit` needs of its input, checked first by each of them: one label
+    /// per row, each a class index below `n_classes`, at least one row. The runner's problems
+    /// pass by construction (the loaders check the files); programmatic callers get this error
+    /// instead of an index panic deep inside a method.
+    pub fn check(&self, method: &str) -> Result<(), FitError> {
+        if self.x.nrows() != self.y.len() {
+            return Err(FitError::Unsupported(format!("{method}: {} rows but {} labels", self.x.nrows(), self.y.len())));
+        }
+        if self.y.is_empty() {
+            return Err(FitError::Unsupported(format!("{method}: no training rows")));
+        }
+        if let Some(&bad) = self.y.iter().find(|&&c| c >= self.n_classes) {
+            return Err(FitError::Unsupported(format!("{method}: class index {bad} out of range for {} classes", self.n_classes)));
+        }
+        Ok(())
+    }
 }
 
 /// What `supports` may look at: known from the dataset before any cell runs.

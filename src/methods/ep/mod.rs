@@ -287,9 +287,7 @@ impl Method for Ep {
         if shape.n_classes < 2 {
             return Err(format!("{}: at least 2 classes", self.name()));
         }
-        if !kernels.is_shared() && kernels.kernels().len() != shape.n_classes {
-            return Err(format!("{}: {} per-class kernels for {} classes", self.name(), kernels.kernels().len(), shape.n_classes));
-        }
+        kernels.check_classes(shape.n_classes, self.name())?;
         let m = self.params.inducing_for(shape.n_train);
         if m > shape.n_train {
             return Err(format!("{}: {m} inducing inputs per class but only {} training rows", self.name(), shape.n_train));
@@ -298,6 +296,7 @@ impl Method for Ep {
     }
 
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        problem.check(self.name())?;
         self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
         fit::train(self, problem, kernels, hyper, ctx)
     }

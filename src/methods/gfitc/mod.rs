@@ -242,13 +242,12 @@ impl Method for Gfitc {
         if shape.n_classes < 2 {
             return Err("gfitc: at least 2 classes".into());
         }
-        if !kernels.is_shared() && kernels.kernels().len() != shape.n_classes {
-            return Err(format!("gfitc: {} per-class kernels for {} classes", kernels.kernels().len(), shape.n_classes));
-        }
+        kernels.check_classes(shape.n_classes, "gfitc")?;
         Ok(())
     }
 
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        problem.check(self.name())?;
         self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
         let p = &self.params;
         let (x, y, c) = (problem.x, problem.y, problem.n_classes);

@@ -82,14 +82,12 @@ impl GibbsMnp {
                 "gibbs_mnp samples with fixed hyper-parameters only (G&R 2006 App. D); use `hyper: fixed` or take them from another cell with `hyper: {from: <entry>}`".into(),
             ));
         }
+        problem.check("gibbs_mnp")?;
         let p = &self.params;
         let n = problem.x.nrows();
         let n_classes = problem.n_classes;
         if n_classes < 2 {
             return Err(FitError::Unsupported(format!("gibbs_mnp needs at least 2 classes, got {n_classes}")));
-        }
-        if let Some(&bad) = problem.y.iter().find(|&&t| t >= n_classes) {
-            return Err(FitError::Numerical(format!("class index {bad} out of range for {n_classes} classes")));
         }
         let binary = n_classes == 2 && p.binary_model == BinaryModel::Probit;
         // Number of latent functions.

@@ -407,12 +407,9 @@ impl Method for Ivm {
     }
 
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        problem.check(self.name())?;
         self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
-        assert_eq!(problem.x.nrows(), problem.y.len());
         let n_classes = problem.n_classes;
-        if let Some(&bad) = problem.y.iter().find(|&&c| c >= n_classes) {
-            return Err(FitError::Numerical(format!("class index {bad} out of range for {n_classes} classes")));
-        }
         let kernel = kernels.class(0);
         let sign = |c: usize| move |&k: &usize| if k == c { 1.0 } else { -1.0 };
         if n_classes == 2 {

@@ -284,11 +284,12 @@ impl Method for IvmMultiway {
         "ivm_multiway"
     }
 
-    fn supports(&self, shape: &ProblemShape, _kernels: &KernelSet, hyper: HyperPolicy) -> Result<(), String> {
+    fn supports(&self, shape: &ProblemShape, kernels: &KernelSet, hyper: HyperPolicy) -> Result<(), String> {
         let c = shape.n_classes;
         if c < 2 {
             return Err(format!("ivm_multiway: needs at least two classes, the data have {c}"));
         }
+        kernels.check_classes(c, "ivm_multiway")?;
         if hyper == HyperPolicy::Learn {
             return Err("ivm_multiway: fixed hyper-parameters only (hyper: fixed): the paper has no learning criterion for the factorised multi-way IVM (its satimage kernels came from another method, notes P12)".into());
         }
@@ -307,14 +308,9 @@ impl Method for IvmMultiway {
     }
 
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        problem.check(self.name())?;
         self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
         let (x, y, c) = (problem.x, problem.y, problem.n_classes);
-        if x.nrows() != y.len() {
-            return Err(FitError::Numerical(format!("ivm_multiway: {} rows but {} labels", x.nrows(), y.len())));
-        }
-        if let Some(&bad) = y.iter().find(|&&k| k >= c) {
-            return Err(FitError::Numerical(format!("ivm_multiway: class index {bad} out of range for {c} classes")));
-        }
         let lik = self.likelihood(c);
         let sel = self.select(kernels, x, y, &lik, ctx, |k, mw, ctx| {
             if ctx.wants_checkpoint(k) {

@@ -19,6 +19,7 @@ pub(super) fn inner_params(params: &KlmnlParams, bounds: &[f64]) -> KlmnlParams 
 
 impl Klmnl {
     pub fn fit_model(&self, problem: &Problem, kernel: &SqExp, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<KlmnlModel, FitError> {
+        problem.check("klmnl")?;
         let c = problem.n_classes + self.params.extra_classes;
         if c < 2 {
             return Err(FitError::Unsupported("KL-MNL needs at least two classes".into()));

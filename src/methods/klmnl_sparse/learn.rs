@@ -146,6 +146,7 @@ impl KlmnlSparse {
         hyper: HyperPolicy,
         ctx: &mut FitContext,
     ) -> Result<KlmnlSparseModel, FitError> {
+        problem.check("klmnl_sparse")?;
         let p = &self.params;
         let c = problem.n_classes + p.extra_classes;
         if c < 2 {

@@ -149,6 +149,7 @@ impl Method for Laplace {
     }
 
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        problem.check(self.name())?;
         self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
         let kernel = kernels.class(0);
         match self.params.likelihood {
@@ -168,7 +169,7 @@ impl Laplace {
         hyper: HyperPolicy,
         ctx: &mut FitContext,
     ) -> Result<LaplaceModel, FitError> {
-        assert_eq!(problem.x.nrows(), problem.y.len());
+        problem.check("laplace")?;
         if self.params.likelihood != LaplaceLikelihood::Logit {
             return Err(FitError::Unsupported("laplace: fit_model is the logit path; settings.likelihood is probit".into()));
         }

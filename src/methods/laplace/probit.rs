@@ -153,15 +153,12 @@ impl Laplace {
         hyper: HyperPolicy,
         ctx: &mut FitContext,
     ) -> Result<LaplaceProbitModel, FitError> {
-        assert_eq!(problem.x.nrows(), problem.y.len());
+        problem.check("laplace")?;
         if problem.n_classes != 2 {
             return Err(FitError::Unsupported(format!(
                 "laplace: settings.likelihood = probit is the binary model and needs exactly 2 classes, got {}",
                 problem.n_classes
             )));
-        }
-        if let Some(&bad) = problem.y.iter().find(|&&c| c >= 2) {
-            return Err(FitError::Numerical(format!("class index {bad} out of range for 2 classes")));
         }
         let t = signs(problem.y);
         let mut diagnostics = Diagnostics::default();

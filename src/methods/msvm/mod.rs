@@ -127,14 +127,9 @@ impl Method for Msvm {
     }
 
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        problem.check(self.name())?;
         self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
         let (x, y, q) = (problem.x, problem.y, problem.n_classes);
-        if x.nrows() != y.len() {
-            return Err(FitError::Numerical(format!("msvm: {} rows but {} labels", x.nrows(), y.len())));
-        }
-        if let Some(&bad) = y.iter().find(|&&c| c >= q) {
-            return Err(FitError::Numerical(format!("msvm: class index {bad} out of range for {q} classes")));
-        }
         let kernel = kernels.class(0);
         let k = kernel.gram(x);
         if (0..k.nrows()).any(|i| !(k[(i, i)].is_finite() && k[(i, i)] > 0.0)) {

@@ -217,13 +217,12 @@ impl Method for Scmgpc {
         if shape.n_classes < 2 {
             return Err("scmgpc: at least 2 classes".into());
         }
-        if !kernels.is_shared() && kernels.kernels().len() != shape.n_classes {
-            return Err(format!("scmgpc: {} per-class kernels for {} classes", kernels.kernels().len(), shape.n_classes));
-        }
+        kernels.check_classes(shape.n_classes, "scmgpc")?;
         Ok(())
     }
 
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        problem.check(self.name())?;
         self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
         fit::train(self, problem, kernels, hyper, ctx)
     }

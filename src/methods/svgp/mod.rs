@@ -300,9 +300,7 @@ impl Method for Svgp {
         if shape.n_classes < 2 {
             return Err("svgp: at least 2 classes".into());
         }
-        if !kernels.is_shared() && kernels.kernels().len() != shape.n_classes {
-            return Err(format!("svgp: {} per-class kernels for {} classes", kernels.kernels().len(), shape.n_classes));
-        }
+        kernels.check_classes(shape.n_classes, "svgp")?;
         let m = crate::scalable::inducing::count(self.params.inducing, self.params.inducing_fraction, shape.n_train);
         if m > shape.n_train {
             return Err(format!("svgp: {m} inducing inputs but only {} training rows", shape.n_train));
@@ -311,6 +309,7 @@ impl Method for Svgp {
     }
 
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        problem.check(self.name())?;
         self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
         fit::train(self, problem, kernels, hyper, ctx)
     }

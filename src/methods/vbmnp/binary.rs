@@ -68,9 +68,6 @@ pub(super) fn fit(
             "vbmnp: settings.accelerate and settings.evidence apply to the multinomial model only (the binary model's bound is its exact ELBO)".into(),
         ));
     }
-    if let Some(&bad) = y.iter().find(|&&c| c >= 2) {
-        return Err(FitError::Numerical(format!("class index {bad} out of range for 2 classes")));
-    }
     let t: Vec<f64> = y.iter().map(|&c| if c == 1 { 1.0 } else { -1.0 }).collect();
     let chol = chol_i_plus(&kernel.gram(x))?;
     // §6.1: random start, as the multinomial model.

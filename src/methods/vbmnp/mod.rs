@@ -90,6 +90,7 @@ impl Method for Vbmnp {
     }
 
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        problem.check(self.name())?;
         self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
         let kernel = super::shared_sqexp(kernels, "vbmnp").map_err(FitError::Unsupported)?;
         let p = &self.params;

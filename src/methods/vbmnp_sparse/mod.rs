@@ -97,6 +97,7 @@ impl Method for VbmnpSparse {
     }
 
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        problem.check(self.name())?;
         self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
         let kernel = super::shared_sqexp(kernels, "vbmnp_sparse").map_err(FitError::Unsupported)?;
         let (x, y, K) = (problem.x, problem.y, problem.n_classes);
