@@ -3,7 +3,7 @@
 use super::{Prepared, SplitData};
 use crate::kernels::KernelSet;
 use crate::linalg::argmax;
-use crate::methods::{self, floored_ln, FitContext, Fitted, Prediction, Problem};
+use crate::methods::{self, floored_ln, Evidence, FitContext, Fitted, Prediction, Problem};
 use crate::results::{CellRecord, DecisionGrid, EvidenceKind, Handoff, Status, TracePoint};
 use crate::spec::{Cell, DecisionGridSpec, HyperSpec, Spec};
 use ndarray::Array2;
@@ -202,12 +202,7 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
         metrics.entry(name).or_insert(value);
     }
     let evidence = fitted.evidence();
-    if let Some(e) = evidence {
-        metrics.insert("log_evidence".into(), e.value);
-        if let Some(se) = e.std_err {
-            metrics.insert("log_evidence_se".into(), se);
-        }
-    }
+    metrics.extend(evidence_metrics(evidence)?);
     let decision_grid = match cell.entry.decision_grid {
         Some(g) => Some(decision_grid(&g, fitted.as_ref(), &split_data, cell.seed)?),
         None => None,
@@ -354,6 +349,18 @@ fn score_rule(
     out
 }
 
+/// `log_evidence` (and `log_evidence_se`) of a fitted model; a NaN or infinite evidence means
+/// the method failed, whatever it predicted, and fails the cell.
+fn evidence_metrics(evidence: Option<Evidence>) -> Result<Vec<(String, f64)>, String> {
+    let Some(e) = evidence else { return Ok(Vec::new()) };
+    if !e.value.is_finite() || e.std_err.is_some_and(|s| !s.is_finite()) {
+        return Err(format!("the fitted model's log evidence is {} (standard error {:?}): not a result", e.value, e.std_err));
+    }
+    let mut out = vec![("log_evidence".to_string(), e.value)];
+    out.extend(e.std_err.map(|se| ("log_evidence_se".to_string(), se)));
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,6 +411,18 @@ mod tests {
         // An alternative off the simplex is refused, and named.
         let bad = Prediction::new(array![[0.5, 0.5]]).with_alternative("bad", array![[0.5, 0.6]]);
         assert!(bad.validate(1).unwrap_err().contains("(bad)"));
+    }
+
+    /// A finite evidence becomes metrics; a NaN or infinite one (or standard error) fails.
+    #[test]
+    fn a_non_finite_evidence_fails_the_cell() {
+        assert!(evidence_metrics(None).unwrap().is_empty());
+        let ok = evidence_metrics(Some(Evidence { value: -12.5, kind: EvidenceKind::Exact, std_err: Some(0.25) })).unwrap();
+        assert_eq!(ok, vec![("log_evidence".to_string(), -12.5), ("log_evidence_se".to_string(), 0.25)]);
+        for (value, se) in [(f64::NAN, None), (f64::NEG_INFINITY, None), (f64::INFINITY, None), (-1.0, Some(f64::NAN))] {
+            let e = evidence_metrics(Some(Evidence { value, kind: EvidenceKind::Exact, std_err: se })).unwrap_err();
+            assert!(e.contains("log evidence is") && e.contains("not a result"), "{e}");
+        }
     }
 
     /// A method's own log score: finite values are summed as they are, even below a

@@ -85,7 +85,7 @@ impl Method for Vbmnp {
             // Refused rather than ignored: G&R's sampler updates the precisions phi only.
             return Err("vbmnp learns the RBF precisions only and holds the signal variance fixed: set kernel.learn_variance: false".into());
         }
-        // The VB-MNP hyper-parameter step samples the RBF precisions phi = 1/l^2 (G&R 2006 §4.4).
+        // The VB-MNP hyper-parameter step samples the RBF precisions phi = 1/(2 l^2) (G&R 2006 §4.4).
         super::shared_sqexp(kernels, "vbmnp").map(|_| ())
     }
 

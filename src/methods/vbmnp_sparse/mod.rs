@@ -193,24 +193,27 @@ mod tests {
     #[test]
     fn adf_matches_batch_gp_regression_on_the_active_set() {
         // After S inclusions m̃ and s on the pool equal GP regression (unit noise) on the active
-        // set with the stored pseudo-targets (notes §4.1 [DERIVED]); dense oracle.
+        // set with the stored pseudo-targets (notes §4.1 [DERIVED]); dense oracle. At a signal
+        // variance other than 1 too, where s must start at diag(C) = s2 (notes §10.5).
         let (x, y) = data(40, 1);
         let phi = [0.6];
-        for inclusion in [Inclusion::Random, Inclusion::Informative] {
+        for (inclusion, s2) in
+            [(Inclusion::Random, 1.0), (Inclusion::Informative, 1.0), (Inclusion::Random, 2.5), (Inclusion::Informative, 2.5)]
+        {
             let params = VbmnpSparseParams { active_size: 12, inclusion, trace_every: 0 };
             let mut rng = Pcg64::seed_from_u64(2);
             let mut ctx = FitContext::new(&mut rng, None);
-            let r = adf(&x, &y, 3, &phi, 1.0, &params, &mut ctx).unwrap();
+            let r = adf(&x, &y, 3, &phi, s2, &params, &mut ctx).unwrap();
             let xa = x.select(ndarray::Axis(0), &r.active);
-            let mut A = gram_phi(&xa, &phi, 1.0);
+            let mut A = gram_phi(&xa, &phi, s2);
             for i in 0..12 {
                 A[(i, i)] += 1.0;
             }
             let Ainv = A.partial_piv_lu().inverse();
-            let Kx = gram_cross_phi(&x, &xa, &phi, 1.0);
+            let Kx = gram_cross_phi(&x, &xa, &phi, s2);
             let W = &Kx * &Ainv;
             for i in 0..40 {
-                let var = 1.0 - (0..12).map(|a| W[(i, a)] * Kx[(i, a)]).sum::<f64>();
+                let var = s2 - (0..12).map(|a| W[(i, a)] * Kx[(i, a)]).sum::<f64>();
                 assert!((var - r.s[i]).abs() < 1e-10, "s {i}");
                 for k in 0..3 {
                     let mean: f64 = (0..12).map(|a| W[(i, a)] * r.y_active[a][k]).sum();
