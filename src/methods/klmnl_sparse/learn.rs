@@ -132,7 +132,7 @@ impl KlmnlSparse {
                 if !(v.is_finite() && v >= 0.0) {
                     return Err(FitError::Numerical(format!("sites_per_class_from_source: \"{name}\" is {v}")));
                 }
-                (v.round() as usize).max(1) * c
+                (v.round() as usize).max(1).saturating_mul(c)
             }
             None => self.params.sites,
         };

@@ -25,7 +25,15 @@ pub(super) fn frozen(pr: &SparsePrior, st: &SState) -> Result<Frozen, FitError> 
 pub(super) struct Candidate {
     pub kappa: f64,
     pub kvec: Vec<f64>,
+    /// kappa is at rounding level against the site's prior variance: the site's latent value is
+    /// already fixed by the set (a duplicate input with `noise: 0`), kappa-vector = x / kappa is
+    /// noise, and the site can add nothing. In exact arithmetic kappa >= the inducing noise, so
+    /// with the default noise (1e-6 of the mean variance) this never happens.
+    pub degenerate: bool,
 }
+
+/// kappa below this fraction of the site's prior variance is rounding (see `Candidate`).
+const KAPPA_FLOOR: f64 = 1e-10;
 
 pub(super) fn candidate(pr: &SparsePrior, q: usize, rows: &[usize]) -> Candidate {
     let c = pr.c();
@@ -39,7 +47,8 @@ pub(super) fn candidate(pr: &SparsePrior, q: usize, rows: &[usize]) -> Candidate
             kvec.push((pr.base.kff(p, q) - dot) / kappa);
         }
     }
-    Candidate { kappa, kvec }
+    let degenerate = !(kappa > KAPPA_FLOOR * (pr.base.kff(q, q) + pr.noise_eff));
+    Candidate { kappa, kvec, degenerate }
 }
 
 /// The closed form of App. D.1 (eq. 71-73, with K^{-1}, V^{-1} of the current set where the text
@@ -95,6 +104,7 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
 /// (d2: every datum, w = 1; d3: a subsample S, w = n / |S|). F(0) = G(kappa) = 0.
 pub(super) struct Objective {
     kappa: f64,
+    degenerate: bool,
     w: f64,
     n_eff: f64,
     rows: Vec<Row>,
@@ -125,7 +135,7 @@ impl Objective {
                 Row { kv, gbar: fz.gbar[i].clone(), ky, beta, s }
             })
             .collect::<Vec<_>>();
-        Objective { kappa: cand.kappa, w, n_eff: w * rows.len() as f64, rows }
+        Objective { kappa: cand.kappa, degenerate: cand.degenerate, w, n_eff: w * rows.len() as f64, rows }
     }
 
     /// F and its first two derivatives at mu.
@@ -242,7 +252,11 @@ impl Objective {
         self.g(nu).map_or(f64::NEG_INFINITY, |g| g.0)
     }
 
+    /// max F + max G; -inf for a degenerate candidate (ranked last, never chosen over another).
     pub fn score(&self) -> f64 {
+        if self.degenerate {
+            return f64::NEG_INFINITY;
+        }
         self.max_f() + self.max_g()
     }
 }

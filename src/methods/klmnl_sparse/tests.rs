@@ -258,6 +258,36 @@ fn d2_is_nonnegative_and_a_lower_bound_on_the_gain() {
     }
 }
 
+/// With `noise: 0` a site whose input duplicates an included site's (same class) has kappa = 0
+/// in exact arithmetic: its latent value is already in the set. It is scored -inf (never
+/// chosen) instead of by kappa-vector = x / kappa of rounding noise; other sites score as before.
+#[test]
+fn a_site_the_set_already_determines_is_never_chosen() {
+    let (mut x, y) = problem(10, 3, 24);
+    let row0 = x.row(0).to_owned();
+    x.row_mut(1).assign(&row0);
+    let kern = kernel(0.8, -0.1);
+    let sites: Vec<Site> = vec![(0, 0), (0, 1), (0, 2), (5, 1)];
+    let pr = prior(&x, &y, &kern, 3, 0.0, sites.clone());
+    assert_eq!(pr.noise_eff, 0.0, "no jitter needed for this set");
+    let fit = fit_variational(&pr, &tight(), None, None).unwrap();
+    let fz = frozen(&pr, &fit.st).unwrap();
+    for k in 0..3 {
+        let q = 3 + k; // datum 1, class k: the duplicate of site (0, k)
+        let cand = candidate(&pr, q, &[]);
+        assert!(cand.kappa.abs() < 1e-12 && cand.degenerate, "kappa {}", cand.kappa);
+        assert_eq!(d2(&pr, &fz, q), f64::NEG_INFINITY);
+        assert_eq!(d3(&pr, &fz, q, &[2, 4, 6]), f64::NEG_INFINITY);
+    }
+    let fresh = candidate(&pr, 3 * 7 + 2, &[]);
+    assert!(!fresh.degenerate && fresh.kappa > 0.1, "kappa {}", fresh.kappa);
+    assert!(d2(&pr, &fz, 3 * 7 + 2).is_finite());
+    let params = KlmnlSparseParams { noise: 0.0, subsample: 10, shortlist: 0, ..Default::default() };
+    let taken = choose(&pr, &fit.st, &params, Selection::ActiveD2, 20, &mut Pcg64::seed_from_u64(1)).unwrap();
+    assert_eq!(taken.len(), 20);
+    assert!(taken[..20].iter().all(|q| !(3..6).contains(q)), "{taken:?}");
+}
+
 #[test]
 fn adding_sites_never_lowers_the_optimised_bound() {
     let (x, y) = problem(12, 3, 40);
