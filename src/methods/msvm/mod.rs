@@ -37,7 +37,7 @@ use super::{parse_settings, Diagnostics, FitContext, FitError, Fitted, HyperPoli
 use crate::kernels::KernelSet;
 use ndarray::Axis;
 use serde::{Deserialize, Serialize};
-use solver::{objectives, solve, SolverSettings};
+use solver::{objectives, solve, DualSolution, SolverSettings};
 
 /// Version of this method's numbers, part of every cell key: bump it when a change of the code
 /// (here or in shared numerics it uses) changes any number the method computes, so stored cells
@@ -135,6 +135,11 @@ impl Method for Msvm {
         if (0..k.nrows()).any(|i| !(k[(i, i)].is_finite() && k[(i, i)] > 0.0)) {
             return Err(FitError::Numerical("msvm: a kernel diagonal entry is not positive".into()));
         }
+        // An off-diagonal NaN would pass every stopping test (f64::max skips NaN) and end as a
+        // NaN decision value at prediction: refused here, where its cause is.
+        if !(0..k.ncols()).all(|j| (0..k.nrows()).all(|i| k[(i, j)].is_finite())) {
+            return Err(FitError::Numerical("msvm: the kernel matrix has a non-finite entry".into()));
+        }
         let p = &self.params;
         let settings = SolverSettings { c: p.c, tol: p.tol, max_sweeps: p.max_sweeps };
         let sol = solve(p.formulation, &k, y, q, settings, Some(ctx))?;
@@ -145,6 +150,10 @@ impl Method for Msvm {
             .number("dual_objective", obj.dual)
             .number("primal_objective", obj.primal)
             .number("duality_gap", obj.primal - obj.dual)
+            // What the stopping rule certifies: the gap of the problem at the final bias, the
+            // dual taken with the multiplier term b . S (S_k = sum_i beta_ik, zero at the
+            // optimum); duality_gap above can be negative while S != 0.
+            .number("duality_gap_at_bias", obj.primal - (obj.dual - bias_term(&sol)))
             .number("infeasibility", obj.infeasibility);
         diagnostics.note("model", format!("{} multi-class SVM, C = {}, bias by the method of multipliers", p.formulation.name(), p.c));
         Ok(Box::new(MsvmModel {
@@ -157,4 +166,10 @@ impl Method for Msvm {
             diagnostics,
         }))
     }
+}
+
+/// b . S, S_k = sum_i beta_ik: the multiplier term the solver's certificate subtracts from the
+/// dual at a bias b.
+pub(super) fn bias_term(sol: &DualSolution) -> f64 {
+    sol.bias.iter().enumerate().map(|(k, b)| b * sol.beta.iter().map(|row| row[k]).sum::<f64>()).sum()
 }

@@ -238,8 +238,9 @@ fn each_machine_matches_the_generic_qp_with_zero_duality_gap_and_kkt() {
 }
 
 #[test]
-fn a_loose_solution_has_a_positive_gap_and_a_tight_one_none() {
-    // The gap is a real certificate: stopped after one sweep, primal exceeds dual.
+fn a_solution_stopped_after_one_sweep_has_a_positive_gap() {
+    // The gap is a real certificate: stopped after one sweep, primal exceeds dual (a tight
+    // solve's zero gap is checked against the generic QP's optimum elsewhere).
     let (x, y) = problem(15, 3, 1.2, 7);
     let k = kernel(1.0).gram(&x);
     for form in ALL {
@@ -248,6 +249,40 @@ fn a_loose_solution_has_a_positive_gap_and_a_tight_one_none() {
         let obj = objectives(form, &sol, &y, 10.0);
         assert!(obj.primal - obj.dual > 1e-3, "{form:?}: gap {} after one sweep", obj.primal - obj.dual);
     }
+}
+
+/// Weak duality of the problem at a fixed bias b: for any feasible alpha, D(alpha) - b . S(alpha)
+/// is a lower bound on that problem's optimum, and so on P(w(alpha), b). The certified gap
+/// (duality_gap_at_bias) is therefore >= 0 after one sweep and after a tight solve, where the
+/// plain P - D can be negative (S != 0) at small C.
+#[test]
+fn the_gap_at_the_bias_is_never_negative() {
+    // Unbalanced classes (14 / 4 / 2), where the bias matters.
+    let (x, _) = problem(20, 3, 1.2, 7);
+    let y: Vec<usize> = (0..20)
+        .map(|i| {
+            if i < 14 {
+                0
+            } else if i < 18 {
+                1
+            } else {
+                2
+            }
+        })
+        .collect();
+    let k = kernel(1.0).gram(&x);
+    let mut largest_bias_term = 0.0f64;
+    for form in ALL {
+        for (c, sweeps) in [(0.01, 1), (0.01, 3), (0.01, 5000), (10.0, 1), (10.0, 3), (10.0, 5000)] {
+            let sol = solve(form, &k, &y, 3, SolverSettings { c, tol: 1e-11, max_sweeps: sweeps }, None).unwrap();
+            let obj = objectives(form, &sol, &y, c);
+            let gap = obj.primal - (obj.dual - bias_term(&sol));
+            assert!(gap >= -1e-10 * obj.primal.abs().max(1.0), "{form:?}, C = {c}, {sweeps} sweeps: gap at the bias {gap}");
+            largest_bias_term = largest_bias_term.max(bias_term(&sol).abs() / obj.primal.abs().max(1e-3));
+        }
+    }
+    // The multiplier term is material on some of these solutions (else this tests nothing).
+    assert!(largest_bias_term > 1e-2, "largest |b . S| / |P| {largest_bias_term}");
 }
 
 #[test]
