@@ -133,6 +133,8 @@ fn inclusions_match_recomputation_tilted_moments_and_lowest_delta() {
         let mut ctx = FitContext::new(&mut rng, None);
         let mut prev = Multiway::prior((0..3).map(|k| kernels.class(k).diag(&x)).collect());
         let mut checked = 0;
+        // Inclusions of a point already active in another class (their cavities divide a site out).
+        let mut shared_inclusions = 0;
         let sel = m
             .select(&kernels, &x, &y, &lik, &mut ctx, |k, mw, _| {
                 let what = format!("{settings} inclusion {k}");
@@ -151,6 +153,20 @@ fn inclusions_match_recomputation_tilted_moments_and_lowest_delta() {
                 // The included pair: tilted marginal reproduced, lowest Delta.
                 let (c, j) = included(&prev, mw);
                 let (hc, ac) = prev.cavity(j).unwrap();
+                // The cavity, independently: each class's dense posterior without point j's site
+                // (the full posterior where j is not active in that class).
+                let mut shared = 0;
+                for k in 0..3 {
+                    let st = &prev.states[k];
+                    let keep: Vec<usize> = (0..st.d()).filter(|&r| st.active[r] != j).collect();
+                    shared += usize::from(keep.len() < st.d());
+                    let pick = |v: &[f64]| keep.iter().map(|&r| v[r]).collect::<Vec<f64>>();
+                    let active: Vec<usize> = keep.iter().map(|&r| st.active[r]).collect();
+                    let (hd, ad) = dense_posterior(&grams[k], &active, &pick(&st.pi), &pick(&st.b));
+                    close(&format!("{what}: cavity mean of u_{j},{k}"), hc[k], hd[j], 1e-8);
+                    close(&format!("{what}: cavity variance of u_{j},{k}"), ac[k], ad[j], 1e-8);
+                }
+                shared_inclusions += usize::from(shared > 0);
                 let t = lik.tilted(y[j], &hc, &ac);
                 close(&format!("{what}: new mean of u_{j},{c}"), mw.states[c].h[j], t.mean[c], 1e-9);
                 close(&format!("{what}: new variance of u_{j},{c}"), mw.states[c].a[j], t.var[c], 1e-9);
@@ -165,6 +181,7 @@ fn inclusions_match_recomputation_tilted_moments_and_lowest_delta() {
             })
             .unwrap();
         assert_eq!(checked, 40);
+        assert!(shared_inclusions > 0, "{settings}: no point entered a second class, so no cavity divided a site out");
         assert_eq!(sel.mw.total(), 40);
         assert_eq!(sel.non_finite, 0);
         assert!(sel.mw.states.iter().all(|s| s.d() > 0 && s.pi.iter().all(|p| *p > 0.0)), "{settings}");
@@ -338,7 +355,13 @@ fn settings_and_supports_name_what_is_wrong() {
     assert!(m.supports(&shape, &kernels, HyperPolicy::Fixed).unwrap_err().contains("intercepts"));
     let m = method(serde_json::json!({ "quadrature_points": 200 }));
     let four = ProblemShape { n_classes: 4, ..shape };
-    assert!(m.supports(&four, &kernels, HyperPolicy::Fixed).unwrap_err().contains("quadrature_points"));
+    let four_kernels = KernelSet::per_class((0..4).map(|k| kernels.class(k.min(2)).clone_box()).collect());
+    assert!(m.supports(&four, &four_kernels, HyperPolicy::Fixed).unwrap_err().contains("quadrature_points"));
+    // Per-class kernels must be one per class (fewer were indexed past the end).
+    assert!(method(serde_json::json!({}))
+        .supports(&four, &kernels, HyperPolicy::Fixed)
+        .unwrap_err()
+        .contains("3 per-class kernels for 4 classes"));
     assert_eq!(method(serde_json::json!({})).params.points(), 3);
 }
 
