@@ -227,6 +227,34 @@ fn the_closed_form_gain_of_a_site_equals_the_direct_difference() {
     assert_eq!(checked, 18);
 }
 
+/// max_f and max_g reach the maxima of F and G: no point of a dense log-spaced grid over mu
+/// (both signs) and over nu's domain (nu > 0, 1 - (kappa - nu) beta_i > 0) is higher. (F(0) =
+/// G(kappa) = 0 would pass "d2 >= 0" without any search; this needs the search to work.)
+#[test]
+fn the_score_searches_reach_the_maxima_of_f_and_g() {
+    let (x, y) = problem(10, 3, 22);
+    let kern = kernel(0.8, -0.1);
+    let sites = random_sites(10, 3, 6, 31);
+    let pr = prior(&x, &y, &kern, 3, 1e-6, sites.clone());
+    let fit = fit_variational(&pr, &tight(), None, None).unwrap();
+    let fz = frozen(&pr, &fit.st).unwrap();
+    let taken: Vec<usize> = sites.iter().map(|&(i, k)| i * 3 + k).collect();
+    let magnitudes: Vec<f64> = (-800..=400).map(|e| 10f64.powf(e as f64 / 100.0)).collect();
+    let mut moved = 0;
+    for q in (0..30).filter(|q| !taken.contains(q)) {
+        for (rows, w) in [((0..10).collect::<Vec<usize>>(), 1.0), (vec![1, 4, 8], 10.0 / 3.0)] {
+            let obj = Objective::new(&pr, &fz, q, &rows, w);
+            let (best_f, best_g) = (obj.max_f(), obj.max_g());
+            let grid_f = magnitudes.iter().flat_map(|&m| [m, -m]).map(|mu| obj.f(mu).0).fold(obj.f(0.0).0, f64::max);
+            assert!(best_f >= grid_f - 1e-10 * (1.0 + grid_f.abs()), "site {q}: max_f {best_f} below the grid's {grid_f}");
+            let grid_g = magnitudes.iter().filter_map(|&m| obj.g(m).map(|g| g.0)).fold(f64::NEG_INFINITY, f64::max);
+            assert!(best_g >= grid_g - 1e-10 * (1.0 + grid_g.abs()), "site {q}: max_g {best_g} below the grid's {grid_g}");
+            moved += usize::from(best_f > 1e-6) + usize::from(best_g > 1e-6);
+        }
+    }
+    assert!(moved > 10, "the maxima are away from F(0) = G(kappa) = 0 on some candidates ({moved})");
+}
+
 #[test]
 fn d2_is_nonnegative_and_a_lower_bound_on_the_gain() {
     for seed in 0..3 {
