@@ -5,7 +5,14 @@
 //! - [`RobustMax`]: p(y | f) = 1 - eps if f_y is the largest, eps / (C - 1) otherwise
 //!   (Hernandez-Lobato et al. 2011; GPflow's MultiClass(RobustMax)). E[log p] is linear in
 //!   P(f_y largest) = E_{f_y}[prod_{c != y} Phi((f_y - mu_c) / sd_c)], a 1-D integral by
-//!   Gauss-Hermite quadrature (20 nodes as GPflow).
+//!   Gauss-Hermite quadrature (20 nodes as GPflow and the authors' VI). The rule spaces its
+//!   nodes by sd_y, so where another class's sd is much smaller its Phi factor is a step
+//!   between nodes and the rule errs (a review against 30-digit quadrature: means (0, 1, -1,
+//!   0.5), variances (9, 0.1, 0.1, 0.1), P(f_0 largest) 0.3767 against 0.3663, dP/dmu_0 0.354
+//!   against 0.125; equal scales to about 2e-5). Kept for fidelity to GPflow and because
+//!   moving it moves every robust-max svgp number; `probit::log_argmax_prob` computes the same
+//!   integral accurately at any scale ratio, the candidate for the next numerics batch
+//!   (benches/pending/README.md).
 //! - [`SoftmaxMc`]: the softmax by Monte Carlo with standard-normal draws the caller supplies
 //!   (reparameterised, so the gradients are exact for those draws).
 use crate::linalg::{log_sum_exp, softmax_in_place};
@@ -89,7 +96,7 @@ impl RobustMax {
         self.predictive_and_expected_log_lik(mean, var).0
     }
 
-    /// The predictive (log E[p(y = k | f)], as `predictive`) and E[log p(y = k | f)] for every
+    /// The predictive (E[p(y = k | f)], probabilities, as `predictive`) and E[log p(y = k | f)] for every
     /// class k from one quadrature per class: the two test scores Villacampa-Calvo &
     /// Hernandez-Lobato's Fig. 7 sets side by side (E[log p] <= log E[p] by Jensen).
     pub fn predictive_and_expected_log_lik(&self, mean: &[f64], var: &[f64]) -> (Vec<f64>, Vec<f64>) {
