@@ -552,6 +552,53 @@ fn heatmap_shows_the_mean_over_splits_at_every_grid_point() {
     assert!(!labels.iter().any(|t| t == "11"), "a single split's value is not a mean");
 }
 
+/// A curve figure over a grid draws one curve per (method, setting), never the settings
+/// pooled: two settings of three splits each, the curves' values and the caption's split count
+/// are each setting's own, and the notes name the setting.
+#[test]
+fn a_curve_keeps_grid_settings_apart() {
+    let mut cells = Vec::new();
+    for (m, level) in [(4, 1.0), (100, 5.0)] {
+        for split in 0..3 {
+            let mut c = cell("alpha", split, "sep", &format!("settings.inducing={m}"));
+            // The trace: level + iteration (time = iteration / 10 s), the same on every split.
+            c.trace =
+                (1..=10).map(|i| TracePoint { iter: i, time: i as f64 / 10.0, name: "test_nll".into(), value: level + i as f64 }).collect();
+            cells.push(c);
+        }
+    }
+    let mut fig = figure("fig-curve-grid", FigureKind::Curve, None);
+    fig.trace = Some("test_nll".into());
+    fig.target = Some(8.0);
+    let manifest = Manifest { title: "Curves over a grid".into(), ..manifest() };
+    let (datasets, methods) = (strings(&["alpha"]), strings(&["sep"]));
+    let input = ReportInput {
+        manifest: &manifest,
+        tables: &[],
+        figures: std::slice::from_ref(&fig),
+        datasets: &datasets,
+        methods: &methods,
+        cells: &cells,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    render_experiment(&input, dir.path()).unwrap();
+    let svg = read_svg(&dir.path().join("figures/fig-curve-grid.svg"));
+    let labels = texts(&svg);
+    for want in ["sep [settings.inducing=4]", "sep [settings.inducing=100]"] {
+        assert!(labels.iter().any(|t| t == want), "legend entry {want} missing from {labels:?}");
+    }
+    let html = std::fs::read_to_string(dir.path().join("index.html")).unwrap();
+    assert!(html.contains("mean over 3 splits"), "each curve is over its own 3 splits, not 6");
+    // First at or past 8 (rising): level 1 + i reaches it at i = 7 (0.7 s), level 5 + i at i = 3 (0.3 s);
+    // pooled, the mean 3 + i would reach it at i = 5 (0.5 s).
+    assert!(
+        html.contains(
+            "sep [settings.inducing=4] on 3 of 3 splits, at 0.7-0.7 s, sep [settings.inducing=100] on 3 of 3 splits, at 0.3-0.3 s"
+        ),
+        "time to target per setting"
+    );
+}
+
 #[test]
 fn a_paired_table_shows_per_split_differences_and_compares_them_with_the_paper() {
     let cells = synthetic_cells();

@@ -1,17 +1,23 @@
 //! Learning curves: a traced quantity against training time on a log axis, the mean ± 1 sd
-//! over splits of each method at the iterations every split reached, one panel per dataset,
-//! beside reference curves the spec gives.
+//! over splits of each method and grid setting at the iterations every split reached, one
+//! panel per dataset, beside reference curves the spec gives.
 use super::*;
 use std::collections::BTreeMap;
 
-/// A method's curve: (log10 mean training seconds, mean, sd) per common iteration.
+/// One method at one grid setting: (log10 mean training seconds, mean, sd) per common
+/// iteration, over the splits of `cells`.
 struct Curve<'i> {
     method: &'i str,
+    /// The legend's and the notes' name: the method, with its setting where it has one.
+    label: String,
+    /// The marker of the setting among the method's settings (none for a method with one).
+    shape: Option<usize>,
     points: Vec<(f64, f64, f64)>,
     splits: usize,
+    cells: Vec<&'i CellRecord>,
 }
 
-fn method_curve<'i>(cells: &[&'i CellRecord], name: &str) -> Option<Curve<'i>> {
+fn method_curve<'i>(cells: Vec<&'i CellRecord>, name: &str, shape: Option<usize>) -> Option<Curve<'i>> {
     let per_cell: Vec<BTreeMap<usize, (f64, f64)>> = cells
         .iter()
         .map(|c| {
@@ -31,7 +37,26 @@ fn method_curve<'i>(cells: &[&'i CellRecord], name: &str) -> Option<Curve<'i>> {
             (t.log10(), mean, var.sqrt())
         })
         .collect();
-    (!points.is_empty()).then(|| Curve { method: cells[0].method.as_str(), points, splits: per_cell.len() })
+    let (method, setting) = (cells[0].method.as_str(), cells[0].setting.as_str());
+    (!points.is_empty()).then(|| Curve { method, label: method_label(method, setting), shape, points, splits: per_cell.len(), cells })
+}
+
+/// Every (method, setting) curve of `dataset`: methods in the figure's order, each method's
+/// settings in grid order (a grid's settings are separate runs, never pooled).
+fn dataset_curves<'i>(sel: &Selection<'i>, dataset: &str, name: &str) -> Vec<Curve<'i>> {
+    let mut curves = Vec::new();
+    for &m in &sel.methods {
+        let cells: Vec<&CellRecord> = sel.ok().filter(|c| c.dataset == dataset && c.method == m).collect();
+        let mut settings: Vec<&str> = cells.iter().map(|c| c.setting.as_str()).collect();
+        settings.sort_by(|a, b| setting_cmp(a, b));
+        settings.dedup();
+        let several = settings.len() > 1;
+        for (k, setting) in settings.iter().enumerate() {
+            let at: Vec<&CellRecord> = cells.iter().copied().filter(|c| c.setting == *setting).collect();
+            curves.extend(method_curve(at, name, several.then_some(k)));
+        }
+    }
+    curves
 }
 
 pub(super) fn curve(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<String>) -> Result<Plot, String> {
@@ -39,14 +64,7 @@ pub(super) fn curve(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<Stri
     let name = spec.trace.as_deref().ok_or("a curve figure names its `trace`")?;
     let mut panels: Vec<(&str, Vec<Curve>, Vec<&crate::spec::ReferenceCurve>)> = Vec::new();
     for &dataset in &sel.datasets {
-        let curves: Vec<Curve> = sel
-            .methods
-            .iter()
-            .filter_map(|m| {
-                let cells: Vec<&CellRecord> = sel.ok().filter(|c| c.dataset == dataset && c.method == *m).collect();
-                method_curve(&cells, name)
-            })
-            .collect();
+        let curves = dataset_curves(&sel, dataset, name);
         let refs: Vec<_> = spec.reference.iter().filter(|r| r.dataset.as_deref().is_none_or(|d| d == dataset)).collect();
         if !curves.is_empty() {
             panels.push((dataset, curves, refs));
@@ -98,7 +116,20 @@ pub(super) fn curve(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<Stri
                     chart.draw_series(std::iter::once(Polygon::new(band, colour.mix(0.18).filled()))).map_err(err)?;
                 }
                 chart.draw_series(LineSeries::new(c.points.iter().map(|p| (p.0, ty(p.1))), colour.stroke_width(2))).map_err(err)?;
-                legend_entry(&mut chart, c.method, colour, None, true)?;
+                if let Some(shape) = c.shape {
+                    // A method's settings share its colour; markers (about a dozen a curve)
+                    // tell them apart.
+                    let every = c.points.len().div_ceil(12).max(1);
+                    chart
+                        .draw_series(
+                            c.points
+                                .iter()
+                                .step_by(every)
+                                .map(|p| EmptyElement::at((p.0, ty(p.1))) + Polygon::new(marker_points(shape, 4), colour.filled())),
+                        )
+                        .map_err(err)?;
+                }
+                legend_entry(&mut chart, &c.label, colour, c.shape, true)?;
             }
             for (k, r) in refs.iter().enumerate() {
                 let colour = RGBColor(60, 60, 60);
@@ -122,15 +153,14 @@ pub(super) fn curve(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<Stri
         if hi > 1 { ", band ± 1 sd" } else { "" }
     ));
     for (dataset, curves, refs) in &panels {
-        let cells_of = |method: &str| -> Vec<&CellRecord> { sel.ok().filter(|c| c.dataset == *dataset && c.method == method).collect() };
-        if let Some(note) = at_reference_times(name, dataset, curves, refs, &cells_of) {
+        if let Some(note) = at_reference_times(name, dataset, curves, refs) {
             notes.push(note);
         }
         if let Some(target) = spec.target {
-            notes.push(time_to_target(name, dataset, target, curves, &cells_of));
+            notes.push(time_to_target(name, dataset, target, curves));
         }
         if let Some(within) = spec.settle_within {
-            notes.push(time_to_settle(name, dataset, within, curves, &cells_of));
+            notes.push(time_to_settle(name, dataset, within, curves));
         }
     }
     if sel.ok().any(|c| c.metrics.contains_key("budget_seconds")) {
@@ -150,13 +180,7 @@ fn timed(cell: &CellRecord, name: &str) -> Vec<(f64, usize, f64)> {
 /// The runs beside each reference at the reference's own times: per split, the value of the
 /// last checkpoint scored at or before that training time (the model a user stopping there
 /// would have), averaged over the splits that had one.
-fn at_reference_times<'c>(
-    name: &str,
-    dataset: &str,
-    curves: &[Curve],
-    refs: &[&crate::spec::ReferenceCurve],
-    cells_of: &dyn Fn(&str) -> Vec<&'c CellRecord>,
-) -> Option<String> {
+fn at_reference_times(name: &str, dataset: &str, curves: &[Curve], refs: &[&crate::spec::ReferenceCurve]) -> Option<String> {
     let mut times: Vec<f64> = refs.iter().flat_map(|r| r.points.iter().map(|p| p[0])).collect();
     times.sort_by(f64::total_cmp);
     times.dedup();
@@ -169,14 +193,12 @@ fn at_reference_times<'c>(
             let mut parts: Vec<String> = curves
                 .iter()
                 .map(|c| {
-                    let values: Vec<f64> = cells_of(c.method)
-                        .iter()
-                        .filter_map(|cell| timed(cell, name).iter().rev().find(|p| p.0 <= t).map(|p| p.2))
-                        .collect();
+                    let values: Vec<f64> =
+                        c.cells.iter().filter_map(|cell| timed(cell, name).iter().rev().find(|p| p.0 <= t).map(|p| p.2)).collect();
                     if values.is_empty() {
-                        format!("{} not yet scored", c.method)
+                        format!("{} not yet scored", c.label)
                     } else {
-                        format!("{} {}", c.method, sig3(values.iter().sum::<f64>() / values.len() as f64))
+                        format!("{} {}", c.label, sig3(values.iter().sum::<f64>() / values.len() as f64))
                     }
                 })
                 .collect();
@@ -193,11 +215,11 @@ fn at_reference_times<'c>(
 /// When each method's trace first reached `target`, coming from the side it started on (down
 /// for an error, up for a bound): per split, the training time and iteration of the first
 /// checkpoint at or past it.
-fn time_to_target<'c>(name: &str, dataset: &str, target: f64, curves: &[Curve], cells_of: &dyn Fn(&str) -> Vec<&'c CellRecord>) -> String {
+fn time_to_target(name: &str, dataset: &str, target: f64, curves: &[Curve]) -> String {
     let parts: Vec<String> = curves
         .iter()
         .map(|c| {
-            let cells = cells_of(c.method);
+            let cells = &c.cells;
             let hits: Vec<(f64, usize)> = cells
                 .iter()
                 .filter_map(|cell| {
@@ -207,12 +229,12 @@ fn time_to_target<'c>(name: &str, dataset: &str, target: f64, curves: &[Curve], 
                 })
                 .collect();
             match hits.as_slice() {
-                [] => format!("{} not reached", c.method),
-                [(t, it)] if cells.len() == 1 => format!("{} at {} s (iteration {it})", c.method, sig3(*t)),
+                [] => format!("{} not reached", c.label),
+                [(t, it)] if cells.len() == 1 => format!("{} at {} s (iteration {it})", c.label, sig3(*t)),
                 _ => {
                     let lo = hits.iter().map(|h| h.0).fold(f64::INFINITY, f64::min);
                     let hi = hits.iter().map(|h| h.0).fold(0.0, f64::max);
-                    format!("{} on {} of {} splits, at {}-{} s", c.method, hits.len(), cells.len(), sig3(lo), sig3(hi))
+                    format!("{} on {} of {} splits, at {}-{} s", c.label, hits.len(), cells.len(), sig3(lo), sig3(hi))
                 }
             }
         })
@@ -231,19 +253,19 @@ fn settle_time(points: &[(f64, usize, f64)], within: f64) -> Option<f64> {
 
 /// Per method: when each split's trace settled within `within` of its own final value
 /// (`settle_time`), the median and range over the splits.
-fn time_to_settle<'c>(name: &str, dataset: &str, within: f64, curves: &[Curve], cells_of: &dyn Fn(&str) -> Vec<&'c CellRecord>) -> String {
+fn time_to_settle(name: &str, dataset: &str, within: f64, curves: &[Curve]) -> String {
     let parts: Vec<String> = curves
         .iter()
         .map(|c| {
-            let mut times: Vec<f64> = cells_of(c.method).iter().filter_map(|cell| settle_time(&timed(cell, name), within)).collect();
+            let mut times: Vec<f64> = c.cells.iter().filter_map(|cell| settle_time(&timed(cell, name), within)).collect();
             times.sort_by(f64::total_cmp);
             match times.as_slice() {
-                [] => format!("{} no trace", c.method),
-                [t] => format!("{} at {} s", c.method, sig3(*t)),
+                [] => format!("{} no trace", c.label),
+                [t] => format!("{} at {} s", c.label, sig3(*t)),
                 _ => {
                     let k = times.len();
                     let median = if k % 2 == 1 { times[k / 2] } else { 0.5 * (times[k / 2 - 1] + times[k / 2]) };
-                    format!("{} median {} s ({}-{} s, {k} splits)", c.method, sig3(median), sig3(times[0]), sig3(times[k - 1]))
+                    format!("{} median {} s ({}-{} s, {k} splits)", c.label, sig3(median), sig3(times[0]), sig3(times[k - 1]))
                 }
             }
         })
