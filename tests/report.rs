@@ -141,7 +141,8 @@ fn tables() -> Vec<TableSpec> {
                 // run −55, no paper sd: ±10% of 52 = 5.2, |−55 + 52| = 3 → match
                 paper("alpha", "laplace", "log_pred_sum", -52.0, None, None),
                 // run (failed split) 32 − 0.5 = 31.5, sd √(5/3), n 4; paper n taken as 4:
-                // tol 3·√(1/4 + (5/3)/4) = 2.449, |31.5 − 31| = 0.5 → match
+                // tol 3·√(1/4 + (5/3)/4) = 2.449, |31.5 − 31| = 0.5 is within it, but a mean
+                // over the splits that did not fail is never a match → an open miss
                 paper("gamma", "laplace", "error_pct", 31.0, Some(1.0), None),
             ],
             paired_with: None,
@@ -167,8 +168,8 @@ fn tables() -> Vec<TableSpec> {
                 },
                 // ep reports no evidence: compared, missing: an open miss
                 paper("alpha", "ep", "log_evidence", -99.0, None, None),
-                // gamma is not a row of this table but still compared: run −140.05, 0.05 ≤ 1 → match;
-                // its miss note is void since it is matched
+                // gamma is not a row of this table but still compared: run −140.05, 0.05 ≤ 1, but
+                // over 4 of 5 splits (one failed) → not a match, explained by its note
                 PaperValue {
                     miss: miss(MissClass::Deviation, "never shown"),
                     ..paper("gamma", "laplace", "log_evidence", -140.0, None, None)
@@ -316,12 +317,13 @@ fn report_shows_tables_figures_failures_and_score() {
         render_index(demo).unwrap();
     }
 
-    // Hand-computed: tab-main 3 of 4, tab-evidence 2 of 4 (one missing).
-    assert_eq!((score.matched, score.compared, score.cells_failed), (5, 8, 1));
-    // The 3 numbers not matched: beta/laplace error decided, beta/laplace evidence explained,
-    // alpha/ep evidence (no run result) not run yet, not a miss; gamma's note is ignored as it
-    // is matched.
-    assert_eq!(score.misses, MissCounts { decided: 1, deviation: 1, open: 0, not_run: 1 });
+    // Hand-computed: tab-main 2 of 4, tab-evidence 1 of 4 (one missing): gamma/laplace's means
+    // leave its failed split out, so neither of its values is a match.
+    assert_eq!((score.matched, score.compared, score.cells_failed), (3, 8, 1));
+    // The 5 numbers not matched: beta/laplace error decided, beta/laplace evidence and
+    // gamma/laplace evidence explained (their notes), gamma/laplace error open, alpha/ep
+    // evidence (no run result) not run yet, not a miss.
+    assert_eq!(score.misses, MissCounts { decided: 1, deviation: 2, open: 1, not_run: 1 });
     let stored: Score = serde_json::from_str(&std::fs::read_to_string(out.join("score.json")).unwrap()).unwrap();
     assert_eq!(stored, score);
     assert_eq!(stored.experiment, "synthetic");
@@ -334,19 +336,25 @@ fn report_shows_tables_figures_failures_and_score() {
         assert!(html.contains(&t.title), "table title {}", t.title);
     }
     assert!(
-        html.contains("Matched 3 / 4"),
+        html.contains("Matched 2 / 4"),
         "tab-main per-table score (the paper-only svm value, the variant and the repeat are not scored)"
     );
     let main = &html[html.find("id=\"table-tab-main\"").unwrap()..html.find("id=\"table-tab-evidence\"").unwrap()];
     assert_eq!(main.matches("class=\"variant\"").count(), 2, "beta/ep (variant) and alpha/laplace (repeat)");
     assert!(html.contains("svm (paper only)") && html.contains("9.25 ± 1.00 (n = 20)"), "paper-only column");
-    assert!(html.contains("Matched 2 / 4"), "tab-evidence per-table score");
+    assert!(html.contains("Matched 1 / 4"), "tab-evidence per-table score");
     assert!(html.contains("miss decided against the paper: the diag spec shows 30 is out of reach"));
     assert!(html.contains("miss explained by a stated deviation: C = 6 here, 7 in the paper"));
-    assert!(html.contains("<div class=\"miss\">not run yet</div>") && !html.contains("open miss"), "the missing ep evidence");
+    let evidence_table = &html[html.find("id=\"table-tab-evidence\"").unwrap()..];
+    let evidence_table = &evidence_table[..evidence_table.find("</section>").unwrap()];
+    assert!(
+        evidence_table.contains("<div class=\"miss\">not run yet</div>") && !evidence_table.contains("open miss"),
+        "the missing ep evidence"
+    );
     assert!(html.contains("0 open; 1 not run yet"), "tab-evidence");
-    assert!(!html.contains("never shown"), "a matched number shows no miss note");
-    assert!(html.contains("misses: 1 decided against the paper, 0 explained by a stated deviation, 0 open"), "tab-main");
+    assert!(html.contains("never shown"), "gamma's evidence over 4 of 5 splits is not a match: its note shows");
+    assert!(html.contains("misses: 1 decided against the paper, 0 explained by a stated deviation, 1 open"), "tab-main");
+    assert!(html.contains("not matched: 1 split(s) failed or not finite"), "why gamma/laplace is not a match");
     // this run, mean ± sd: alpha/ep error 10 ± √2.5; gamma/laplace 31.5 ± √(5/3) over 4 splits.
     assert!(html.contains("10.00 ± 1.58"));
     assert!(html.contains("31.50 ± 1.29"));
@@ -426,10 +434,10 @@ fn report_shows_tables_figures_failures_and_score() {
     assert!(index.contains("<td>0 / 0 / 3</td>"), "the older experiment's misses are open");
     assert!(index.contains("href=\"synthetic/index.html\""));
     assert!(index.contains("Synthetic report test"));
-    assert!(index.contains("5 / 8"));
-    assert!(index.contains("<td>1 / 1 / 0 (1)</td>"), "the experiment's misses by class, and its number not run yet");
-    assert!(index.contains("1 decided against the paper, 1 explained by a stated deviation, 3 open; 1 not run yet"), "overall");
-    assert!(index.contains("Overall: 7 / 13"), "both experiments");
+    assert!(index.contains("3 / 8"));
+    assert!(index.contains("<td>1 / 2 / 1 (1)</td>"), "the experiment's misses by class, and its number not run yet");
+    assert!(index.contains("1 decided against the paper, 2 explained by a stated deviation, 4 open; 1 not run yet"), "overall");
+    assert!(index.contains("Overall: 5 / 13"), "both experiments");
 }
 
 #[test]
@@ -662,12 +670,15 @@ fn a_mean_row_averages_each_split_over_the_data_sets_and_meets_the_papers_averag
     let input = ReportInput { manifest: &manifest, tables: &tables, figures: &[], datasets: &datasets, methods: &methods, cells: &cells };
     let reports = tempfile::tempdir().unwrap();
     let score = render_experiment(&input, &reports.path().join("mean")).unwrap();
-    assert_eq!((score.matched, score.compared), (1, 1), "21.5 is laplace's mean over the complete splits");
+    // 21.5 is laplace's mean over the complete splits, shown; a mean that leaves a split out
+    // is never a match (the failed split is likely the worst).
+    assert_eq!((score.matched, score.compared), (0, 1));
     let html = std::fs::read_to_string(reports.path().join("mean/index.html")).unwrap();
     assert!(html.contains("mean over the data sets"));
     assert!(html.contains("20.00 ± 1.58"), "ep's mean row");
     assert!(html.contains("21.50 ± 1.29"), "laplace's mean row: sd of 20, 21, 22, 23");
-    assert!(html.contains("n = 4"), "gamma's failed split is left out of the mean row");
+    assert!(html.contains("n = 4, 1 split(s) left out"), "gamma's failed split is left out of the mean row, and said so");
+    assert!(html.contains("not matched: 1 split(s) failed or not finite"), "the rule says why it is not a match");
     assert!(!html.contains("outside this table"), "the mean row's paper values are inside the table");
 }
 

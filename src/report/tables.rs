@@ -174,7 +174,15 @@ fn compare<'a>(spec: &'a TableSpec, cells: &[CellRecord], aggregates: &BTreeMap<
                     metric: paper.metric.clone(),
                 };
                 let run = aggregates.get(&key).copied();
-                let outcome = run.map(|r| within_tolerance(&spec.tolerance, paper, &r));
+                // Failed splits count as left out, as non-finite ones do: no match over the rest.
+                let failed = cells
+                    .iter()
+                    .filter(|c| {
+                        c.status == Status::Failed && c.dataset == key.dataset && c.method == key.method && c.setting == key.setting
+                    })
+                    .count();
+                let outcome =
+                    run.map(|r| within_tolerance(&spec.tolerance, paper, &Aggregate { n_nonfinite: r.n_nonfinite + failed, ..r }));
                 let scored = paper.scored && method == &paper.method && one_target;
                 out.push(Comparison { paper, method: method.clone(), scored, setting, run, outcome });
             }
@@ -210,7 +218,10 @@ fn cell_view(
             if failed > 0 {
                 n.push_str(&format!(", {failed} failed"));
             }
-            if a.n_nonfinite > 0 {
+            if a.n_nonfinite > 0 && group.is_empty() {
+                // A mean row (no cells of its own): splits some data set lacks.
+                n.push_str(&format!(", {} split(s) left out (failed, not finite or not run on some data set)", a.n_nonfinite));
+            } else if a.n_nonfinite > 0 {
                 n.push_str(&format!(", {} not finite (left out)", a.n_nonfinite));
             }
             (mean_sd(a.mean, Some(a.sd)), n)
@@ -251,6 +262,7 @@ fn cell_view(
             (Some((_, tol, rule)), Some(r)) => {
                 view.diff = Some(match p.sd.filter(|sd| *sd > 0.0) {
                     Some(sd) => format!("Δ {}", sd_units((r.mean - p.mean) / sd)),
+                    None if p.sd == Some(0.0) => "Δ n/a (paper sd 0)".into(),
                     None => "Δ n/a (no paper sd)".into(),
                 });
                 view.tolerance = Some(format!("±{} = {rule}", num(*tol)));

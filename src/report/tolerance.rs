@@ -6,8 +6,9 @@ use crate::spec::{PaperValue, ToleranceRule};
 ///
 /// The boundary counts as a match (`|run − paper| ≤ tol`), with a relative slack of
 /// 1e-12 so that decimal inputs such as 0.33 vs 0.3 ± 10% are not lost to rounding.
-/// A non-finite run mean never matches, and neither does a mean over the finite splits only
-/// (`n_nonfinite` > 0): the splits left out are likely the worst, so the mean flatters the run.
+/// A non-finite run mean never matches, and neither does a mean over some splits only
+/// (`n_nonfinite` > 0: splits that failed, gave a non-finite value, or, in a mean row, lack a
+/// data set): the splits left out are likely the worst, so the mean flatters the run.
 pub fn within_tolerance(rule: &ToleranceRule, paper: &PaperValue, run: &Aggregate) -> (bool, f64, String) {
     let (tol, label) = match *rule {
         ToleranceRule::StandardError { k, rel, rounding } => match paper.sd.filter(|sd| sd.is_finite() && *sd >= 0.0) {
@@ -34,7 +35,7 @@ pub fn within_tolerance(rule: &ToleranceRule, paper: &PaperValue, run: &Aggregat
     let diff = (run.mean - paper.mean).abs();
     let slack = 1e-12 * tol.abs().max(paper.mean.abs());
     if run.n_nonfinite > 0 {
-        let label = format!("{label}; not matched: {} split(s) not finite", run.n_nonfinite);
+        let label = format!("{label}; not matched: {} split(s) failed or not finite", run.n_nonfinite);
         return (false, tol, label);
     }
     (diff <= tol + slack, tol, label)

@@ -94,24 +94,37 @@ pub const MEAN_OVER_DATASETS: &str = "mean";
 /// summarised over those splits. The mean is the mean of the data sets' means when every split
 /// is complete; the sd is that of the per-split averages (split r of one data set and of another
 /// are unrelated draws, so this pairs them only to give the average a spread). Keyed with
-/// dataset [`MEAN_OVER_DATASETS`].
+/// dataset [`MEAN_OVER_DATASETS`]. A split some data set failed, gave a non-finite value for, or
+/// has not run is left out and counted in `n_nonfinite` (so that the mean over the rest is
+/// shown but never matched, as for a single data set).
 pub fn mean_over_datasets(cells: &[CellRecord], datasets: &[String]) -> BTreeMap<GroupKey, Aggregate> {
     type Split<'a> = (&'a str, &'a str, String, usize);
     let mut per_split: BTreeMap<Split, Vec<f64>> = BTreeMap::new();
-    for cell in cells.iter().filter(|c| c.status == Status::Ok && datasets.contains(&c.dataset)) {
+    // Every split index any data set has a cell for (of any status), per method entry and setting.
+    let mut splits: BTreeMap<(&str, &str), std::collections::BTreeSet<usize>> = BTreeMap::new();
+    for cell in cells.iter().filter(|c| datasets.contains(&c.dataset)) {
+        splits.entry((cell.method.as_str(), cell.setting.as_str())).or_default().insert(cell.split);
+        if cell.status != Status::Ok {
+            continue;
+        }
         for (metric, value) in values(cell).filter(|(_, v)| v.is_finite()) {
             per_split.entry((cell.method.as_str(), cell.setting.as_str(), metric, cell.split)).or_default().push(value);
         }
     }
     let mut groups: BTreeMap<GroupKey, Vec<f64>> = BTreeMap::new();
     for ((method, setting, metric, _), v) in per_split {
-        // A split some data set has not finished (or gave a non-finite value) is left out.
         if v.len() == datasets.len() {
             let key = GroupKey { dataset: MEAN_OVER_DATASETS.into(), method: method.into(), setting: setting.into(), metric };
             groups.entry(key).or_default().push(v.iter().sum::<f64>() / v.len() as f64);
         }
     }
-    groups.into_iter().filter_map(|(k, v)| Aggregate::of(&v).map(|a| (k, a))).collect()
+    groups
+        .into_iter()
+        .filter_map(|(k, v)| {
+            let all = splits.get(&(k.method.as_str(), k.setting.as_str())).map_or(v.len(), |s| s.len());
+            Aggregate::of(&v).map(|a| (k, Aggregate { n_nonfinite: all.saturating_sub(v.len()), ..a }))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -181,7 +194,8 @@ mod tests {
             metric: metric.into(),
         };
         let a = means[&key("log_evidence")];
-        assert_eq!(a.n, 2);
+        // Split 2 is left out, and counted so (a mean over some splits is never matched).
+        assert_eq!((a.n, a.n_nonfinite), (2, 1));
         assert!((a.mean - 3.0).abs() < 1e-15);
         assert!((a.sd - 2f64.sqrt()).abs() < 1e-15);
         // Hyper-parameters are averaged like metrics: 2v.
