@@ -524,6 +524,40 @@ fn grid_settings_become_columns_and_an_x_axis() {
     assert!(svg.contains("(log scale)"));
 }
 
+/// A value no split gave finitely is shown as such, never as "NaN ± NaN", and is no match.
+#[test]
+fn a_value_no_split_gave_finitely_is_shown_as_such() {
+    let cells: Vec<CellRecord> = (0..3)
+        .map(|split| {
+            let mut c = cell("alpha", split, "vb", "");
+            c.metrics.insert("error_pct".into(), f64::NAN);
+            c
+        })
+        .collect();
+    let table = TableSpec {
+        id: "tab-nan".into(),
+        title: "Nothing finite".into(),
+        metrics: vec!["error_pct".into()],
+        methods: vec![],
+        datasets: vec![],
+        tolerance: ToleranceRule::Absolute { abs: 1.0 },
+        paper_only: vec![],
+        paper_only_datasets: Default::default(),
+        paper: vec![paper("alpha", "vb", "error_pct", 5.0, None, None)],
+        paired_with: None,
+        note: None,
+        mean_row: false,
+    };
+    let (manifest, datasets, methods) = (manifest(), strings(&["alpha"]), strings(&["vb"]));
+    let tables = [table];
+    let input = ReportInput { manifest: &manifest, tables: &tables, figures: &[], datasets: &datasets, methods: &methods, cells: &cells };
+    let dir = tempfile::tempdir().unwrap();
+    let score = render_experiment(&input, dir.path()).unwrap();
+    assert_eq!((score.matched, score.compared), (0, 1));
+    let html = std::fs::read_to_string(dir.path().join("index.html")).unwrap();
+    assert!(html.contains("all 3 not finite") && !html.contains("NaN"), "the cell says why it has no value");
+}
+
 #[test]
 fn heatmap_shows_the_mean_over_splits_at_every_grid_point() {
     // error_pct = 10 a + b + split on a 2 x 3 grid: the mean over splits 0, 1, 2 is 10 a + b + 1.

@@ -210,6 +210,8 @@ fn cell_view(
 ) -> CellView {
     let failed = group.iter().filter(|c| c.status == Status::Failed).count();
     let (run_text, n_text) = match run {
+        // Every split gave a non-finite value: nothing to average (not "NaN ± NaN").
+        Some(a) if a.n == 0 => ("—".into(), format!("all {} not finite", a.n_nonfinite)),
         Some(a) => {
             let mut n = format!("n = {}", a.n);
             if let Some(k) = positive {
