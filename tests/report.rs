@@ -296,6 +296,17 @@ fn texts(svg: &str) -> Vec<String> {
         .collect()
 }
 
+/// A report of one figure over one data set and method entry, rendered into a new directory.
+fn render_figure_only(fig: &FigureSpec, title: &str, dataset: &str, method: &str, cells: &[CellRecord]) -> tempfile::TempDir {
+    let manifest = Manifest { title: title.into(), ..manifest() };
+    let (datasets, methods) = (strings(&[dataset]), strings(&[method]));
+    let input =
+        ReportInput { manifest: &manifest, tables: &[], figures: std::slice::from_ref(fig), datasets: &datasets, methods: &methods, cells };
+    let dir = tempfile::tempdir().unwrap();
+    render_experiment(&input, dir.path()).unwrap();
+    dir
+}
+
 /// The synthetic spec's report of `cells`, rendered into `out`.
 fn render_synthetic(cells: &[CellRecord], out: &Path) -> Score {
     let (tables, figures, manifest) = (tables(), figures(), manifest());
@@ -574,18 +585,7 @@ fn heatmap_shows_the_mean_over_splits_at_every_grid_point() {
     let mut fig = figure("fig-heat", FigureKind::Heatmap, Some("error_pct"));
     fig.x = Some("kernel.variance".into());
     fig.y = Some("kernel.lengthscale".into());
-    let manifest = Manifest { title: "Heatmap".into(), ..manifest() };
-    let (datasets, methods) = (strings(&["alpha"]), strings(&["vb"]));
-    let input = ReportInput {
-        manifest: &manifest,
-        tables: &[],
-        figures: std::slice::from_ref(&fig),
-        datasets: &datasets,
-        methods: &methods,
-        cells: &cells,
-    };
-    let dir = tempfile::tempdir().unwrap();
-    render_experiment(&input, dir.path()).unwrap();
+    let dir = render_figure_only(&fig, "Heatmap", "alpha", "vb", &cells);
     let svg = read_svg(&dir.path().join("figures/fig-heat.svg"));
     let labels = texts(&svg);
     for want in ["12", "14", "16", "22", "24", "26"] {
@@ -612,18 +612,7 @@ fn a_curve_keeps_grid_settings_apart() {
     let mut fig = figure("fig-curve-grid", FigureKind::Curve, None);
     fig.trace = Some("test_nll".into());
     fig.target = Some(8.0);
-    let manifest = Manifest { title: "Curves over a grid".into(), ..manifest() };
-    let (datasets, methods) = (strings(&["alpha"]), strings(&["sep"]));
-    let input = ReportInput {
-        manifest: &manifest,
-        tables: &[],
-        figures: std::slice::from_ref(&fig),
-        datasets: &datasets,
-        methods: &methods,
-        cells: &cells,
-    };
-    let dir = tempfile::tempdir().unwrap();
-    render_experiment(&input, dir.path()).unwrap();
+    let dir = render_figure_only(&fig, "Curves over a grid", "alpha", "sep", &cells);
     let svg = read_svg(&dir.path().join("figures/fig-curve-grid.svg"));
     let labels = texts(&svg);
     for want in ["sep [settings.inducing=4]", "sep [settings.inducing=100]"] {
