@@ -31,7 +31,9 @@ const RECORDED: &[(&str, &str, &str)] = &[
     // 2026-11-30: the print of a labels-only method holds its diagnostics' numbers, and a new
     // diagnostic (duality_gap_at_bias) joined them; no number msvm gave before changed
     // (2dc704f14d3756ea before), so no bump.
-    ("msvm", "msvm=1", "db763388af7c3a0a"),
+    // 2026-12-01: msvm=2 scales its stopping tests by C below 1; the fixed problem runs at
+    // C = 1, so its print is unchanged.
+    ("msvm", "msvm=2", "db763388af7c3a0a"),
 ];
 
 /// Settings whose numerics carry their own version tag (`entry_numerics_version`): (method,
@@ -39,6 +41,9 @@ const RECORDED: &[(&str, &str, &str)] = &[
 const RECORDED_VARIANTS: &[(&str, &str, &str, &str)] = &[
     ("ivm_multiway", r#"{ "likelihood": "multi_probit" }"#, "ivm_multiway=1,ivm_multiway_probit=2", "7bc4dfd720083d42"),
     ("gfitc", r#"{ "inner_anderson": 3 }"#, "gfitc=3,gfitc_anderson=2", "0fc17c867f4ce809"),
+    // Below C = 1 the solver's stopping tests scale with C (msvm=2): the default fixed problem
+    // runs at C = 1 and does not see them.
+    ("msvm", r#"{ "c": 0.05 }"#, "msvm=2", "518029b09dbaf1c5"),
 ];
 
 /// Methods that run on two classes only (so far): their fixed problem keeps classes 0 and 1.
