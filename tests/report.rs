@@ -333,8 +333,8 @@ fn report_shows_tables_figures_failures_and_score() {
     assert_eq!((score.matched, score.compared, score.cells_failed), (3, 8, 1));
     // The 5 numbers not matched: beta/laplace error decided, beta/laplace evidence and
     // gamma/laplace evidence explained (their notes), gamma/laplace error open, alpha/ep
-    // evidence (no run result) not run yet, not a miss.
-    assert_eq!(score.misses, MissCounts { decided: 1, deviation: 2, open: 1, not_run: 1 });
+    // evidence open too: its cells ran and report no evidence (not "not run yet").
+    assert_eq!(score.misses, MissCounts { decided: 1, deviation: 2, open: 2, not_run: 0 });
     let stored: Score = serde_json::from_str(&std::fs::read_to_string(out.join("score.json")).unwrap()).unwrap();
     assert_eq!(stored, score);
     assert_eq!(stored.experiment, "synthetic");
@@ -359,10 +359,12 @@ fn report_shows_tables_figures_failures_and_score() {
     let evidence_table = &html[html.find("id=\"table-tab-evidence\"").unwrap()..];
     let evidence_table = &evidence_table[..evidence_table.find("</section>").unwrap()];
     assert!(
-        evidence_table.contains("<div class=\"miss\">not run yet</div>") && !evidence_table.contains("open miss"),
-        "the missing ep evidence"
+        evidence_table.contains("not reported by its 5 cell(s)")
+            && evidence_table.contains("<div class=\"miss\">open miss</div>")
+            && !evidence_table.contains("<div class=\"miss\">not run yet</div>"),
+        "the ep evidence no cell reports"
     );
-    assert!(html.contains("0 open; 1 not run yet"), "tab-evidence");
+    assert!(html.contains("2 explained by a stated deviation, 1 open"), "tab-evidence");
     assert!(html.contains("never shown"), "gamma's evidence over 4 of 5 splits is not a match: its note shows");
     assert!(html.contains("misses: 1 decided against the paper, 0 explained by a stated deviation, 1 open"), "tab-main");
     assert!(html.contains("not matched: 1 split(s) failed or not finite"), "why gamma/laplace is not a match");
@@ -446,9 +448,54 @@ fn report_shows_tables_figures_failures_and_score() {
     assert!(index.contains("href=\"synthetic/index.html\""));
     assert!(index.contains("Synthetic report test"));
     assert!(index.contains("3 / 8"));
-    assert!(index.contains("<td>1 / 2 / 1 (1)</td>"), "the experiment's misses by class, and its number not run yet");
-    assert!(index.contains("1 decided against the paper, 2 explained by a stated deviation, 4 open; 1 not run yet"), "overall");
+    assert!(index.contains("<td>1 / 2 / 2</td>"), "the experiment's misses by class");
+    assert!(index.contains("1 decided against the paper, 2 explained by a stated deviation, 5 open"), "overall");
     assert!(index.contains("Overall: 5 / 13"), "both experiments");
+}
+
+#[test]
+fn cells_that_all_failed_are_a_miss_and_one_split_shows_no_spread() {
+    let mut cells = Vec::new();
+    for split in 0..3 {
+        let mut c = cell("alpha", split, "ep", "");
+        c.status = Status::Failed;
+        c.error = Some(FAILURE.into());
+        cells.push(c);
+    }
+    let mut one = cell("alpha", 0, "laplace", "");
+    one.metrics.insert("error_pct".into(), 5.0);
+    cells.push(one);
+    let table = TableSpec {
+        id: "tab-failed".into(),
+        title: "Failed".into(),
+        metrics: vec!["error_pct".into()],
+        methods: vec![],
+        datasets: vec![],
+        tolerance: ToleranceRule::Absolute { abs: 1.0 },
+        paper_only: vec![],
+        paper_only_datasets: Default::default(),
+        paper: vec![paper("alpha", "ep", "error_pct", 4.0, None, None), paper("alpha", "laplace", "error_pct", 5.5, Some(1.0), Some(10))],
+        paired_with: None,
+        note: None,
+        mean_row: false,
+    };
+    let (manifest, datasets, methods) = (manifest(), strings(&["alpha"]), strings(&METHODS));
+    let tables = [table];
+    let input = ReportInput { manifest: &manifest, tables: &tables, figures: &[], datasets: &datasets, methods: &methods, cells: &cells };
+    let dir = tempfile::tempdir().unwrap();
+    let score = render_experiment(&input, dir.path()).unwrap();
+    // ep ran and failed on every split: a miss (open), not "not run yet"; laplace's one split
+    // matches (|5 - 5.5| <= 1).
+    assert_eq!((score.matched, score.compared), (1, 2));
+    assert_eq!(score.misses, MissCounts { decided: 0, deviation: 0, open: 1, not_run: 0 });
+    let html = std::fs::read_to_string(dir.path().join("index.html")).unwrap();
+    let table = &html[html.find("id=\"table-tab-failed\"").unwrap()..];
+    assert!(
+        table.contains("all 3 failed") && table.contains("open miss") && !table.contains("<div class=\"miss\">not run yet</div>"),
+        "ep's failed cells"
+    );
+    // One split: its value alone (a "± 0" would claim a spread of zero).
+    assert!(table.contains("5.00") && table.contains("n = 1") && !table.contains("5.00 ± "), "laplace's single split");
 }
 
 #[test]

@@ -21,12 +21,25 @@ struct Comparison<'a> {
     run: Option<Aggregate>,
     /// (matched, tolerance, rule) when there is a run summary.
     outcome: Option<(bool, f64, String)>,
+    /// Cells stored for this (data set, entry, setting): with no run summary, none means not
+    /// run yet, some mean a miss (every cell failed, or none reports the metric).
+    stored: usize,
 }
 
 impl Comparison<'_> {
     fn matched(&self) -> bool {
         self.outcome.as_ref().is_some_and(|o| o.0)
     }
+
+    /// No result to compare because nothing was computed for it yet (a partial run).
+    fn not_run(&self) -> bool {
+        self.run.is_none() && self.stored == 0
+    }
+}
+
+/// A run's mean and its spread over the splits; one split has no spread to show.
+fn run_mean_sd(a: &Aggregate) -> String {
+    mean_sd(a.mean, (a.n > 1).then_some(a.sd))
 }
 
 #[derive(Serialize)]
@@ -47,8 +60,9 @@ pub struct TableView {
 }
 
 /// Scored published numbers not matched: decided against the paper by a committed diagnostic,
-/// explained by a stated deviation, open, or not run yet (no result of this run to compare: a
+/// explained by a stated deviation, open, or not run yet (no cell of this run stored for it: a
 /// partial run, whose numbers are not reproduced yet but are not known to be missed either).
+/// Cells that all failed, or that do not report the metric, are misses, not "not run yet".
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct MissCounts {
     pub decided: usize,
@@ -183,8 +197,10 @@ fn compare<'a>(spec: &'a TableSpec, cells: &[CellRecord], aggregates: &BTreeMap<
                     .count();
                 let outcome =
                     run.map(|r| within_tolerance(&spec.tolerance, paper, &Aggregate { n_nonfinite: r.n_nonfinite + failed, ..r }));
+                let stored =
+                    cells.iter().filter(|c| c.dataset == key.dataset && c.method == key.method && c.setting == key.setting).count();
                 let scored = paper.scored && method == &paper.method && one_target;
-                out.push(Comparison { paper, method: method.clone(), scored, setting, run, outcome });
+                out.push(Comparison { paper, method: method.clone(), scored, setting, run, outcome, stored });
             }
         }
     }
@@ -226,14 +242,17 @@ fn cell_view(
             } else if a.n_nonfinite > 0 {
                 n.push_str(&format!(", {} not finite (left out)", a.n_nonfinite));
             }
-            (mean_sd(a.mean, Some(a.sd)), n)
+            (run_mean_sd(&a), n)
         }
         None if failed > 0 => ("—".into(), format!("all {failed} failed")),
         // A method that predicts labels only (an SVM) has no predictive likelihood.
         None if PROBABILITY_METRICS.contains(&metric) && !group.is_empty() && group.iter().all(|c| is_labels_only(c)) => {
             ("no probabilities".into(), String::new())
         }
-        None => ("—".into(), "no result".into()),
+        None if group.is_empty() => ("—".into(), "no result".into()),
+        // Cells that ran but carry no value of this metric (the method does not report it, or
+        // the table names a metric no method gives).
+        None => ("—".into(), format!("not reported by its {} cell(s)", group.len())),
     };
     // An ELBO and an EP log Z must never share a column unlabelled.
     let evidence = if metric == "log_evidence" {
@@ -249,11 +268,11 @@ fn cell_view(
         let p = c.paper;
         let n = p.n.map(|n| format!(" (n = {n})")).unwrap_or_default();
         view.paper = Some(format!("{}{n}", mean_sd(p.mean, p.sd)));
-        view.class = match (c.scored, c.matched(), c.run.is_some()) {
+        view.class = match (c.scored, c.matched(), c.not_run()) {
             (false, _, _) => "variant",
             (true, true, _) => "match",
-            (true, false, true) => "mismatch",
-            (true, false, false) => "notrun",
+            (true, false, false) => "mismatch",
+            (true, false, true) => "notrun",
         };
         match view.class {
             "mismatch" => view.miss = Some(miss_text(p)),
@@ -389,16 +408,21 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
                     } else {
                         "mismatch"
                     },
-                    text: format!(
-                        "{what}: run {} vs paper {} (tolerance ±{} = {rule})",
-                        mean_sd(r.mean, Some(r.sd)),
-                        mean_sd(p.mean, p.sd),
-                        num(*tol)
-                    ) + &if c.scored && !*ok { format!(" ({})", miss_text(p)) } else { String::new() },
+                    text: format!("{what}: run {} vs paper {} (tolerance ±{} = {rule})", run_mean_sd(&r), mean_sd(p.mean, p.sd), num(*tol))
+                        + &if c.scored && !*ok { format!(" ({})", miss_text(p)) } else { String::new() },
                 },
-                _ => OutsideView {
+                _ if c.not_run() => OutsideView {
                     class: if c.scored { "notrun" } else { "variant" },
                     text: format!("{what}: paper {}, no run result", mean_sd(p.mean, p.sd)),
+                },
+                _ => OutsideView {
+                    class: if c.scored { "mismatch" } else { "variant" },
+                    text: format!(
+                        "{what}: paper {}, no value in this run's {} cell(s) (failed, or the metric not reported){}",
+                        mean_sd(p.mean, p.sd),
+                        c.stored,
+                        if c.scored { format!(" ({})", miss_text(p)) } else { String::new() }
+                    ),
                 },
             }
         })
@@ -418,7 +442,7 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
         let own = || comparisons.iter().filter(|c| c.scored && std::ptr::eq(c.paper, *p));
         if own().any(|c| c.matched()) {
             matched += 1;
-        } else if own().next().is_some() && own().all(|c| c.run.is_none()) {
+        } else if own().next().is_some() && own().all(|c| c.not_run()) {
             misses.not_run += 1;
         } else {
             misses.add(p.miss.as_ref().map(|m| m.class));

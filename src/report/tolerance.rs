@@ -16,7 +16,10 @@ pub fn within_tolerance(rule: &ToleranceRule, paper: &PaperValue, run: &Aggregat
                 // The paper's own n when given, else assume it used as many splits as this run.
                 let n_run = run.n.max(1) as f64;
                 let n_paper = paper.n.filter(|&n| n > 0).map_or(n_run, |n| n as f64);
-                let se = (sd_paper * sd_paper / n_paper + run.sd * run.sd / n_run).sqrt();
+                // One split has no spread of its own: take the paper's (a zero would treat the
+                // single split as exact).
+                let sd_run = if run.n > 1 { run.sd } else { sd_paper };
+                let se = (sd_paper * sd_paper / n_paper + sd_run * sd_run / n_run).sqrt();
                 if rounding > 0.0 {
                     (k * se + rounding, format!("{}·SE + {} (rounding)", short(k), short(rounding)))
                 } else {
@@ -46,7 +49,8 @@ pub fn describe(rule: &ToleranceRule) -> String {
     match *rule {
         ToleranceRule::StandardError { k, rel, rounding } => format!(
             "{k}·SE: |run − paper| ≤ {k}·√(sd_paper²/n_paper + sd_run²/n_run){}, with n_paper = the run's n \
-             when the paper does not give it; ±{}% of the paper's mean where the paper gives no sd.",
+             when the paper does not give it and sd_run = sd_paper when the run has one split; ±{}% of the \
+             paper's mean where the paper gives no sd.",
             if rounding > 0.0 {
                 format!(" + {} (half the paper's last printed digit: a rounded value stands for an interval)", short(rounding))
             } else {
@@ -123,6 +127,19 @@ mod tests {
         // A paper n of 0 is meaningless and treated as absent.
         let p0 = paper(50.0, Some(3.0), Some(0));
         assert_eq!(within_tolerance(&rule, &p0, &run(52.0, 4.0, 25)).1, 2.0);
+    }
+
+    #[test]
+    fn one_split_takes_the_papers_spread_as_its_own() {
+        // Paper sd 2 over 4 splits, a run of one split: sqrt(4/4 + 4/1) = sqrt(5); 3·sqrt(5) = 6.708
+        // (with the single split's sd of 0 it was 3·1 = 3).
+        let p = paper(10.0, Some(2.0), Some(4));
+        let (ok, tol, _) = within_tolerance(&SE3, &p, &run(16.7, 0.0, 1));
+        assert!((tol - 3.0 * 5f64.sqrt()).abs() < 1e-12, "{tol}");
+        assert!(ok);
+        assert!(!within_tolerance(&SE3, &p, &run(16.71, 0.0, 1)).0);
+        // Two splits have a spread of their own, even a zero one.
+        assert_eq!(within_tolerance(&SE3, &p, &run(10.0, 0.0, 2)).1, 3.0);
     }
 
     #[test]

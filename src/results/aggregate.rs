@@ -70,10 +70,17 @@ pub fn paired_aggregate(cells: &[CellRecord], base: &str) -> BTreeMap<GroupKey, 
     let ok = |c: &&CellRecord| c.status == Status::Ok;
     let bases: BTreeMap<(&str, usize, &str), &CellRecord> =
         cells.iter().filter(ok).filter(|c| c.method == base).map(|c| ((c.dataset.as_str(), c.split, c.setting.as_str()), c)).collect();
+    // The base's only setting, when it has one (no grid: "", or a one-point grid).
+    let mut base_settings: Vec<&str> = bases.keys().map(|(_, _, s)| *s).collect();
+    base_settings.sort_unstable();
+    base_settings.dedup();
+    let only_setting = if let [only] = base_settings[..] { Some(only) } else { None };
     let mut groups: BTreeMap<GroupKey, Vec<f64>> = BTreeMap::new();
     for cell in cells.iter().filter(ok) {
         let key = |setting| (cell.dataset.as_str(), cell.split, setting);
-        let Some(b) = bases.get(&key(cell.setting.as_str())).or_else(|| bases.get(&key(""))) else { continue };
+        let Some(b) = bases.get(&key(cell.setting.as_str())).or_else(|| only_setting.and_then(|s| bases.get(&key(s)))) else {
+            continue;
+        };
         for (metric, value) in values(cell) {
             let Some(bv) = b.value(&metric) else {
                 continue;
@@ -234,5 +241,14 @@ mod tests {
         assert!((b.mean + 0.5).abs() < 1e-15);
         let (z, _) = p[&key("base", "", "log_evidence")];
         assert_eq!((z.mean, z.sd), (0.0, 0.0));
+        // A base run at one grid point ("t=2") is its only setting too: "c" pairs with it.
+        let cells = vec![cell("base", 0, "t=2", 1.0), cell("base", 1, "t=2", 2.0), cell("c", 0, "s=1", 4.0), cell("c", 1, "s=1", 4.0)];
+        let (c, pos) = paired_aggregate(&cells, "base")[&key("c", "s=1", "log_evidence")];
+        assert_eq!((c.n, pos), (2, 2));
+        assert!((c.mean - 2.5).abs() < 1e-15);
+        // With two settings the base has no only one: "c" at a third setting has no pair.
+        let mut two = cells.clone();
+        two.push(cell("base", 0, "t=3", 0.0));
+        assert!(!paired_aggregate(&two, "base").contains_key(&key("c", "s=1", "log_evidence")));
     }
 }

@@ -383,3 +383,52 @@ fn the_default_tolerance_holds_at_small_c() {
         }
     }
 }
+
+/// Unbalanced classes at Q = 2 and Q = 6 (the generic QP again, where the bias matters most).
+#[test]
+fn each_machine_matches_the_generic_qp_on_unbalanced_classes() {
+    for (seed, q, counts, c) in [(31u64, 2usize, vec![14usize, 4], 1.0), (32, 6, vec![8, 5, 3, 2, 2, 1], 10.0)] {
+        let n: usize = counts.iter().sum();
+        let (x, _) = problem(n, q, 1.2, seed);
+        let y: Vec<usize> = counts.iter().enumerate().flat_map(|(k, &m)| std::iter::repeat_n(k, m)).collect();
+        let k = kernel(1.0).gram(&x);
+        for form in ALL {
+            let sol = solve(form, &k, &y, q, tight(c), None).unwrap();
+            assert_eq!(sol.stop, StopReason::Converged, "{form:?} Q = {q}");
+            let obj = objectives(form, &sol, &y, c);
+            let (p_star, f_star) = primal_qp(form, &k, &y, q, c);
+            let scale = obj.primal.abs().max(1.0);
+            assert!((obj.primal - p_star).abs() <= 1e-6 * scale, "{form:?} Q = {q}: ours {} vs QP {p_star}", obj.primal);
+            let kkt = kkt_violation(form, &sol, &y, c);
+            assert!(kkt <= 1e-6, "{form:?} Q = {q}: KKT violated by {kkt}");
+            for (f, fs) in sol.f.iter().zip(&f_star) {
+                for kk in 0..q {
+                    assert!((f[kk] - fs[kk]).abs() <= 1e-5 * fs[kk].abs().max(1.0), "{form:?} Q = {q}: {} vs QP {}", f[kk], fs[kk]);
+                }
+            }
+        }
+    }
+}
+
+/// A class with no training point (as in a cross-validation fold that holds a rare class's only
+/// members out): every machine still meets its certificate (WW's and CS's primal then has no
+/// finite optimal bias for the empty class; the multiplier steps stop once its dual variables
+/// sit at zero) and, on separable data, classifies every training point correctly, so never
+/// predicts the empty class.
+#[test]
+fn a_class_without_training_points_is_never_predicted() {
+    let (x, _) = problem(18, 2, 0.4, 41);
+    // Classes 0 and 2 as problem() places classes 0 and 1; class 1 has no point.
+    let y: Vec<usize> = (0..18).map(|i| if i % 2 == 0 { 0 } else { 2 }).collect();
+    let kernels = KernelSet::shared_se(&kernel(1.0));
+    for form in ALL {
+        let m = build("msvm", &serde_json::json!({ "formulation": form.name(), "c": 10.0, "tol": 1e-8, "max_sweeps": 1_000_000 })).unwrap();
+        let mut rng = Pcg64::seed_from_u64(0);
+        let mut ctx = FitContext::new(&mut rng, None);
+        let fitted = m.fit(&Problem { x: &x, y: &y, n_classes: 3 }, &kernels, HyperPolicy::Fixed, &mut ctx).unwrap();
+        assert_eq!(fitted.diagnostics().stop_reason, Some(StopReason::Converged), "{form:?}");
+        let p = fitted.predict(&x, &mut Pcg64::seed_from_u64(1)).unwrap();
+        let wrong = y.iter().enumerate().filter(|(i, &c)| p.probs[(*i, c)] != 1.0).count();
+        assert_eq!(wrong, 0, "{form:?}: {wrong} training points misclassified");
+    }
+}

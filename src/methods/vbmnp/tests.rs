@@ -82,6 +82,41 @@ fn bound_never_decreases_on_a_fixed_kernel() {
     }
 }
 
+/// The three ways a fit ends: at max_iters, on the paper's 1% rule (the first step whose
+/// printed bound moved by less than tol relative, as the trace shows), and at an iteration
+/// budget (before the rule could stop it).
+#[test]
+fn each_stop_reason_is_the_rule_that_ended_the_fit() {
+    let (x, y) = toy(30, 2, 3, 5);
+    let kernel = iso_kernel(0.5, 1.0);
+    let (capped, _) = fit(&x, &y, 3, &kernel, HyperPolicy::Fixed, VbmnpParams { tol: 0.0, max_iters: 7, ..Default::default() }, 2);
+    let d = capped.diagnostics();
+    assert_eq!((d.stop_reason, d.iterations), (Some(StopReason::MaxIterations), Some(7)));
+
+    let tol = 1e-4;
+    let (converged, trace) = fit(&x, &y, 3, &kernel, HyperPolicy::Fixed, VbmnpParams { tol, max_iters: 500, ..Default::default() }, 2);
+    let d = converged.diagnostics();
+    assert_eq!(d.stop_reason, Some(StopReason::Converged));
+    let bound: Vec<f64> = trace.iter().filter(|t| t.name == "bound").map(|t| t.value).collect();
+    assert_eq!(Some(bound.len() as u64), d.iterations);
+    assert!(bound.len() > 3, "stopped before the budget test below could tell: {bound:?}");
+    let small = |w: &[f64]| (w[1] - w[0]).abs() < tol * w[0].abs();
+    let pairs: Vec<bool> = bound.windows(2).map(small).collect();
+    assert!(pairs[pairs.len() - 1] && !pairs[..pairs.len() - 1].iter().any(|b| *b), "the rule's first pass ends the fit: {bound:?}");
+
+    let budget = crate::methods::Budget { iterations: Some(3), ..Default::default() };
+    let mut rng = Pcg64::seed_from_u64(2);
+    let mut ctx = FitContext::new(&mut rng, None).with_budget(Some(budget));
+    let params = VbmnpParams { tol, max_iters: 500, ..Default::default() };
+    let budgeted = params
+        .check()
+        .unwrap()
+        .fit(&Problem { x: &x, y: &y, n_classes: 3 }, &KernelSet::shared_se(&kernel), HyperPolicy::Fixed, &mut ctx)
+        .unwrap();
+    let d = budgeted.diagnostics();
+    assert_eq!((d.stop_reason, d.iterations), (Some(StopReason::BudgetIterations), Some(3)));
+}
+
 #[test]
 fn squarem_reaches_the_plain_fixed_point_in_far_fewer_steps() {
     // A large signal variance: the plain map contracts like s/(1+s) per step.
