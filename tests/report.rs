@@ -677,6 +677,39 @@ fn a_curve_keeps_grid_settings_apart() {
     );
 }
 
+/// A paired entry whose base has no cell on the data set yet has no result and is not run yet
+/// (not a miss), whatever its own cells.
+#[test]
+fn a_paired_value_without_its_base_is_not_run_yet() {
+    let mut cells = Vec::new();
+    for split in 0..2 {
+        let mut c = cell("alpha", split, "laplace", "");
+        c.metrics.insert("error_pct".into(), 3.0);
+        cells.push(c);
+    }
+    let table = TableSpec {
+        id: "tab-pair".into(),
+        title: "Paired without base".into(),
+        metrics: vec!["error_pct".into()],
+        methods: vec!["laplace".into()],
+        datasets: vec![],
+        tolerance: ToleranceRule::Absolute { abs: 0.01 },
+        paper_only: vec![],
+        paper_only_datasets: Default::default(),
+        paper: vec![paper("alpha", "laplace", "error_pct", 2.0, None, None)],
+        paired_with: Some("ep".into()),
+        note: None,
+        mean_row: false,
+    };
+    let (manifest, datasets, methods) = (manifest(), strings(&["alpha"]), strings(&METHODS));
+    let tables = [table];
+    let input = ReportInput { manifest: &manifest, tables: &tables, figures: &[], datasets: &datasets, methods: &methods, cells: &cells };
+    let dir = tempfile::tempdir().unwrap();
+    let score = render_experiment(&input, dir.path()).unwrap();
+    assert_eq!((score.matched, score.compared), (0, 1));
+    assert_eq!(score.misses, MissCounts { decided: 0, deviation: 0, open: 0, not_run: 1 });
+}
+
 #[test]
 fn a_paired_table_shows_per_split_differences_and_compares_them_with_the_paper() {
     let cells = synthetic_cells();

@@ -197,8 +197,16 @@ fn compare<'a>(spec: &'a TableSpec, cells: &[CellRecord], aggregates: &BTreeMap<
                     .count();
                 let outcome =
                     run.map(|r| within_tolerance(&spec.tolerance, paper, &Aggregate { n_nonfinite: r.n_nonfinite + failed, ..r }));
-                let stored =
-                    cells.iter().filter(|c| c.dataset == key.dataset && c.method == key.method && c.setting == key.setting).count();
+                // A mean row has no cells of its own: the entry's cells on any data set count; a
+                // paired entry has no result until its base has cells on the data set too.
+                let is_mean = key.dataset == MEAN_OVER_DATASETS;
+                let stored = cells
+                    .iter()
+                    .filter(|c| (is_mean || c.dataset == key.dataset) && c.method == key.method && c.setting == key.setting)
+                    .count();
+                let base_missing =
+                    spec.paired_with.as_ref().is_some_and(|b| !cells.iter().any(|c| &c.method == b && c.dataset == key.dataset));
+                let stored = if base_missing { 0 } else { stored };
                 let scored = paper.scored && method == &paper.method && one_target;
                 out.push(Comparison { paper, method: method.clone(), scored, setting, run, outcome, stored });
             }
@@ -244,7 +252,8 @@ fn cell_view(
             }
             (run_mean_sd(&a), n)
         }
-        None if failed > 0 => ("—".into(), format!("all {failed} failed")),
+        None if failed > 0 && failed == group.len() => ("—".into(), format!("all {failed} failed")),
+        None if failed > 0 => ("—".into(), format!("{failed} failed, {} not reporting it", group.len() - failed)),
         // A method that predicts labels only (an SVM) has no predictive likelihood.
         None if PROBABILITY_METRICS.contains(&metric) && !group.is_empty() && group.iter().all(|c| is_labels_only(c)) => {
             ("no probabilities".into(), String::new())

@@ -70,8 +70,9 @@ pub fn paired_aggregate(cells: &[CellRecord], base: &str) -> BTreeMap<GroupKey, 
     let ok = |c: &&CellRecord| c.status == Status::Ok;
     let bases: BTreeMap<(&str, usize, &str), &CellRecord> =
         cells.iter().filter(ok).filter(|c| c.method == base).map(|c| ((c.dataset.as_str(), c.split, c.setting.as_str()), c)).collect();
-    // The base's only setting, when it has one (no grid: "", or a one-point grid).
-    let mut base_settings: Vec<&str> = bases.keys().map(|(_, _, s)| *s).collect();
+    // The base's only setting, when it has one (no grid: "", or a one-point grid), over its
+    // cells of any status (a grid point that failed everywhere is still a setting).
+    let mut base_settings: Vec<&str> = cells.iter().filter(|c| c.method == base).map(|c| c.setting.as_str()).collect();
     base_settings.sort_unstable();
     base_settings.dedup();
     let only_setting = if let [only] = base_settings[..] { Some(only) } else { None };
@@ -249,6 +250,9 @@ mod tests {
         // With two settings the base has no only one: "c" at a third setting has no pair.
         let mut two = cells.clone();
         two.push(cell("base", 0, "t=3", 0.0));
+        assert!(!paired_aggregate(&two, "base").contains_key(&key("c", "s=1", "log_evidence")));
+        // Also when the second setting's cells all failed: it is still a setting of the base.
+        two.last_mut().unwrap().status = Status::Failed;
         assert!(!paired_aggregate(&two, "base").contains_key(&key("c", "s=1", "log_evidence")));
     }
 }

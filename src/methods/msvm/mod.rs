@@ -57,8 +57,8 @@ pub struct MsvmParams {
     pub c: f64,
     /// Stop when, after a sweep, no block moved by more than this, the bias moved by at most
     /// this, and the duality gap at that bias is at most this relative to the primal (margin
-    /// units: K_ii |delta alpha|, |delta b|); below C = 1, this times C (the outputs shrink
-    /// with C).
+    /// units: (K_ii + rho) |delta alpha|, |delta b|, rho the solver's penalty); below C = 1,
+    /// this times C (the outputs shrink with C).
     #[serde(default = "d_tol")]
     pub tol: f64,
     /// Sweeps over the data allowed; reaching it is `max_iterations`, and

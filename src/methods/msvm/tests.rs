@@ -411,10 +411,10 @@ fn each_machine_matches_the_generic_qp_on_unbalanced_classes() {
 }
 
 /// A class with no training point (as in a cross-validation fold that holds a rare class's only
-/// members out): every machine still meets its certificate (WW's and CS's primal then has no
-/// finite optimal bias for the empty class; the multiplier steps stop once its dual variables
+/// members out): every machine still meets its certificate (for WW and CS any bias of the
+/// empty class below some value is optimal; the multiplier steps stop once its dual variables
 /// sit at zero) and, on separable data, classifies every training point correctly, so never
-/// predicts the empty class.
+/// predicts the empty class there.
 #[test]
 fn a_class_without_training_points_is_never_predicted() {
     let (x, _) = problem(18, 2, 0.4, 41);
