@@ -307,6 +307,16 @@ fn render_figure_only(fig: &FigureSpec, title: &str, dataset: &str, method: &str
     dir
 }
 
+/// A report of one table over `datasets` and the synthetic methods, in a fresh folder.
+fn render_table_only(table: TableSpec, datasets: &[&str], cells: &[CellRecord]) -> (Score, tempfile::TempDir) {
+    let (manifest, datasets, methods) = (manifest(), strings(datasets), strings(&METHODS));
+    let tables = [table];
+    let input = ReportInput { manifest: &manifest, tables: &tables, figures: &[], datasets: &datasets, methods: &methods, cells };
+    let dir = tempfile::tempdir().unwrap();
+    let score = render_experiment(&input, dir.path()).unwrap();
+    (score, dir)
+}
+
 /// The synthetic spec's report of `cells`, rendered into `out`.
 fn render_synthetic(cells: &[CellRecord], out: &Path) -> Score {
     let (tables, figures, manifest) = (tables(), figures(), manifest());
@@ -479,11 +489,7 @@ fn cells_that_all_failed_are_a_miss_and_one_split_shows_no_spread() {
         note: None,
         mean_row: false,
     };
-    let (manifest, datasets, methods) = (manifest(), strings(&["alpha"]), strings(&METHODS));
-    let tables = [table];
-    let input = ReportInput { manifest: &manifest, tables: &tables, figures: &[], datasets: &datasets, methods: &methods, cells: &cells };
-    let dir = tempfile::tempdir().unwrap();
-    let score = render_experiment(&input, dir.path()).unwrap();
+    let (score, dir) = render_table_only(table, &["alpha"], &cells);
     // ep ran and failed on every split: a miss (open), not "not run yet"; laplace's one split
     // matches (|5 - 5.5| <= 1).
     assert_eq!((score.matched, score.compared), (1, 2));
@@ -701,11 +707,7 @@ fn a_paired_value_without_its_base_is_not_run_yet() {
         note: None,
         mean_row: false,
     };
-    let (manifest, datasets, methods) = (manifest(), strings(&["alpha"]), strings(&METHODS));
-    let tables = [table];
-    let input = ReportInput { manifest: &manifest, tables: &tables, figures: &[], datasets: &datasets, methods: &methods, cells: &cells };
-    let dir = tempfile::tempdir().unwrap();
-    let score = render_experiment(&input, dir.path()).unwrap();
+    let (score, _dir) = render_table_only(table, &["alpha"], &cells);
     assert_eq!((score.matched, score.compared), (0, 1));
     assert_eq!(score.misses, MissCounts { decided: 0, deviation: 0, open: 0, not_run: 1 });
 }
@@ -783,6 +785,39 @@ fn a_mean_row_averages_each_split_over_the_data_sets_and_meets_the_papers_averag
     assert!(html.contains("n = 4, 1 split(s) left out"), "gamma's failed split is left out of the mean row, and said so");
     assert!(html.contains("not matched: 1 split(s) failed or not finite"), "the rule says why it is not a match");
     assert!(!html.contains("outside this table"), "the mean row's paper values are inside the table");
+}
+
+/// A mean row's value with no summary is a miss when its entry's cells ran (here one data set
+/// failed on every split, so no split has every data set) and not run yet when it has none.
+#[test]
+fn a_mean_row_without_a_summary_is_a_miss_only_if_its_entry_ran() {
+    let mut cells = Vec::new();
+    for split in 0..2 {
+        let mut ok = cell("alpha", split, "laplace", "");
+        ok.metrics.insert("error_pct".into(), 5.0);
+        cells.push(ok);
+        let mut failed = cell("beta", split, "laplace", "");
+        failed.status = Status::Failed;
+        failed.error = Some(FAILURE.into());
+        cells.push(failed);
+    }
+    let table = TableSpec {
+        id: "tab-mean-missing".into(),
+        title: "Mean row without a summary".into(),
+        metrics: vec!["error_pct".into()],
+        methods: vec![],
+        datasets: vec![],
+        tolerance: ToleranceRule::Absolute { abs: 0.01 },
+        paper_only: vec![],
+        paper_only_datasets: Default::default(),
+        paper: vec![paper("mean", "laplace", "error_pct", 5.0, None, None), paper("mean", "ep", "error_pct", 6.0, None, None)],
+        paired_with: None,
+        note: None,
+        mean_row: true,
+    };
+    let (score, _dir) = render_table_only(table, &["alpha", "beta"], &cells);
+    assert_eq!((score.matched, score.compared), (0, 2));
+    assert_eq!(score.misses, MissCounts { decided: 0, deviation: 0, open: 1, not_run: 1 });
 }
 
 #[test]
