@@ -188,22 +188,17 @@ fn compare<'a>(spec: &'a TableSpec, cells: &[CellRecord], aggregates: &BTreeMap<
                     metric: paper.metric.clone(),
                 };
                 let run = aggregates.get(&key).copied();
-                // Failed splits count as left out, as non-finite ones do: no match over the rest.
-                let failed = cells
-                    .iter()
-                    .filter(|c| {
-                        c.status == Status::Failed && c.dataset == key.dataset && c.method == key.method && c.setting == key.setting
-                    })
-                    .count();
-                let outcome =
-                    run.map(|r| within_tolerance(&spec.tolerance, paper, &Aggregate { n_nonfinite: r.n_nonfinite + failed, ..r }));
-                // A mean row has no cells of its own: the entry's cells on any data set count; a
-                // paired entry has no result until its base has cells on the data set too.
+                // One pass over the entry's cells at this setting: those stored (a mean row has no
+                // cells of its own, so the entry's cells on any data set count) and, on this data
+                // set, those failed (left out like non-finite splits: no match over the rest).
                 let is_mean = key.dataset == MEAN_OVER_DATASETS;
-                let stored = cells
+                let (stored, failed) = cells
                     .iter()
                     .filter(|c| (is_mean || c.dataset == key.dataset) && c.method == key.method && c.setting == key.setting)
-                    .count();
+                    .fold((0, 0), |(s, f), c| (s + 1, f + usize::from(c.status == Status::Failed && c.dataset == key.dataset)));
+                let outcome =
+                    run.map(|r| within_tolerance(&spec.tolerance, paper, &Aggregate { n_nonfinite: r.n_nonfinite + failed, ..r }));
+                // A paired entry has no result until its base has cells on the data set too.
                 let base_missing =
                     spec.paired_with.as_ref().is_some_and(|b| !cells.iter().any(|c| &c.method == b && c.dataset == key.dataset));
                 let stored = if base_missing { 0 } else { stored };
