@@ -18,7 +18,9 @@ const RECORDED: &[(&str, &str, &str)] = &[
     ("laplace", "laplace=3", "8659a7bd7b32093b"),
     ("vbmnp", "vbmnp=1", "0d16a0079d243cbe"),
     ("vbmnp_sparse", "vbmnp_sparse=1", "5b8c172000bc4340"),
-    ("gibbs_mnp", "gibbs_mnp=3", "6aba8789765cef9c"),
+    // 2026-12-01: gibbs_mnp=4 draws each datum's winner with probit's h and mode (a looser
+    // stopping rule of its own copy had set the envelope's tangent point): new draws.
+    ("gibbs_mnp", "gibbs_mnp=4", "ca33d9b37df3f740"),
     ("svgp", "svgp=5", "e60af2691ef5e9fd"),
     ("scmgpc", "scmgpc=2", "ec3821b281c71523"),
     ("ep", "ep=2", "4d30be7395cf67dd"),

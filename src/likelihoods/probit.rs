@@ -55,8 +55,12 @@ impl LogRule {
     }
 }
 
-/// h(u) = log phi(u) + sum_j log Phi(a_j u + b_j): its first two derivatives.
-fn h_derivs(u: f64, a: &[f64], b: &[f64]) -> (f64, f64) {
+/// h(u) = log phi(u) + sum_j log Phi(a_j u + b_j): its first two derivatives. (The curvature
+/// term keeps r (x + r), which cancels below x = -5 where `special::neg_d2_log_normal_cdf`
+/// does not: there it only sets a Newton step and the rule's width, where 1e-8 relative is
+/// harmless, and moving it would move every arg-max prediction's last bits, so it waits for
+/// benches/pending/argmax-panels.patch, which replaces that rule.)
+pub(crate) fn h_derivs(u: f64, a: &[f64], b: &[f64]) -> (f64, f64) {
     let (mut d1, mut d2) = (-u, -1.0);
     for (aj, bj) in a.iter().zip(b) {
         let x = aj * u + bj;
@@ -68,13 +72,20 @@ fn h_derivs(u: f64, a: &[f64], b: &[f64]) -> (f64, f64) {
     (d1, d2)
 }
 
-fn h_only(u: f64, a: &[f64], b: &[f64]) -> f64 {
+/// h(u) itself (with the normal density's constant).
+pub(crate) fn h_only(u: f64, a: &[f64], b: &[f64]) -> f64 {
     -0.5 * u * u - LN_SQRT_2PI + a.iter().zip(b).map(|(aj, bj)| log_normal_cdf(aj * u + bj)).sum::<f64>()
 }
 
-/// The mode of h: h' is strictly decreasing (h'' <= -1), so h'(u) <= h'(0) - u for u > 0 and
-/// h'(u) >= h'(0) + |u| for u < 0 give a bracket; Newton steps are kept inside it.
+/// The mode of h to full precision (`mode_tol` at 1e-12).
 fn mode(a: &[f64], b: &[f64]) -> f64 {
+    mode_tol(a, b, 1e-12)
+}
+
+/// The mode of h: h' is strictly decreasing (h'' <= -1), so h'(u) <= h'(0) - u for u > 0 and
+/// h'(u) >= h'(0) + |u| for u < 0 give a bracket; Newton steps are kept inside it, stopping
+/// once a step or the bracket is below tol (1 + |u|).
+pub(crate) fn mode_tol(a: &[f64], b: &[f64], tol: f64) -> f64 {
     let (g0, _) = h_derivs(0.0, a, b);
     let (mut lo, mut hi) = if g0 > 0.0 { (0.0, g0 + 1.0) } else { (g0 - 1.0, 0.0) };
     let mut u = 0.0;
@@ -89,7 +100,7 @@ fn mode(a: &[f64], b: &[f64]) -> f64 {
         if !(next > lo && next < hi) {
             next = 0.5 * (lo + hi);
         }
-        if (next - u).abs() <= 1e-12 * (1.0 + u.abs()) || hi - lo <= 1e-12 * (1.0 + u.abs()) {
+        if (next - u).abs() <= tol * (1.0 + u.abs()) || hi - lo <= tol * (1.0 + u.abs()) {
             return next;
         }
         u = next;
@@ -198,7 +209,9 @@ pub fn probit_class_probs(m: &[f64]) -> Vec<f64> {
     (0..m.len()).map(|k| probit_class_prob(m, k)).collect()
 }
 
-fn offsets(m: &[f64], k: usize) -> (Vec<f64>, Vec<f64>) {
+/// (a, b) of h for class k's cone {y_k > y_j for all j != k} of y ~ N(m, I), in the offset
+/// u = y_k - m_k: a_j = 1, b_j = m_k - m_j over j != k.
+pub(crate) fn offsets(m: &[f64], k: usize) -> (Vec<f64>, Vec<f64>) {
     let b: Vec<f64> = (0..m.len()).filter(|&j| j != k).map(|j| m[k] - m[j]).collect();
     (vec![1.0; b.len()], b)
 }
