@@ -539,3 +539,110 @@ fn a_mean_row_paper_value_needs_the_mean_row_and_no_pairing() {
     let e = error_of(&table("    mean_row: true\n    paired_with: lap\n"));
     assert!(e.contains("tables[0].mean_row") && e.contains("a paired table"), "{e}");
 }
+
+#[test]
+fn a_key_repeated_in_a_map_is_refused_with_its_line() {
+    // The typed parse would keep only the last of the two grids.
+    let text = format!("{GOOD}    grid:\n      kernel.variance: [0.1, 1.0]\n      kernel.variance: [10.0, 100.0]\n");
+    let e = error_of(&text);
+    // Located at the map that holds the key twice, named by its path.
+    assert!(e.contains("bad.yaml:8:") && e.contains("methods[0].grid: duplicate entry with key \"kernel.variance\""), "{e}");
+    let settings = format!("{GOOD}    settings: {{ max_hyper_iters: 5, max_hyper_iters: 9 }}\n");
+    assert!(error_of(&settings).contains("duplicate entry"), "{}", error_of(&settings));
+}
+
+#[test]
+fn unknown_keys_of_hyper_from_and_checkpoints_are_refused() {
+    let text = format!("{GOOD}  - name: sweep\n    method: laplace\n    hyper: {{ from: lap, kep: [variance] }}\n");
+    let e = error_of(&text);
+    // (Serde reads the untagged forms from a buffer: the location is the entry's, the path names the field.)
+    assert!(e.contains("bad.yaml:7:") && e.contains("methods[1].hyper: fixed, learn or { from: <method entry>, keep:"), "{e}");
+    // The forms that are valid still parse (and keep their meaning).
+    parse(&text.replace("kep:", "keep:"), "ok.yaml", &registry()).expect("keep is valid");
+    parse(&format!("{GOOD}  - name: b\n    method: laplace\n    hyper: {{ from: lap }}\n"), "ok.yaml", &registry()).expect("from alone");
+    let e = error_of(&format!("{GOOD}    checkpoints: {{ every: 5, evry: 2 }}\n"));
+    assert!(e.contains("bad.yaml:5:") && e.contains("methods[0].checkpoints: geometric, { every: <k> } or a list of iterations"), "{e}");
+    parse(&format!("{GOOD}    checkpoints: {{ every: 5 }}\n"), "ok.yaml", &registry()).expect("every alone");
+}
+
+#[test]
+fn a_sum_kernel_has_no_variance_of_its_own() {
+    let e = error_of(&format!(
+        "{GOOD}    kernel: {{ type: sum, variance: 4.0, terms: [ {{ lengthscale: 1.0 }}, {{ type: white, variance: 0.1 }} ] }}\n"
+    ));
+    assert!(e.contains("a sum kernel has no variance of its own"), "{e}");
+}
+
+#[test]
+fn a_dataset_override_of_a_gridded_key_is_refused() {
+    // With one grid value nothing else catches it: wine's cells would run 50 labelled 10.
+    let text =
+        format!("{GOOD}    grid: {{ settings.max_hyper_iters: [10] }}\n    dataset_settings: {{ iris: {{ max_hyper_iters: 50 }} }}\n");
+    let e = error_of(&text);
+    assert!(
+        e.contains("methods[0].dataset_settings.iris.max_hyper_iters") && e.contains("overrides the grid key settings.max_hyper_iters"),
+        "{e}"
+    );
+    let kernel =
+        format!("{GOOD}    grid: {{ kernel.variance: [1.0, 2.0] }}\n    dataset_settings: {{ iris: {{ kernel.variance: 3.0 }} }}\n");
+    assert!(error_of(&kernel).contains("overrides the grid key kernel.variance"), "{}", error_of(&kernel));
+    // Another key beside the grid's is fine.
+    parse(&text.replace("max_hyper_iters: 50", "max_newton_iters: 50"), "ok.yaml", &registry()).expect("a key the grid does not set");
+}
+
+#[test]
+fn a_setting_that_hyper_from_overwrites_is_refused() {
+    // The grid's variances would all be replaced by the source's fitted one: three labels, one cell.
+    let sweep = format!(
+        "{GOOD}  - name: sweep\n    method: laplace\n    hyper: {{ from: lap }}\n    grid: {{ kernel.variance: [0.1, 1.0, 10.0] }}\n"
+    );
+    let e = data_error_of(&sweep);
+    assert!(
+        e.contains("methods[1] [kernel.variance=0.1]") && e.contains("sets kernel parameter \"variance\", which hyper: { from: lap }"),
+        "{e}"
+    );
+    // With keep the grid is a real sweep at the source's length-scale.
+    let kept = sweep.replace("hyper: { from: lap }", "hyper: { from: lap, keep: [variance] }");
+    let spec = parse(&kept, "ok.yaml", &registry()).unwrap();
+    mcgp::runner::check_with_data(&spec, &registry(), std::path::Path::new(env!("CARGO_MANIFEST_DIR")))
+        .expect("kept parameters may be gridded");
+    // A parameter the source's kernel does not have (ARD against an isotropic source).
+    let ard = format!("{GOOD}  - name: ard\n    method: laplace\n    kernel: {{ ard: true }}\n    hyper: {{ from: lap }}\n");
+    let e = data_error_of(&ard);
+    assert!(e.contains("takes kernel parameter \"lengthscale_1\" from \"lap\", whose kernel has no such parameter"), "{e}");
+}
+
+#[test]
+fn a_decision_grid_needs_two_dimensional_inputs() {
+    let e = data_error_of(&format!("{GOOD}    decision_grid: {{ n: 20 }}\n"));
+    assert!(e.contains("method entry \"lap\" (laplace) on dataset \"iris\"") && e.contains("decision_grid needs 2-D inputs"), "{e}");
+}
+
+#[test]
+fn figure_ids_axes_and_trace_x_are_checked_before_running() {
+    let fig = |f: &str| format!("{GOOD}    grid: {{ kernel.variance: [1.0, 2.0] }}\nfigures:\n  - {{ {f} }}\n");
+    let e = error_of(&fig("id: a/b, title: t, kind: errorbar, metric: error_pct"));
+    assert!(e.contains("figures[0].id") && e.contains("not a plain file name"), "{e}");
+    let e = error_of(&fig("id: f, title: t, kind: errorbar, metric: error_pct, x: kernel.varience"));
+    assert!(e.contains("figures[0].x") && e.contains("not a grid key of the figure's entries (did you mean \"kernel.variance\"?)"), "{e}");
+    let e = error_of(&fig("id: f, title: t, kind: trace, trace: bound, trace_x: tme"));
+    assert!(e.contains("figures[0].trace_x") && e.contains("iter or time, got \"tme\""), "{e}");
+    let e = error_of(&fig("id: f, title: t, kind: violin, metric: error_pct, trace_x: time"));
+    assert!(e.contains("only trace figures take `trace_x`"), "{e}");
+    let e = error_of(&fig("id: f, title: t, kind: violin, metric: error_pct, x: kernel.variance"));
+    assert!(e.contains("figures[0].x") && e.contains("a violin figure takes no `x`"), "{e}");
+    for ok in [
+        "id: f, title: t, kind: errorbar, metric: error_pct, x: kernel.variance",
+        "id: f, title: t, kind: errorbar, metric: error_pct, x: dataset",
+        "id: f, title: t, kind: trace, trace: bound, trace_x: time",
+    ] {
+        parse(&fig(ok), "ok.yaml", &registry()).unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+}
+
+#[test]
+fn a_derived_dataset_name_is_a_plain_file_name() {
+    let text = GOOD.replace("datasets: [iris]", "datasets: [\"../iris-escape\"]\nderived_datasets: { \"../iris-escape\": { from: iris } }");
+    let e = error_of(&text);
+    assert!(e.contains("derived_datasets.../iris-escape") && e.contains("it names files"), "{e}");
+}

@@ -105,6 +105,11 @@ impl KernelParams {
                 .to_lowercase());
         }
         if self.kind == KernelKind::Sum {
+            // Sum::new takes the terms only: a variance here would be dropped, and a grid over
+            // it would list settings that all compute the same cell.
+            if self.variance != 1.0 || !self.learn_variance {
+                return Err(format!("{at}: a sum kernel has no variance of its own (set variance / learn_variance on its terms)"));
+            }
             if self.terms.len() < 2 {
                 return Err(format!("{at}.terms: a sum needs at least two terms, got {}", self.terms.len()));
             }

@@ -61,7 +61,7 @@ impl Budget {
 
 /// `checkpoints:` of a method entry: at which outer iterations the runner scores the model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, from = "CheckpointsRepr")]
 pub enum Checkpoints {
     /// `geometric`: 1..9, 10..95 step 5, 100..950 step 50, then every 1000.
     Named(CheckpointGrid),
@@ -75,6 +75,32 @@ pub enum Checkpoints {
 #[serde(rename_all = "snake_case")]
 pub enum CheckpointGrid {
     Geometric,
+}
+
+/// How `Checkpoints` is read: the same forms, with unknown keys of `{ every }` refused (an
+/// untagged struct variant would skip them).
+#[derive(Deserialize)]
+#[serde(untagged, expecting = "geometric, { every: <k> } or a list of iterations")]
+enum CheckpointsRepr {
+    Named(CheckpointGrid),
+    Every(EveryRepr),
+    At(Vec<u64>),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EveryRepr {
+    every: u64,
+}
+
+impl From<CheckpointsRepr> for Checkpoints {
+    fn from(r: CheckpointsRepr) -> Self {
+        match r {
+            CheckpointsRepr::Named(g) => Checkpoints::Named(g),
+            CheckpointsRepr::Every(EveryRepr { every }) => Checkpoints::Every { every },
+            CheckpointsRepr::At(v) => Checkpoints::At(v),
+        }
+    }
 }
 
 impl Checkpoints {

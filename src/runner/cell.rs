@@ -262,9 +262,12 @@ fn decision_grid(spec: &DecisionGridSpec, model: &dyn Fitted, data: &SplitData, 
                 Some(s) => s.inverse_transform(&z),
                 None => z,
             };
-            z.rows().into_iter().map(|r| [r[0], r[1]]).collect()
+            z.rows().into_iter().map(|r| [r[0], r[1]]).collect::<Vec<[f64; 2]>>()
         })
-        .collect();
+        .collect::<Vec<_>>();
+    if inducing.iter().flatten().flatten().any(|v| !v.is_finite()) {
+        return Err(CellFailure::from("decision_grid: a learned inducing input is not finite".to_string()));
+    }
     Ok(DecisionGrid { x, y, n, labels, inducing })
 }
 

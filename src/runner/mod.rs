@@ -185,7 +185,7 @@ pub fn prepare(spec: &Spec, registry: &Registry, project_root: &std::path::Path,
         }
     }
     crate::spec::check_supports(spec, &problem_shapes(&datasets))?;
-    let cells = expand(spec, &n_splits, &data_hashes).map_err(anyhow::Error::msg)?;
+    let cells = expand(spec, &n_splits, &data_hashes).map_err(|e| anyhow::anyhow!("{}: {e}", spec.file))?;
     Ok(Prepared { datasets, splits, cells, failed_datasets, split_cache: Default::default() })
 }
 

@@ -50,7 +50,9 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions, wait: bo
         // What a killed run or shard left half-written (no one else writes under the exclusive lock).
         crate::atomic::remove_stale_temporaries(&store.dir);
     }
-    let prepared = prepare(spec, registry, &opts.project_root, Some(&store))?;
+    // A snapshot writes nothing into the folder the run owns (not even the split files: the
+    // run's start clears half-written files, which could be the snapshot's).
+    let prepared = prepare(spec, registry, &opts.project_root, (!snapshot).then_some(&store))?;
     let mut cells = Vec::new();
     for c in &prepared.cells {
         if let Some(mut r) = store.read_usable_cell(&c.key)? {

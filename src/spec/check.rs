@@ -32,6 +32,14 @@ pub(super) fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
         }
     }
     for (name, derived) in &raw.derived_datasets {
+        // The name becomes a file name (the splits' CSV) and a `--datasets` list entry.
+        if !is_plain_name(name) {
+            err(
+                format!("derived_datasets.{name}"),
+                Some(name),
+                format!("\"{name}\": a derived dataset's name must be letters, digits, '-', '_' or '.' (not first): it names files"),
+            );
+        }
         if registry.contains(name) {
             err(
                 format!("derived_datasets.{name}"),
@@ -145,6 +153,19 @@ pub(super) fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
             } else if !over.is_object() {
                 err(here, Some(d), "must be a map of settings".into());
             } else {
+                // An override of a gridded key would run the override under every grid label
+                // (with one grid value nothing else would catch it).
+                for k in over.as_object().into_iter().flat_map(|o| o.keys()) {
+                    let as_grid_key = if k.starts_with("kernel.") { k.clone() } else { format!("settings.{k}") };
+                    let nested = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}."));
+                    if let Some(g) = m.grid.keys().find(|g| nested(g, &as_grid_key) || nested(&as_grid_key, g)) {
+                        err(
+                            format!("{here}.{k}"),
+                            Some(k),
+                            format!("overrides the grid key {g}, so this dataset's cells would run the override under the grid's labels: drop one of them"),
+                        );
+                    }
+                }
                 // Every grid point as this dataset's cells run it (the override on top); points
                 // invalid without the override are reported above.
                 for (label, point) in expand::grid_points(m).unwrap_or_default() {
@@ -282,6 +303,35 @@ pub(super) fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
         if !ids.insert(f.id.clone()) {
             err(format!("{at}.id"), Some(&f.id), format!("duplicate table/figure id \"{}\"", f.id));
         }
+        // The id names the figure's file under figures/.
+        if f.id.is_empty() || f.id.starts_with('.') || f.id.contains(['/', '\\']) {
+            err(format!("{at}.id"), Some("id"), format!("\"{}\" is not a plain file name (it names the figure's SVG file)", f.id));
+        }
+        match (f.kind, f.trace_x.as_deref()) {
+            (_, None) | (FigureKind::Trace, Some("iter" | "time")) => {}
+            (FigureKind::Trace, Some(x)) => err(format!("{at}.trace_x"), Some(x), format!("iter or time, got \"{x}\"")),
+            (_, Some(_)) => err(format!("{at}.trace_x"), Some("trace_x"), "only trace figures take `trace_x`".into()),
+        }
+        // x and y name grid keys of the figure's entries (errorbar's x may be `dataset`).
+        let takes = |axis: &str| match f.kind {
+            FigureKind::Errorbar | FigureKind::DecisionRegions => axis == "x",
+            FigureKind::Heatmap => true,
+            _ => false,
+        };
+        let shown: Vec<&MethodEntry> = raw.methods.iter().filter(|m| f.methods.is_empty() || f.methods.contains(&m.name)).collect();
+        for (axis, key) in [("x", &f.x), ("y", &f.y)] {
+            let Some(key) = key.as_deref() else { continue };
+            if !takes(axis) {
+                err(format!("{at}.{axis}"), Some(key), format!("a {:?} figure takes no `{axis}`", f.kind).to_lowercase());
+            } else if !(shown.iter().any(|m| m.grid.contains_key(key)) || (f.kind == FigureKind::Errorbar && key == "dataset")) {
+                let keys: Vec<String> = shown.iter().flat_map(|m| m.grid.keys().cloned()).collect();
+                err(
+                    format!("{at}.{axis}"),
+                    Some(key),
+                    format!("\"{key}\" is not a grid key of the figure's entries{}", suggest(key, &keys)),
+                );
+            }
+        }
         check_refs(&mut err, &at, &f.methods, &names, "methods", "method entry");
         check_refs(&mut err, &at, &f.datasets, &raw.datasets, "datasets", "dataset of this spec");
         check_coverage(&mut err, &at, &f.methods, None, &f.datasets, raw);
@@ -346,6 +396,11 @@ pub(super) fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
         }
     }
     out
+}
+
+/// Letters, digits, '-', '_' and '.', not first: safe as a file name and in a comma list.
+fn is_plain_name(name: &str) -> bool {
+    !name.is_empty() && !name.starts_with('.') && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 fn check_refs(err: &mut impl FnMut(String, Option<&str>, String), at: &str, used: &[String], known: &[String], field: &str, what: &str) {

@@ -257,16 +257,22 @@ pub enum HyperSpec {
     From { source: String, keep: Vec<String> },
 }
 
-/// How `HyperSpec` is written in YAML (a word or a one-key map).
+/// How `HyperSpec` is written in YAML (a word or a map with `from` and optionally `keep`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "fixed, learn or { from: <method entry>, keep: [<parameter>, ...] }")]
 enum HyperRepr {
     Word(String),
-    From {
-        from: String,
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        keep: Vec<String>,
-    },
+    From(HyperFrom),
+}
+
+/// `{ from, keep }`, with unknown keys refused (a misspelt `keep` would otherwise take every
+/// parameter over, the opposite of what was asked).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HyperFrom {
+    from: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    keep: Vec<String>,
 }
 
 impl TryFrom<HyperRepr> for HyperSpec {
@@ -276,7 +282,7 @@ impl TryFrom<HyperRepr> for HyperSpec {
             HyperRepr::Word(w) if w == "fixed" => Ok(HyperSpec::Fixed),
             HyperRepr::Word(w) if w == "learn" => Ok(HyperSpec::Learn),
             HyperRepr::Word(w) => Err(format!("hyper must be fixed, learn or {{ from: <method entry> }}, got \"{w}\"")),
-            HyperRepr::From { from, keep } => {
+            HyperRepr::From(HyperFrom { from, keep }) => {
                 if keep.iter().any(|k| k.is_empty()) {
                     return Err("hyper.keep: an empty parameter name".into());
                 }
@@ -301,7 +307,7 @@ impl From<HyperSpec> for HyperRepr {
         match h {
             HyperSpec::Fixed => HyperRepr::Word("fixed".into()),
             HyperSpec::Learn => HyperRepr::Word("learn".into()),
-            HyperSpec::From { source, keep } => HyperRepr::From { from: source, keep },
+            HyperSpec::From { source, keep } => HyperRepr::From(HyperFrom { from: source, keep }),
         }
     }
 }
@@ -432,27 +438,18 @@ pub fn parse(text: &str, file: &str, registry: &Registry) -> Result<Spec, SpecEr
         let message = format!("collections nested more than {MAX_FLOW_DEPTH} levels deep");
         return Err(SpecError { file: file.to_string(), issues: vec![SpecIssue { line, column, path: String::new(), message }] });
     }
-    let raw: RawSpec = serde_path_to_error::deserialize(serde_norway::Deserializer::from_str(text)).map_err(|e| {
-        let path = e.path().to_string();
-        let path = if path == "." { String::new() } else { short_path(path) };
-        let inner = e.into_inner();
-        // Serde buffers internally tagged enums (the split protocol), so their errors carry no
-        // usable location; fall back to finding the field named by the path.
-        let located = inner.location().map(|l| (l.line(), l.column())).filter(|&(l, c)| (l, c) != (1, 1) || path.is_empty());
-        let last_key = path.rsplit(['.', '[']).next().filter(|k| !k.is_empty() && !k.ends_with(']'));
-        let (line, column) = located.unwrap_or_else(|| locate(text, &path, last_key));
-        let message = inner.to_string();
-        let message = match message.find(" at line ") {
-            Some(i) => message[..i].to_string(),
-            None => message,
-        };
-        // serde_norway prefixes its own path ("methods[0]: ..."); ours is already shown.
-        let message = match message.split_once(": ") {
-            Some((head, rest)) if !head.contains(' ') => rest.to_string(),
-            _ => message,
-        };
-        SpecError { file: file.to_string(), issues: vec![SpecIssue { line, column, path, message }] }
-    })?;
+    // The typed parse keeps the last of two equal keys in a map (`grid`, `settings`,
+    // `dataset_settings`, ...: serde_norway checks duplicates only in its own Value), so a
+    // repeated key would drop the first silently; parsing into that Value first refuses it.
+    if let Err(e) = serde_path_to_error::deserialize::<_, serde_norway::Value>(serde_norway::Deserializer::from_str(text)) {
+        let issue = parse_issue(text, e);
+        if issue.message.starts_with("duplicate entry") {
+            let issue = SpecIssue { message: format!("{}: a key may appear only once in a map", issue.message), ..issue };
+            return Err(SpecError { file: file.to_string(), issues: vec![issue] });
+        }
+    }
+    let raw: RawSpec = serde_path_to_error::deserialize(serde_norway::Deserializer::from_str(text))
+        .map_err(|e| SpecError { file: file.to_string(), issues: vec![parse_issue(text, e)] })?;
     let issues = check::check(&raw, registry);
     if !issues.is_empty() {
         let issues = issues
@@ -465,6 +462,30 @@ pub fn parse(text: &str, file: &str, registry: &Registry) -> Result<Spec, SpecEr
         return Err(SpecError { file: file.to_string(), issues });
     }
     Ok(Spec { raw, file: file.to_string(), text: text.to_string(), hash: blake3::hash(text.as_bytes()).to_hex().to_string() })
+}
+
+/// A parse error as an issue: the field path, the location (or, where serde has none, the
+/// field named by the path), and serde's message without its own location and path.
+fn parse_issue(text: &str, e: serde_path_to_error::Error<serde_norway::Error>) -> SpecIssue {
+    let path = e.path().to_string();
+    let path = if path == "." { String::new() } else { short_path(path) };
+    let inner = e.into_inner();
+    // Serde buffers internally tagged enums (the split protocol), so their errors carry no
+    // usable location; fall back to finding the field named by the path.
+    let located = inner.location().map(|l| (l.line(), l.column())).filter(|&(l, c)| (l, c) != (1, 1) || path.is_empty());
+    let last_key = path.rsplit(['.', '[']).next().filter(|k| !k.is_empty() && !k.ends_with(']'));
+    let (line, column) = located.unwrap_or_else(|| locate(text, &path, last_key));
+    let message = inner.to_string();
+    let message = match message.find(" at line ") {
+        Some(i) => message[..i].to_string(),
+        None => message,
+    };
+    // serde_norway prefixes its own path ("methods[0]: ..."); ours is already shown.
+    let message = match message.split_once(": ") {
+        Some((head, rest)) if !head.contains(' ') => rest.to_string(),
+        _ => message,
+    };
+    SpecIssue { line, column, path, message }
 }
 
 /// The checks that need the data's shape: for every dataset and method entry (each grid point
@@ -492,10 +513,42 @@ pub fn check_supports(spec: &Spec, shapes: &BTreeMap<String, crate::methods::Pro
                         continue;
                     }
                 };
-                if let HyperSpec::From { keep, .. } = &entry.hyper {
+                if let HyperSpec::From { source, keep } = &entry.hyper {
                     if let Err(e) = kernels.check_keep(keep) {
                         fail(e);
                     }
+                    let taken = |name: &String| !keep.iter().any(|k| crate::kernels::name_matches(k, name));
+                    // A grid point or dataset override that sets a parameter taken over from the
+                    // source computes the same cell as the entry as written, under another label.
+                    if let Ok(written) = m.kernel.kernel_set(shape.n_features, shape.n_classes) {
+                        let (names, now, was) = (kernels.param_names(), kernels.log_params(), written.log_params());
+                        if written.param_names() == names {
+                            if let Some(i) = (0..names.len()).find(|&i| taken(&names[i]) && now[i] != was[i]) {
+                                fail(format!(
+                                    "sets kernel parameter \"{}\", which hyper: {{ from: {source} }} replaces with the source's fitted value, \
+                                     so every such setting computes the same cell: name it in hyper.keep, or drop the setting",
+                                    names[i]
+                                ));
+                            }
+                        }
+                    }
+                    // Every parameter taken over must be one the source's kernel has.
+                    if let Some(src) = spec.raw.methods.iter().find(|s| &s.name == source) {
+                        if let Ok(have) = src.on_dataset(dataset).kernel.kernel_set(shape.n_features, shape.n_classes) {
+                            let have = have.param_names();
+                            if let Some(name) = kernels.param_names().into_iter().find(|n| taken(n) && !have.contains(n)) {
+                                fail(format!(
+                                    "takes kernel parameter \"{name}\" from \"{source}\", whose kernel has no such parameter (it has: {}): \
+                                     give both entries kernels of one shape, or name it in hyper.keep",
+                                    have.join(", ")
+                                ));
+                            }
+                        }
+                    }
+                }
+                // The decision grid is a grid over two input dimensions, its classes one character each.
+                if entry.decision_grid.is_some() && (shape.n_features != 2 || shape.n_classes > 36) {
+                    fail("decision_grid needs 2-D inputs and at most 36 classes".into());
                 }
                 let Ok(method) = crate::methods::build(&entry.method, &entry.settings) else { continue };
                 if let Err(e) = method.supports(shape, &kernels, entry.hyper.policy()) {
