@@ -1199,11 +1199,15 @@ fn concurrent_runs_of_two_specs_sharing_a_results_folder_store_every_cell_once()
 fn two_cells_that_are_one_computation_are_refused() {
     let dir = workdir("duplicate-cells");
     let base = "name: dup\nseed: 3\ndatasets: [iris]\nsplits: { protocol: random, train_fraction: 0.6, repeats: 2 }\nmethods:\n";
-    for (entry, setting) in [
-        ("  - { name: lap, method: laplace, grid: { kernel.variance: [0.5, 0.5] } }\n", "kernel.variance=0.5"),
+    for (entry, expected) in [
+        (
+            "  - { name: lap, method: laplace, grid: { kernel.variance: [0.5, 0.5] } }\n",
+            ["methods entry \"lap\"", "the same computation on dataset iris split 0", "kernel.variance=0.5"],
+        ),
+        // (The spec check names this one first: an override of a gridded key.)
         (
             "  - { name: lap, method: laplace, grid: { settings.mc_samples: [100, 200] }, dataset_settings: { iris: { mc_samples: 50 } } }\n",
-            "settings.mc_samples=",
+            ["methods[0].dataset_settings.iris.mc_samples", "overrides the grid key settings.mc_samples", "dup.yaml:6:"],
         ),
     ] {
         let spec = dir.join("dup.yaml");
@@ -1211,8 +1215,7 @@ fn two_cells_that_are_one_computation_are_refused() {
         for command in ["check", "run"] {
             let (ok, stderr, _) = mcgp_in(&dir, &[command, spec.to_str().unwrap()], &[]);
             assert!(!ok, "{command} must refuse: {stderr}");
-            assert!(stderr.contains("methods entry \"lap\"") && stderr.contains("the same computation on dataset iris split 0"), "{stderr}");
-            assert!(stderr.contains(setting), "{stderr}");
+            assert!(expected.iter().all(|e| stderr.contains(e)), "{stderr}");
         }
         assert!(!dir.join("results/dup/cells").exists(), "nothing was computed");
     }
@@ -1299,4 +1302,29 @@ fn a_data_folder_elsewhere_keeps_the_checkouts_commit() {
     assert!(ok, "{stderr}");
     let m = manifest(&dir.join("results/quickstart"));
     assert_eq!(m["git_commit"].as_str(), Some(head.as_str()), "{m}");
+}
+
+/// Before any run has written a manifest (shards only, or an interrupted first run), the
+/// experiment folder still belongs to the spec file that ran first.
+#[test]
+fn a_spec_with_the_same_name_is_refused_before_the_first_manifest() {
+    let dir = workdir("owner-before-manifest");
+    let spec = dir.join("small.yaml");
+    std::fs::write(&spec, SMALL).unwrap();
+    let shard = |spec: &Path, which: &str| {
+        let mut cmd = mcgp();
+        cmd.arg("run").arg(spec).arg("--shard").arg(which);
+        cmd.arg("--results").arg(dir.join("results")).arg("--reports").arg(dir.join("reports"));
+        cmd.output().expect("mcgp runs")
+    };
+    assert!(shard(&spec, "0/2").status.success());
+    assert!(!dir.join("results/small/manifest.json").exists(), "a shard writes no manifest");
+    let twin = dir.join("twin.yaml");
+    std::fs::write(&twin, SMALL.replace("seed: 7", "seed: 8")).unwrap();
+    let out = shard(&twin, "1/2");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("small.yaml") && stderr.contains("twin.yaml") && stderr.contains("another `name:`"), "{stderr}");
+    // The owner itself goes on.
+    assert!(shard(&spec, "1/2").status.success());
 }

@@ -646,3 +646,21 @@ fn a_derived_dataset_name_is_a_plain_file_name() {
     let e = error_of(&text);
     assert!(e.contains("derived_datasets.../iris-escape") && e.contains("it names files"), "{e}");
 }
+
+#[test]
+fn a_problem_in_a_later_entry_points_at_that_entry() {
+    // Both entries have `checkpoints`: the bad one is the second (line 10), not the first (line 7).
+    let text = format!("{GOOD}    checkpoints: geometric\n  - name: other\n    method: laplace\n    checkpoints: {{ every: 0 }}\n");
+    let e = error_of(&text);
+    assert!(e.contains("bad.yaml:10:") && e.contains("methods[1]") && e.contains("checkpoints.every must be at least 1"), "{e}");
+    // A duplicate name points at the duplicate.
+    let e = error_of(&format!("{GOOD}  - name: lap\n    method: laplace\n"));
+    assert!(e.contains("bad.yaml:7:") && e.contains("duplicate method name \"lap\""), "{e}");
+}
+
+#[test]
+fn a_grid_value_that_would_make_an_ambiguous_label_is_refused() {
+    // `kernel.lengthscale=[1.0,2.0]` would split at its comma when the report reads the label.
+    let e = error_of(&format!("{GOOD}    kernel: {{ ard: true }}\n    grid: {{ kernel.lengthscale: [[1.0, 2.0, 3.0, 4.0]] }}\n"));
+    assert!(e.contains("methods[0].grid.kernel.lengthscale") && e.contains("grid values are numbers, booleans or strings"), "{e}");
+}

@@ -190,18 +190,39 @@ pub fn prepare(spec: &Spec, registry: &Registry, project_root: &std::path::Path,
 }
 
 /// Two spec files with the same `name:` would overwrite each other's tables and report: the
-/// experiment folder belongs to the spec file its manifest names (while that file exists).
+/// experiment folder belongs to the spec file its manifest names (while that file exists), or,
+/// before a run has written a manifest (an interrupted first run, shards still under way), the
+/// one its first run named in `OWNER_FILE`.
 fn check_owner(spec: &Spec, store: &Store) -> anyhow::Result<()> {
-    let Some(m) = store.read_manifest()? else { return Ok(()) };
-    let (Ok(owner), Ok(this)) = (std::fs::canonicalize(&m.spec_path), std::fs::canonicalize(&spec.file)) else { return Ok(()) };
+    let owner_path = match store.read_manifest()? {
+        Some(m) => m.spec_path,
+        None => match std::fs::read_to_string(store.dir.join(OWNER_FILE)) {
+            Ok(path) => path,
+            Err(_) => return Ok(()),
+        },
+    };
+    let (Ok(owner), Ok(this)) = (std::fs::canonicalize(&owner_path), std::fs::canonicalize(&spec.file)) else { return Ok(()) };
     if owner != this {
         anyhow::bail!(
             "{}: results of {} are stored there, and {} has the same name \"{}\"; give one of them another `name:` (or run it with --results elsewhere)",
             store.dir.display(),
-            m.spec_path,
+            owner_path,
             spec.file,
             spec.name()
         );
+    }
+    Ok(())
+}
+
+/// The spec file a run of an experiment without a manifest yet belongs to (not committed: the
+/// manifest names it once the run ends).
+const OWNER_FILE: &str = ".owner";
+
+/// Records this spec as the folder's owner when nothing names one yet (see `check_owner`).
+fn claim_owner(spec: &Spec, store: &Store) -> anyhow::Result<()> {
+    let path = store.dir.join(OWNER_FILE);
+    if store.read_manifest()?.is_none() && !path.exists() {
+        crate::atomic::write_atomic(&path, spec.file.as_bytes()).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     }
     Ok(())
 }
@@ -256,6 +277,7 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     // it alone, so it sees every cell the shards stored and no shard writes while it collects.
     let _lock = if opts.shard.is_some() { store.lock_shared()? } else { store.lock()? };
     check_owner(spec, &store)?;
+    claim_owner(spec, &store)?;
     if opts.shard.is_none() {
         // A run killed while writing leaves temporary files; under the exclusive lock nobody
         // else writes here (a shard cannot tell another shard's file in progress from a stale one),

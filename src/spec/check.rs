@@ -113,6 +113,19 @@ pub(super) fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
             if values.is_empty() {
                 err(format!("{at}.grid.{key}"), Some(key), "a grid needs at least one value".into());
             }
+            // Values become the cells' setting labels `key=value,...`, which the report splits.
+            let ambiguous = |v: &serde_json::Value| match v {
+                serde_json::Value::Array(_) | serde_json::Value::Object(_) => true,
+                serde_json::Value::String(s) => s.contains([',', '=']),
+                _ => false,
+            };
+            if let Some(v) = values.iter().find(|v| ambiguous(v)) {
+                err(
+                    format!("{at}.grid.{key}"),
+                    Some(key),
+                    format!("grid values are numbers, booleans or strings without ',' or '=' (they label the cells), got {v}"),
+                );
+            }
         }
         // Check every grid point, so a bad value is caught before the run.
         match expand::grid_points(m) {

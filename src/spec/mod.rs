@@ -570,6 +570,34 @@ pub fn check_supports(spec: &Spec, shapes: &BTreeMap<String, crate::methods::Pro
     Err(SpecError { file: spec.file.clone(), issues })
 }
 
+/// The line where item i of the block list under the top-level key at `top_line` starts, for
+/// a path `key[i]...`: the (i + 1)-th line, before the next top-level key, that starts with
+/// "- " at the indentation of the list's first item. None for flow lists or other paths.
+fn list_item_line(text: &str, top_line: usize, path: &str) -> Option<usize> {
+    let rest = path.split_once('[')?.1;
+    let index: usize = rest.split_once(']')?.0.parse().ok()?;
+    let mut indent = None;
+    let mut seen = 0;
+    for (i, line) in text.lines().enumerate().skip(top_line + 1) {
+        let trimmed = line.trim_start();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let at = line.len() - trimmed.len();
+        if at == 0 {
+            return None;
+        }
+        if trimmed.starts_with("- ") && indent.is_none_or(|w| w == at) {
+            indent = Some(at);
+            if seen == index {
+                return Some(i);
+            }
+            seen += 1;
+        }
+    }
+    None
+}
+
 /// " (did you mean ...?)" for an unknown name, or the list of known names.
 pub fn suggest(name: &str, known: &[String]) -> String {
     match crate::suggest::closest(name, known.iter().map(String::as_str)) {
@@ -579,10 +607,13 @@ pub fn suggest(name: &str, known: &[String]) -> String {
 }
 
 /// Line and column (1-based) of the best place to point at: the first occurrence of `needle`
-/// as a whole token, after the line where the path's top-level key starts.
+/// as a whole token, after the line where the path's top-level key starts, or, for a path
+/// into a block list (`methods[2]...`), where that item starts (so that a word every entry has,
+/// `budget` or `name`, points at the entry the problem is in).
 fn locate(text: &str, path: &str, needle: Option<&str>) -> (usize, usize) {
     let top = path.split(['.', '[']).next().unwrap_or("");
-    let start_line = text.lines().position(|l| l.starts_with(&format!("{top}:"))).unwrap_or(0);
+    let top_line = text.lines().position(|l| l.starts_with(&format!("{top}:"))).unwrap_or(0);
+    let start_line = list_item_line(text, top_line, path).unwrap_or(top_line);
     let find_in = |from: usize| {
         // An empty needle would match everywhere without advancing.
         let needle = needle.filter(|n| !n.is_empty())?;
