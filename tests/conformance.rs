@@ -180,7 +180,10 @@ fn an_iteration_budget_is_a_normal_stop_with_a_usable_model() {
         run.prediction.validate(x_test.nrows()).unwrap();
         let d = run.model.diagnostics();
         let Some(i) = d.iterations.filter(|_| d.stop_reason.is_some_and(|s| s.to_string().starts_with("budget"))) else { continue };
-        assert!(i <= 2, "{method}: {i} iterations past a budget of 2");
+        // (ivm on C > 2 classes fits one binary IVM per class against the rest, each to the
+        // budget, and reports their iterations summed.)
+        let per_fit = if method == "ivm" { 3 } else { 1 };
+        assert!(i <= 2 * per_fit, "{method}: {i} iterations past a budget of 2");
         learners += 1;
         // A method that maximises its evidence ends at the best point reached: no worse than the
         // start. (VB-MNP's update of the precisions is an importance-sampled posterior mean, not
@@ -241,4 +244,42 @@ fn every_method_refuses_per_class_kernels_of_the_wrong_count() {
         let result = m.fit(&problem, &kernels, HyperPolicy::Fixed, &mut ctx);
         assert!(matches!(result, Err(FitError::Unsupported(_))), "{method}: {:?}", result.err());
     }
+}
+
+/// `Method::progress` says what a fit does with a budget and a checkpoint schedule (`mcgp
+/// check` refuses them where it says neither): fitted with an iteration budget of one and a
+/// checkpoint at every iteration, each method stops at the budget exactly where it says so and
+/// scores checkpoints exactly where it says so.
+#[test]
+fn progress_says_what_a_fit_does_with_budgets_and_checkpoints() {
+    let mut mismatches = Vec::new();
+    let mut checked = 0;
+    for &(method, _) in METHODS {
+        for n_classes in [2, 3] {
+            let (x, y) = blobs(6, n_classes, 41);
+            let (x_test, _) = blobs(2, n_classes, 42);
+            let problem = Problem { x: &x, y: &y, n_classes };
+            let kernels = kernel_set("{ lengthscale: 1.0, variance: 2.0 }", n_classes);
+            for hyper in [HyperPolicy::Fixed, HyperPolicy::Learn] {
+                let m = build(method, &quick_settings(method)).unwrap();
+                if m.supports(&problem.shape(), &kernels, hyper).is_err() {
+                    continue;
+                }
+                let said = m.progress(&problem.shape(), hyper);
+                let budget = Budget { iterations: Some(1), ..Budget::default() };
+                let run = fit(method, &problem, &kernels, hyper, Some(budget), &x_test).unwrap_or_else(|e| panic!("{method}: {e}"));
+                let stopped = run.model.diagnostics().stop_reason.is_some_and(|s| s.to_string() == "budget_iterations");
+                let scored = run.trace.iter().any(|p| p.name == "p00");
+                if (stopped, scored) != (said.budget, said.checkpoints) {
+                    mismatches.push(format!(
+                        "{method}, C = {n_classes}, {hyper:?}: says budget {} / checkpoints {}, did {stopped} / {scored}",
+                        said.budget, said.checkpoints
+                    ));
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+    assert!(checked >= 20, "{checked} combinations");
 }

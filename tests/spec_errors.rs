@@ -664,3 +664,24 @@ fn a_grid_value_that_would_make_an_ambiguous_label_is_refused() {
     let e = error_of(&format!("{GOOD}    kernel: {{ ard: true }}\n    grid: {{ kernel.lengthscale: [[1.0, 2.0, 3.0, 4.0]] }}\n"));
     assert!(e.contains("methods[0].grid.kernel.lengthscale") && e.contains("grid values are numbers, booleans or strings"), "{e}");
 }
+
+#[test]
+fn a_budget_or_checkpoints_the_fit_never_consults_are_refused() {
+    // Laplace with a fixed kernel is one Newton solve: nothing for a budget to end or a checkpoint to score.
+    let e = data_error_of(&format!("{GOOD}    budget: {{ iterations: 5 }}\n    checkpoints: geometric\n"));
+    assert!(
+        e.contains("method entry \"lap\" (laplace) on dataset \"iris\"")
+            && e.contains("budget: laplace with a fixed kernel has no iterations a budget can end")
+            && e.contains("checkpoints: laplace with a fixed kernel scores no checkpoints"),
+        "{e}"
+    );
+    // Learning, it has: the search's evaluations.
+    let ok = format!("{GOOD}    hyper: learn\n    budget: {{ iterations: 5 }}\n    checkpoints: geometric\n");
+    let spec = parse(&ok, "ok.yaml", &registry()).unwrap();
+    mcgp::runner::check_with_data(&spec, &registry(), std::path::Path::new(env!("CARGO_MANIFEST_DIR")))
+        .expect("a learning laplace takes both");
+    // A clock alone stops nothing, so it is fine anywhere.
+    let clock = format!("{GOOD}    budget: {{ clock: cpu }}\none_cell_at_a_time: true\n");
+    let spec = parse(&clock, "ok.yaml", &registry()).unwrap();
+    mcgp::runner::check_with_data(&spec, &registry(), std::path::Path::new(env!("CARGO_MANIFEST_DIR"))).expect("clock only");
+}

@@ -120,7 +120,33 @@ pub trait Method: Send + Sync {
         Ok(())
     }
 
+    /// What this fit does with an entry's `budget:` (seconds or iterations) and `checkpoints:`
+    /// on a problem of this shape under this policy: whether it asks
+    /// `FitContext::budget_stop` at its iterations and scores checkpoints there. `mcgp check`
+    /// refuses either where the fit does not (it would run to its own end with the budget or the
+    /// schedule only in the cell's key). Neither by default; tests/conformance.rs fits every
+    /// method with both and checks this against what the fit did.
+    fn progress(&self, _shape: &ProblemShape, _hyper: HyperPolicy) -> Progress {
+        Progress::default()
+    }
+
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError>;
+}
+
+/// See `Method::progress`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// A budget's seconds or iterations can end the fit.
+    pub budget: bool,
+    /// The fit scores `checkpoints:`.
+    pub checkpoints: bool,
+}
+
+impl Progress {
+    /// Both, or neither.
+    pub fn both(yes: bool) -> Progress {
+        Progress { budget: yes, checkpoints: yes }
+    }
 }
 
 /// A fitted model.

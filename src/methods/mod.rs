@@ -24,7 +24,8 @@ pub mod vbmnp_sparse;
 
 pub use context::{Budget, CheckpointGrid, Checkpoints, FitContext, ScoreSnapshot, TrainingClock};
 pub use contract::{
-    floored_ln, AlsoPredict, Diagnostics, Evidence, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape, StopReason,
+    floored_ln, AlsoPredict, Diagnostics, Evidence, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape, Progress,
+    StopReason,
 };
 
 use crate::kernels::{KernelSet, SqExp};

@@ -177,6 +177,11 @@ impl Method for Select {
         Ok(())
     }
 
+    /// The refit's (the cross-validation's inner fits run without a budget or checkpoints).
+    fn progress(&self, shape: &ProblemShape, hyper: HyperPolicy) -> super::Progress {
+        self.points[0].method.progress(shape, hyper)
+    }
+
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         let n = problem.y.len();
         if n < self.folds {

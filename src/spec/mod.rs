@@ -554,6 +554,18 @@ pub fn check_supports(spec: &Spec, shapes: &BTreeMap<String, crate::methods::Pro
                 if let Err(e) = method.supports(shape, &kernels, entry.hyper.policy()) {
                     fail(format!("not supported: {e}"));
                 }
+                // A budget or checkpoint schedule the fit never consults would sit in the key only.
+                let progress = method.progress(shape, entry.hyper.policy());
+                let policy = match entry.hyper.policy() {
+                    crate::methods::HyperPolicy::Fixed => "a fixed kernel",
+                    crate::methods::HyperPolicy::Learn => "learned hyper-parameters",
+                };
+                if entry.budget.is_some_and(|b| b.seconds.is_some() || b.iterations.is_some()) && !progress.budget {
+                    fail(format!("budget: {} with {policy} has no iterations a budget can end (drop seconds / iterations)", m.method));
+                }
+                if entry.checkpoints.is_some() && !progress.checkpoints {
+                    fail(format!("checkpoints: {} with {policy} scores no checkpoints", m.method));
+                }
             }
         }
     }

@@ -246,6 +246,11 @@ impl Method for Gfitc {
         Ok(())
     }
 
+    /// The outer search's evaluations, when anything moves (a learned kernel or inducing inputs).
+    fn progress(&self, _shape: &ProblemShape, hyper: HyperPolicy) -> crate::methods::Progress {
+        crate::methods::Progress::both(hyper == HyperPolicy::Learn || self.params.learn_inducing)
+    }
+
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         problem.check(self.name())?;
         self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;

@@ -71,6 +71,11 @@ impl Method for Importance {
         self.klmnl.supports(shape, kernels, hyper)
     }
 
+    /// KL-MNL's (the sampler's centre is its fit).
+    fn progress(&self, shape: &ProblemShape, hyper: HyperPolicy) -> super::Progress {
+        self.klmnl.progress(shape, hyper)
+    }
+
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         problem.check(self.name())?;
         let kernel = super::shared_sqexp(kernels, self.name()).map_err(FitError::Unsupported)?;

@@ -406,6 +406,12 @@ impl Method for Ivm {
         Ok(())
     }
 
+    /// Inclusions (fixed kernel) or major steps (learning); checkpoints only for a binary problem
+    /// (C > 2 runs one IVM per class against the rest, none of which is the whole model).
+    fn progress(&self, shape: &ProblemShape, _hyper: HyperPolicy) -> crate::methods::Progress {
+        crate::methods::Progress { budget: true, checkpoints: shape.n_classes == 2 }
+    }
+
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         problem.check(self.name())?;
         self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;

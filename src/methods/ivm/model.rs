@@ -7,7 +7,7 @@ use super::SiteLik;
 use crate::kernels::{Kernel, KernelSet};
 use crate::linalg::Chol;
 use crate::linalg::{argmax, softmax_in_place};
-use crate::methods::{Diagnostics, Evidence, FitError, Fitted, Prediction};
+use crate::methods::{Diagnostics, Evidence, FitError, Fitted, Prediction, StopReason};
 use crate::results::EvidenceKind;
 use crate::special::{log_normal_cdf, normal_cdf};
 use faer::Mat;
@@ -151,6 +151,15 @@ impl OneVsRestModel {
             }
         }
         diagnostics.iterations = Some(iterations);
+        // The whole fit's stop: a budget that ended any task, else the first task's that is not
+        // convergence, else convergence (each task's iterations count towards the budget alone).
+        let stops: Vec<StopReason> = tasks.iter().filter_map(|t| t.diagnostics.stop_reason).collect();
+        diagnostics.stop_reason = stops
+            .iter()
+            .find(|s| matches!(s, StopReason::BudgetIterations | StopReason::BudgetSeconds))
+            .or_else(|| stops.iter().find(|s| **s != StopReason::Converged))
+            .or(stops.first())
+            .copied();
         diagnostics.number("active_size", tasks.iter().map(|t| t.active_size() as f64).sum());
         let model = tasks.first().and_then(|t| t.diagnostics.notes.get("model")).cloned().unwrap_or_default();
         diagnostics.note(

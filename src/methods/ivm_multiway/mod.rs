@@ -307,6 +307,11 @@ impl Method for IvmMultiway {
         Ok(())
     }
 
+    /// The inclusions.
+    fn progress(&self, _shape: &ProblemShape, _hyper: HyperPolicy) -> crate::methods::Progress {
+        crate::methods::Progress::both(true)
+    }
+
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         problem.check(self.name())?;
         self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;

@@ -89,6 +89,11 @@ impl Method for Klmnl {
         super::shared_sqexp(kernels, "klmnl").map(|_| ())
     }
 
+    /// The hyper-parameter search's evaluations; no checkpoints.
+    fn progress(&self, _shape: &ProblemShape, hyper: HyperPolicy) -> super::Progress {
+        super::Progress { budget: hyper == HyperPolicy::Learn, checkpoints: false }
+    }
+
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         problem.check(self.name())?;
         let kernel = super::shared_sqexp(kernels, "klmnl").map_err(FitError::Unsupported)?;

@@ -148,6 +148,11 @@ impl Method for Laplace {
         Ok(())
     }
 
+    /// The hyper-parameter search's evaluations (a fixed kernel is one Newton solve).
+    fn progress(&self, _shape: &ProblemShape, hyper: HyperPolicy) -> crate::methods::Progress {
+        crate::methods::Progress::both(hyper == HyperPolicy::Learn)
+    }
+
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         problem.check(self.name())?;
         self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;

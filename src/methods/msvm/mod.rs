@@ -129,6 +129,11 @@ impl Method for Msvm {
         Ok(())
     }
 
+    /// Solver sweeps; no checkpoints.
+    fn progress(&self, _shape: &ProblemShape, _hyper: HyperPolicy) -> super::Progress {
+        super::Progress { budget: true, checkpoints: false }
+    }
+
     fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         problem.check(self.name())?;
         self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
