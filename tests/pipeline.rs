@@ -1328,3 +1328,21 @@ fn a_spec_with_the_same_name_is_refused_before_the_first_manifest() {
     // The owner itself goes on.
     assert!(shard(&spec, "1/2").status.success());
 }
+
+/// The run's summary line gives the CPU seconds of the cells it computed, not of every stored
+/// cell: a run that finds everything stored computed for none.
+#[test]
+fn the_summary_line_counts_the_cpu_of_this_run_only() {
+    let dir = workdir("summary-cpu");
+    let spec = dir.join("small.yaml");
+    std::fs::write(&spec, SMALL).unwrap();
+    let first = run(&dir, &spec, &[]);
+    assert!(first.status.success());
+    let again = run(&dir, &spec, &[]);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    let line = stderr.lines().find(|l| l.contains(" computed, ")).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(line.starts_with("12 cells: 0 computed, 12 stored") && line.contains(" 0.0 s CPU computing ("), "{line}");
+    let first = String::from_utf8_lossy(&first.stderr);
+    let line = first.lines().find(|l| l.contains(" computed, ")).unwrap_or_else(|| panic!("{first}"));
+    assert!(line.starts_with("12 cells: 12 computed") && !line.contains(" 0.0 s CPU computing"), "{line}");
+}

@@ -229,8 +229,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let summary = runner::run(&spec, &registry, &opts)?;
                 let m = &summary.manifest;
                 eprintln!(
-                    "shard {shard}: {} cells: {} computed, {} stored, {} failed; {:.1} s wall, {:.1} s CPU; tables and report: `mcgp report` (or `mcgp run`) once every shard is done",
-                    m.cells_total, m.cells_computed, m.cells_cached, m.cells_failed, m.wall_seconds, m.cpu_seconds + 0.0
+                    "shard {shard}: {} cells: {} computed, {} stored, {} failed; {:.1} s wall, {:.1} s CPU computing; tables and report: `mcgp report` (or `mcgp run`) once every shard is done",
+                    m.cells_total, m.cells_computed, m.cells_cached, m.cells_failed, m.wall_seconds, summary.computed_cpu_seconds + 0.0
                 );
                 return Ok(if summary.failed() > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS });
             }
@@ -238,8 +238,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let summary = runner::run(&spec, &registry, &opts)?;
             let m = &summary.manifest;
             eprintln!(
-                "{} cells: {} computed, {} stored ({} from other experiments, {} computed at older commits with the same numerics), {} failed; {:.1} s wall, {:.1} s CPU",
-                m.cells_total, m.cells_computed, m.cells_cached, m.cells_reused, m.cells_older_code, m.cells_failed, m.wall_seconds, m.cpu_seconds
+                "{} cells: {} computed, {} stored ({} from other experiments, {} computed at older commits with the same numerics), {} failed; {:.1} s wall, {:.1} s CPU computing ({:.1} s CPU in all the cells)",
+                m.cells_total, m.cells_computed, m.cells_cached, m.cells_reused, m.cells_older_code, m.cells_failed, m.wall_seconds, summary.computed_cpu_seconds + 0.0, m.cpu_seconds
             );
             eprintln!("results: {}", opts.results_root.join(spec.name()).display());
             if !no_report {

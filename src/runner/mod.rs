@@ -67,6 +67,8 @@ pub struct RunOptions {
 pub struct RunSummary {
     pub manifest: Manifest,
     pub cells: Vec<CellRecord>,
+    /// CPU seconds of the cells this run computed (the manifest's sum covers the stored ones too).
+    pub computed_cpu_seconds: f64,
 }
 
 impl RunSummary {
@@ -455,6 +457,8 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
 
     // Cells of datasets left out by `datasets` may be missing.
     let cells: Vec<CellRecord> = prepared.cells.iter().filter_map(|c| done.get(&c.key).cloned()).collect();
+    let computed_keys: std::collections::BTreeSet<&str> = pending.iter().map(|c| c.key.as_str()).collect();
+    let computed_cpu_seconds = cells.iter().filter(|c| computed_keys.contains(c.key.as_str())).map(|c| c.cpu_seconds).sum();
     if opts.shard.is_some() {
         // The shard's part is stored; the manifest describes this shard (returned, not written).
         let counts = CellCounts {
@@ -466,7 +470,7 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
             missing: prepared.cells.len() - cells.len(),
         };
         let manifest = manifest(spec, code, &cells, started, wall.elapsed().as_secs_f64(), threads, counts);
-        return Ok(RunSummary { manifest, cells });
+        return Ok(RunSummary { manifest, cells, computed_cpu_seconds });
     }
     let superseded = store.superseded(&cell_ids(&prepared), &cells)?;
     store.write_tables(&cells, &superseded)?;
@@ -486,7 +490,7 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     if opts.render_report {
         report(spec, &manifest, &cells, opts)?;
     }
-    Ok(RunSummary { manifest, cells })
+    Ok(RunSummary { manifest, cells, computed_cpu_seconds })
 }
 
 /// Give a stored record the grid label of the cell it is taken for; true if it changed. The key

@@ -122,7 +122,7 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions, wait: bo
     }
     report(spec, &manifest, &cells, opts)?;
     drop(lock);
-    Ok(RunSummary { manifest, cells })
+    Ok(RunSummary { manifest, cells, computed_cpu_seconds: 0.0 })
 }
 
 /// Stored cells taken from another experiment (in this run or an earlier, resumed one).
