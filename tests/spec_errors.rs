@@ -545,10 +545,12 @@ fn a_key_repeated_in_a_map_is_refused_with_its_line() {
     // The typed parse would keep only the last of the two grids.
     let text = format!("{GOOD}    grid:\n      kernel.variance: [0.1, 1.0]\n      kernel.variance: [10.0, 100.0]\n");
     let e = error_of(&text);
-    // Located at the map that holds the key twice, named by its path.
-    assert!(e.contains("bad.yaml:8:") && e.contains("methods[0].grid: duplicate entry with key \"kernel.variance\""), "{e}");
+    // Located at the key's second occurrence, named by the map's path.
+    assert!(e.contains("bad.yaml:9:7: methods[0].grid: duplicate entry with key \"kernel.variance\""), "{e}");
+    // In a flow map, on the same line.
     let settings = format!("{GOOD}    settings: {{ max_hyper_iters: 5, max_hyper_iters: 9 }}\n");
-    assert!(error_of(&settings).contains("duplicate entry"), "{}", error_of(&settings));
+    let e = error_of(&settings);
+    assert!(e.contains(":7:37: ") && e.contains("duplicate entry"), "{e}");
 }
 
 #[test]
@@ -684,4 +686,11 @@ fn a_budget_or_checkpoints_the_fit_never_consults_are_refused() {
     let clock = format!("{GOOD}    budget: {{ clock: cpu }}\none_cell_at_a_time: true\n");
     let spec = parse(&clock, "ok.yaml", &registry()).unwrap();
     mcgp::runner::check_with_data(&spec, &registry(), std::path::Path::new(env!("CARGO_MANIFEST_DIR"))).expect("clock only");
+}
+
+#[test]
+fn columns_count_characters_not_bytes() {
+    // "ü" is two bytes: the column of "irsi" is 17 in characters (18 in bytes).
+    let e = error_of(&GOOD.replace("datasets: [iris]", "datasets: [\"ü\", irsi]"));
+    assert!(e.contains("bad.yaml:2:17: datasets[1]: unknown dataset \"irsi\""), "{e}");
 }

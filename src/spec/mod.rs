@@ -444,7 +444,10 @@ pub fn parse(text: &str, file: &str, registry: &Registry) -> Result<Spec, SpecEr
     if let Err(e) = serde_path_to_error::deserialize::<_, serde_norway::Value>(serde_norway::Deserializer::from_str(text)) {
         let issue = parse_issue(text, e);
         if issue.message.starts_with("duplicate entry") {
-            let issue = SpecIssue { message: format!("{}: a key may appear only once in a map", issue.message), ..issue };
+            // serde points at the map; point at the key's second occurrence in it.
+            let key = issue.message.split('"').nth(1).unwrap_or("");
+            let (line, column) = token_positions(text, issue.line.saturating_sub(1), key).nth(1).unwrap_or((issue.line, issue.column));
+            let issue = SpecIssue { line, column, message: format!("{}: a key may appear only once in a map", issue.message), ..issue };
             return Err(SpecError { file: file.to_string(), issues: vec![issue] });
         }
     }
@@ -618,6 +621,20 @@ pub fn suggest(name: &str, known: &[String]) -> String {
     }
 }
 
+/// Line and column (1-based) of every occurrence of `needle` as a whole token (not inside a
+/// longer word), from line index `from` on. Columns count characters, as an editor does.
+fn token_positions<'t>(text: &'t str, from: usize, needle: &'t str) -> impl Iterator<Item = (usize, usize)> + 't {
+    let is_word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '-');
+    text.lines().enumerate().skip(from).flat_map(move |(i, l)| {
+        // An empty needle would match everywhere without advancing.
+        let found: Vec<usize> = if needle.is_empty() { Vec::new() } else { l.match_indices(needle).map(|(col, _)| col).collect() };
+        found.into_iter().filter_map(move |col| {
+            let (before, after) = (l[..col].chars().last(), l[col + needle.len()..].chars().next());
+            (!is_word(before) && !is_word(after)).then(|| (i + 1, l[..col].chars().count() + 1))
+        })
+    })
+}
+
 /// Line and column (1-based) of the best place to point at: the first occurrence of `needle`
 /// as a whole token, after the line where the path's top-level key starts, or, for a path
 /// into a block list (`methods[2]...`), where that item starts (so that a word every entry has,
@@ -626,23 +643,6 @@ fn locate(text: &str, path: &str, needle: Option<&str>) -> (usize, usize) {
     let top = path.split(['.', '[']).next().unwrap_or("");
     let top_line = text.lines().position(|l| l.starts_with(&format!("{top}:"))).unwrap_or(0);
     let start_line = list_item_line(text, top_line, path).unwrap_or(top_line);
-    let find_in = |from: usize| {
-        // An empty needle would match everywhere without advancing.
-        let needle = needle.filter(|n| !n.is_empty())?;
-        text.lines().enumerate().skip(from).find_map(|(i, l)| {
-            let mut search = 0;
-            while let Some(pos) = l[search..].find(needle) {
-                let col = search + pos;
-                let before = l[..col].chars().last();
-                let after = l[col + needle.len()..].chars().next();
-                let is_word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '-');
-                if !is_word(before) && !is_word(after) {
-                    return Some((i + 1, col + 1));
-                }
-                search = col + needle.len();
-            }
-            None
-        })
-    };
+    let find_in = |from: usize| needle.and_then(|needle| token_positions(text, from, needle).next());
     find_in(start_line).or_else(|| find_in(0)).unwrap_or((start_line + 1, 1))
 }
