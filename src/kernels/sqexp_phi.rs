@@ -53,6 +53,7 @@ impl PairSqDiffs {
     /// exp(-sum_k phi_k (x_ik - x_jk)^2) for every pair j < i, in the pair order, into `e`
     /// (`phi` has length 1 or d).
     fn pair_kernel(&self, phi: &[f64], e: &mut Vec<f64>) {
+        assert!(phi.len() == 1 || phi.len() == self.d, "phi has {} entries for {} inputs", phi.len(), self.d);
         let w: Vec<f64> = (0..self.d).map(|k| if phi.len() == 1 { phi[0] } else { phi[k] }).collect();
         // Vectorised over the pairs, with the same sum order per pair as a loop over k.
         e.clear();
@@ -88,6 +89,8 @@ impl PairSqDiffs {
     /// Factor the Gram matrix for `phi` plus `add` on the diagonal in `scratch`'s storage.
     pub fn factor_gram<'s>(&self, phi: &[f64], s2: f64, add: f64, scratch: &'s mut GramScratch) -> Result<&'s Chol, LinalgError> {
         let GramScratch { pair_kernel, chol } = scratch;
+        // A smaller scratch would factor the Gram matrix's leading block without a word.
+        assert_eq!(chol.dim(), self.n, "Gram scratch made for another number of rows");
         self.pair_kernel(phi, pair_kernel);
         chol.refactor_lower("C_phi", |j, col| self.gram_column(pair_kernel, s2, add, j, col))?;
         Ok(chol)
@@ -146,6 +149,8 @@ fn neg_weighted_sums(xt: &[f64], n: usize, w: &[f64], out: &mut [f64]) {
 /// exp(-sum_d phi_d (x1_id - x2_jd)^2) s2, [n1, n2].
 pub fn gram_cross_phi(x1: &Array2<f64>, x2: &Array2<f64>, phi: &[f64], s2: f64) -> Mat<f64> {
     let d = x1.ncols();
+    assert_eq!(x2.ncols(), d, "inputs of different dimensions");
+    assert!(phi.len() == 1 || phi.len() == d, "phi has {} entries for {d} inputs", phi.len());
     let w: Vec<f64> = (0..d).map(|k| if phi.len() == 1 { phi[0] } else { phi[k] }).collect();
     Mat::from_fn(x1.nrows(), x2.nrows(), |i, j| {
         let (a, b) = (x1.row(i), x2.row(j));

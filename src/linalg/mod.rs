@@ -206,6 +206,8 @@ impl Chol {
 
     fn solve_l_in_place(&self, x: &mut Mat<f64>) {
         let (l, n) = (&self.L, self.dim());
+        // The small path would solve the first n rows and return the rest unchanged.
+        assert_eq!(x.nrows(), n, "right-hand side rows against the factor's order");
         if n > SMALL {
             solve_lower_triangular_in_place(l.as_ref(), x.as_mut(), Par::Seq);
             return;
@@ -227,6 +229,7 @@ impl Chol {
 
     fn solve_lt_in_place(&self, x: &mut Mat<f64>) {
         let (l, n) = (&self.L, self.dim());
+        assert_eq!(x.nrows(), n, "right-hand side rows against the factor's order");
         if n > SMALL {
             solve_upper_triangular_in_place(l.transpose(), x.as_mut(), Par::Seq);
             return;

@@ -29,6 +29,10 @@ impl Importance {
             - 0.5 * pf * (2.0 * std::f64::consts::PI).ln();
         let mut diagnostics = km.diagnostics();
         diagnostics.number("jitter_kx", lx.jitter());
+        // Kc's factor is reported only where it needed jitter (no stored cell's did).
+        if lc_chol.jitter() > 0.0 {
+            diagnostics.number("jitter_kc", lc_chol.jitter());
+        }
         let post = if self.params.scale == "posterior" {
             // V = K - K T K = L_K S L_K^T with S = I - L_K^T T L_K = (I + L_K^T W L_K)^{-1}, whose
             // eigenvalues lie in (0, 1]. Factor S, not V: the cancellation in K - K T K (and the
@@ -140,7 +144,10 @@ impl Importance {
         extra.insert("gap_z_minus_zh".into(), log_ub - km.log_zh());
         extra.insert("order_zh_le_z".into(), if km.log_zh() <= log_ub { 1.0 } else { 0.0 });
         if self.params.z_b {
-            let (lzb, lzb_mean) = z_b_estimate(&km, sampler.lik, self.params.n_samples, sampler.batch, &mut rng)?;
+            let (lzb, lzb_mean, jitter) = z_b_estimate(&km, sampler.lik, self.params.n_samples, sampler.batch, &mut rng)?;
+            if jitter > 0.0 {
+                diagnostics.number("jitter_zb_v", jitter);
+            }
             extra.insert("log_zb_ub".into(), lzb);
             extra.insert("log_zb_hat".into(), lzb_mean);
             extra.insert("gap_z_minus_zb".into(), log_ub - lzb);
@@ -152,8 +159,9 @@ impl Importance {
 }
 
 /// log Z_B = -KL(q || p) + L with L = sum_i E_q log p(y_i | f_i) estimated from f ~ q jointly;
-/// returns (-KL + L-hat + 3.09 sd / sqrt(n_s), -KL + L-hat)  (notes D§6.4).
-pub(super) fn z_b_estimate(km: &KlmnlModel, lik: LikEval, ns: usize, batch: usize, rng: &mut Pcg64) -> Result<(f64, f64), FitError> {
+/// returns (-KL + L-hat + 3.09 sd / sqrt(n_s), -KL + L-hat, the jitter V's factor needed)
+/// (notes D§6.4).
+pub(super) fn z_b_estimate(km: &KlmnlModel, lik: LikEval, ns: usize, batch: usize, rng: &mut Pcg64) -> Result<(f64, f64, f64), FitError> {
     let (n, c) = (km.n_train(), km.n_model_classes());
     let p = n * c;
     let k = km.prior_covariance();
@@ -186,5 +194,5 @@ pub(super) fn z_b_estimate(km: &KlmnlModel, lik: LikEval, ns: usize, batch: usiz
     }
     let mean = s1 / ns as f64;
     let sd = ((s2 - ns as f64 * mean * mean) / (ns as f64 - 1.0)).max(0.0).sqrt();
-    Ok((km.neg_kl() + mean + Z999 * sd / (ns as f64).sqrt(), km.neg_kl() + mean))
+    Ok((km.neg_kl() + mean + Z999 * sd / (ns as f64).sqrt(), km.neg_kl() + mean, lv.jitter()))
 }

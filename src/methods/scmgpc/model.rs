@@ -6,7 +6,8 @@
 //! invariant: `global::target_noise`); a hyper-parameter step holds q(u) fixed by default (q(v)
 //! re-expressed under the new factor, as the authors' objective has it), or q(v) with
 //! `whiten: true`. The jitter is the authors' 1e-3 on K_mm and on k(x, x), i.e. a
-//! white-noise term of the latent GP, so Z = X gives K~ = 0 exactly.
+//! white-noise term of the latent GP. K(Z, X) carries none, so Z = X leaves
+//! K~_ii = 2 j - j^2 [(K + j I)^{-1}]_ii, between j and 2 j (not 0), as in the authors' code.
 use super::predict::{self, PredictRule};
 use crate::kernels::{Kernel, KernelSet};
 use crate::linalg::{matmul_par, Chol};

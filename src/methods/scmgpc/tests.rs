@@ -504,3 +504,63 @@ fn every_alternative_rule_scores_the_same_fit() {
     let gap = (&p.alternatives["taylor"] - &p.probs).iter().fold(0.0f64, |a, v| a.max(v.abs()));
     assert!(gap > 1e-6, "taylor and taylor_code2018 agree to {gap}: the test cannot tell them apart");
 }
+
+/// The printed Eq. 6 (the branch the paper-fidelity runs use) at one point, against the
+/// authors' formula evaluated in 30-digit arithmetic (mpmath): gamma = beta / (2 Gamma(alpha)
+/// cosh(b / 2)) exp(-alpha - (1 - alpha) psi(alpha) - m / 2) at alpha = beta = 3, m = 0.4,
+/// b = 1.1 is 0.16757880733514935; the corrected rate e^psi(alpha) / (2 beta cosh(b / 2))
+/// e^(-m / 2) there is 0.29725548869052820.
+#[test]
+fn the_printed_and_corrected_poisson_rates_match_their_formulas_at_one_point() {
+    // b = sqrt(v + m^2) = 1.1 with m = 0.4; C = 3 classes make beta = 3; one round from
+    // alpha = 3 computes gamma at alpha = 3.
+    let (m, v) = ([0.4, 0.4, 0.4], [1.05, 1.05, 1.05]);
+    let printed = local::update(&m, &v, 0, 3.0, PoissonRate::Printed, 1, 0.0);
+    let corrected = local::update(&m, &v, 0, 3.0, PoissonRate::Corrected, 1, 0.0);
+    assert!((printed.gamma[0] - 0.16757880733514935).abs() < 1e-14, "{}", printed.gamma[0]);
+    assert!((corrected.gamma[0] - 0.29725548869052820).abs() < 1e-14, "{}", corrected.gamma[0]);
+}
+
+/// The N / |S| scaling of a minibatch's targets: over one epoch of minibatches (7 rows a batch
+/// of 24, so the last is short), each batch's data part (theta1, Lambda - I) weighted by
+/// |S| / N sums to the full data's, as an unbiased estimate must.
+#[test]
+fn minibatch_targets_weighted_over_an_epoch_sum_to_the_full_data_targets() {
+    let (x, y) = blobs(8, 3, 21);
+    let n = x.nrows();
+    let kernels = KernelSet::shared_se(&SqExp { log_variance: 0.3, log_lengthscales: vec![0.1], learn_variance: true });
+    let m = method(serde_json::json!({ "inducing": 6 }));
+    let z = x.slice(ndarray::s![0..6, ..]).to_owned();
+    let sparse = Sparse::new(kernels, vec![z; 3], (0..3).map(|_| NaturalGaussian::standard(6)).collect(), 1e-3).unwrap();
+    let mut alpha = vec![3.0; n];
+    let (mg, locals) = local_step(&m, &sparse, &x, &y, &mut alpha);
+    let full = super::global::targets(&mg, &y, &locals, 1.0);
+    let mut batches = crate::scalable::minibatch::Minibatches::new(n, 7, 5);
+    let mut sum: Vec<(Vec<f64>, Mat<f64>)> = full.iter().map(|(t, p)| (vec![0.0; t.len()], Mat::zeros(p.nrows(), p.ncols()))).collect();
+    let mut sizes = Vec::new();
+    for _ in 0..batches.batches_per_epoch() {
+        let rows = batches.next_batch();
+        sizes.push(rows.len());
+        let xb = x.select(ndarray::Axis(0), &rows);
+        let yb: Vec<usize> = rows.iter().map(|&i| y[i]).collect();
+        let mut alpha_b = vec![3.0; rows.len()];
+        let (mgb, lb) = local_step(&m, &sparse, &xb, &yb, &mut alpha_b);
+        let w = rows.len() as f64 / n as f64;
+        for (acc, (t, p)) in sum.iter_mut().zip(super::global::targets(&mgb, &yb, &lb, n as f64 / rows.len() as f64)) {
+            acc.0.iter_mut().zip(&t).for_each(|(a, v)| *a += w * v);
+            acc.1 += Mat::<f64>::from_fn(p.nrows(), p.ncols(), |i, k| w * (p[(i, k)] - if i == k { 1.0 } else { 0.0 }));
+        }
+    }
+    assert_eq!(sizes, vec![7, 7, 7, 3]);
+    for ((t, p), (st, sp)) in full.iter().zip(&sum) {
+        for (a, b) in t.iter().zip(st) {
+            assert!((a - b).abs() < 1e-12 * (1.0 + a.abs()), "theta1 {a} vs {b}");
+        }
+        for i in 0..p.nrows() {
+            for k in 0..p.ncols() {
+                let a = p[(i, k)] - if i == k { 1.0 } else { 0.0 };
+                assert!((a - sp[(i, k)]).abs() < 1e-12 * (1.0 + a.abs()), "Lambda - I ({i}, {k}): {a} vs {}", sp[(i, k)]);
+            }
+        }
+    }
+}
