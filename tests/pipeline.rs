@@ -289,6 +289,12 @@ fn check_and_list_work() {
     let out = mcgp().arg("list").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("glass") && text.contains("laplace"), "{text}");
+    // A method's settings with their defaults, as YAML a spec's `settings:` takes.
+    let out = mcgp().args(["list", "laplace"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("  max_hyper_iters: 100") && text.contains("  newton_tol: 1e-10"), "{text}");
+    let out = mcgp().args(["list", "laplac"]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("did you mean \"laplace\""));
     let dir = workdir("badspec");
     let bad = dir.join("bad.yaml");
     std::fs::write(&bad, SMALL.replace("[iris]", "[irsi]")).unwrap();
@@ -927,10 +933,16 @@ fn a_checkout_without_cell_files_re_renders_the_report_and_resumes_from_the_arch
     let (ok, stderr, _) = mcgp_in(&dir, &["run", spec], &[]);
     assert!(ok, "{stderr}");
     assert_eq!(computed_count(&stderr), 0, "a run resumes from the archive: {stderr}");
-    // A damaged archive is a warning and a recomputation, not a stopped experiment.
+    // A damaged archive stops the run, naming it, and is left as it is: counting it as empty
+    // would write an archive without its records (all of them lost on a partial run).
     std::fs::write(results.join("cells.jsonl.zst"), b"not zstd").unwrap();
+    let (ok, stderr, _) = mcgp_in(&dir, &["run", spec, "--entries", "fixed"], &[]);
+    assert!(!ok && stderr.contains("cells.jsonl.zst: not a zstd archive") && stderr.contains("restore it"), "{stderr}");
+    assert_eq!(std::fs::read(results.join("cells.jsonl.zst")).unwrap(), b"not zstd", "the damaged archive is untouched");
+    // Moved aside, the cells are computed again.
+    std::fs::rename(results.join("cells.jsonl.zst"), dir.join("damaged.zst")).unwrap();
     let (ok, stderr, _) = mcgp_in(&dir, &["run", spec], &[]);
-    assert!(ok && stderr.contains("not a zstd archive") && computed_count(&stderr) == 12, "{stderr}");
+    assert!(ok && computed_count(&stderr) == 12, "{stderr}");
 }
 
 /// The archive leaves out handoff vectors; a new cell that takes over from an archived one
@@ -1139,6 +1151,18 @@ fn a_data_error_fails_that_datasets_cells_and_the_others_run() {
     let out = mcgp().args(["check", spec, "--data", data]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("broken.csv:2"));
+    // A checkout without cell files whose iris file is unreadable for a while: the iris cells
+    // fail, and the archive keeps their computed records, so that with the file back nothing
+    // is computed again (the failures had made the archive drop them).
+    std::fs::remove_dir_all(dir.join("results/small/cells")).unwrap();
+    let iris = std::fs::read(Path::new(data).join("iris.data")).unwrap();
+    std::fs::write(Path::new(data).join("iris.data"), "1.0,2.0,a\n3.0,x,b\n").unwrap();
+    let (_, stderr, _) = mcgp_in(&dir, &["run", spec, "--data", data], &[]);
+    assert_eq!(computed_count(&stderr), 12, "the iris cells fail on their unreadable file: {stderr}");
+    std::fs::remove_dir_all(dir.join("results/small/cells")).unwrap();
+    std::fs::write(Path::new(data).join("iris.data"), iris).unwrap();
+    let (_, stderr, _) = mcgp_in(&dir, &["run", spec, "--data", data], &[]);
+    assert_eq!(computed_count(&stderr), 0, "the iris records survived the failed run: {stderr}");
 }
 
 #[test]

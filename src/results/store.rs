@@ -23,6 +23,8 @@ pub enum StoreError {
     Parse { path: PathBuf, source: serde_json::Error },
     #[error("{path}: {source}")]
     Polars { path: PathBuf, source: PolarsError },
+    #[error("{path}: {message}; it is left as it is: restore it (git checkout -- {path}) or move it aside, and run again")]
+    Archive { path: PathBuf, message: String },
 }
 
 /// Write `bytes` to `path` atomically (see `crate::atomic`).
@@ -61,7 +63,7 @@ const ARCHIVE_LEVEL: i32 = 19;
 pub struct Store {
     pub dir: PathBuf,
     /// The archive's records by key, read on first use.
-    archive: std::sync::OnceLock<BTreeMap<String, CellRecord>>,
+    archive: std::sync::OnceLock<Result<BTreeMap<String, CellRecord>, String>>,
 }
 
 impl Store {
@@ -73,21 +75,18 @@ impl Store {
         Store { dir, archive: std::sync::OnceLock::new() }
     }
 
-    /// The archived records (an unreadable archive counts as empty, with a warning: its cells
-    /// are then computed again).
-    fn archive(&self) -> &BTreeMap<String, CellRecord> {
-        self.archive.get_or_init(|| {
-            let path = self.dir.join(ARCHIVE);
-            match read_archive(&path) {
-                Ok(records) => records.into_iter().map(|r| (r.key.clone(), r)).collect(),
-                Err(e) => {
-                    if path.exists() {
-                        eprintln!("warning: {}: {e}; its cells are computed again", path.display());
-                    }
-                    BTreeMap::new()
-                }
+    /// The archived records. An archive that cannot be read (a damaged file, a record of a
+    /// newer version) is an error naming it: counting it as empty would compute its cells
+    /// again and then write an archive without them, losing the committed results.
+    fn archive(&self) -> Result<&BTreeMap<String, CellRecord>, StoreError> {
+        let path = self.dir.join(ARCHIVE);
+        let read = self.archive.get_or_init(|| {
+            if !path.exists() {
+                return Ok(BTreeMap::new());
             }
-        })
+            read_archive(&path).map(|records| records.into_iter().map(|r| (r.key.clone(), r)).collect())
+        });
+        read.as_ref().map_err(|e| StoreError::Archive { path: path.clone(), message: e.clone() })
     }
 
     /// Write the archive of `cells`: one compact JSON record a line, in key order, zstd level 19,
@@ -141,7 +140,8 @@ impl Store {
         let path = self.dir.join(name);
         let io = |source| StoreError::Io { path: path.clone(), source };
         std::fs::create_dir_all(&self.dir).map_err(io)?;
-        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(io)?;
+        // Read access too: NFSv4 takes a shared flock as a read lock, refused on a write-only fd.
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path).map_err(io)?;
         let attempt = match mode {
             Mode::Shared => file.try_lock_shared(),
             Mode::Exclusive => file.try_lock(),
@@ -194,10 +194,33 @@ impl Store {
     pub fn read_cell(&self, key: &str) -> Result<Option<CellRecord>, StoreError> {
         let path = self.cell_path(key);
         match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|source| StoreError::Parse { path, source }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(self.archive().get(key).cloned()),
+            Ok(bytes) => {
+                let record: CellRecord = serde_json::from_slice(&bytes).map_err(|source| StoreError::Parse { path, source })?;
+                // A failure in a cell file (a timeout here) does not hide the same cell computed
+                // elsewhere and archived under the same key (a pulled archive).
+                if record.status == Status::Failed {
+                    if let Some(ok) = self.archive()?.get(key).filter(|r| r.status == Status::Ok) {
+                        return Ok(Some(ok.clone()));
+                    }
+                }
+                Ok(Some(record))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(self.archive()?.get(key).cloned()),
             Err(e) => Err(StoreError::Io { path, source: e }),
         }
+    }
+
+    /// `all_cells`, the most recently written cell file first (then by key): of several stored
+    /// keys of one cell (successive numerics versions, say), the first is the last computed.
+    pub fn all_cells_newest_first(&self) -> Result<Vec<CellRecord>, StoreError> {
+        let mut dated: Vec<(std::time::SystemTime, CellRecord)> = Vec::new();
+        for rec in self.all_cells()? {
+            let path = self.cell_path(&rec.key);
+            let written = std::fs::metadata(&path).and_then(|m| m.modified()).map_err(|source| StoreError::Io { path, source })?;
+            dated.push((written, rec));
+        }
+        dated.sort_by(|(ta, a), (tb, b)| tb.cmp(ta).then_with(|| a.key.cmp(&b.key)));
+        Ok(dated.into_iter().map(|(_, r)| r).collect())
     }
 
     /// Every readable record in the store (unreadable ones are left out with a warning).
@@ -224,8 +247,8 @@ impl Store {
     }
 
     /// The records of the committed archive (cells.jsonl.zst), cell files or not.
-    pub fn archived_cells(&self) -> Vec<CellRecord> {
-        self.archive().values().cloned().collect()
+    pub fn archived_cells(&self) -> Result<Vec<CellRecord>, StoreError> {
+        Ok(self.archive()?.values().cloned().collect())
     }
 
     /// The stores of the other experiments under the same results root.
@@ -263,19 +286,34 @@ impl Store {
     }
 
     /// The stored records (cell files, then the committed archive) of the cells `wanted`
-    /// (dataset, entry, setting, split) that `current` holds no record of: older keys of those
-    /// cells (another numerics version, data or spec entry). `write_tables` puts them
+    /// (dataset, entry, setting, split) that `current` holds no computed record of: older keys
+    /// of those cells (another numerics version, data or spec entry), where `current` failed
+    /// only the computed ones. `write_tables` puts them
     /// back into the archive, so that a partial run or a report after a numerics bump does not
     /// drop the last results of the cells it did not recompute.
     pub fn superseded(&self, wanted: &[(String, String, String, usize)], current: &[CellRecord]) -> Result<Vec<CellRecord>, StoreError> {
         type Id = (String, String, String, usize);
         let id = |r: &CellRecord| -> Id { (r.dataset.clone(), r.method.clone(), r.setting.clone(), r.split) };
-        let have: std::collections::BTreeSet<Id> = current.iter().map(id).collect();
-        let open: std::collections::BTreeSet<&Id> = wanted.iter().filter(|w| !have.contains(*w)).collect();
+        // A cell whose current record failed (its data unreadable, say) keeps its last computed
+        // record beside the failure, so that the archive does not lose it.
+        let ok = |r: &&CellRecord| r.status == Status::Ok;
+        let computed: std::collections::BTreeSet<Id> = current.iter().filter(ok).map(id).collect();
+        let failed: std::collections::BTreeSet<Id> = current.iter().filter(|r| !ok(r)).map(id).collect();
+        let current_keys: std::collections::BTreeSet<&str> = current.iter().map(|r| r.key.as_str()).collect();
+        let open: std::collections::BTreeSet<&Id> = wanted.iter().filter(|w| !computed.contains(*w)).collect();
         let mut out: BTreeMap<Id, CellRecord> = BTreeMap::new();
-        for r in self.all_cells()?.into_iter().chain(self.archived_cells()) {
-            if open.contains(&id(&r)) {
-                out.entry(id(&r)).or_insert(r);
+        for r in self.all_cells_newest_first()?.into_iter().chain(self.archived_cells()?) {
+            let i = id(&r);
+            if !open.contains(&i) || current_keys.contains(r.key.as_str()) || (failed.contains(&i) && !ok(&&r)) {
+                continue;
+            }
+            // The first found (the newest cell file, then the archive), unless a later one was
+            // computed where the first failed.
+            match out.get(&i) {
+                Some(kept) if ok(&kept) || !ok(&&r) => {}
+                _ => {
+                    out.insert(i, r);
+                }
             }
         }
         Ok(out.into_values().collect())
@@ -434,4 +472,86 @@ fn summary_table(cells: &[CellRecord]) -> PolarsResult<DataFrame> {
         Column::new("n".into(), n),
         Column::new("n_nonfinite".into(), n_nonfinite),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(key: &str, split: usize, ok: bool) -> CellRecord {
+        serde_json::from_value(serde_json::json!({
+            "key": key, "experiment": "e", "dataset": "iris", "split": split, "method": "lap",
+            "method_kind": "laplace", "setting": "", "status": if ok { "ok" } else { "failed" },
+            "error": if ok { None } else { Some("it failed") }, "seed": 1, "metrics": {},
+            "evidence_kind": null, "hyperparameters": {}, "diagnostics": {}, "trace": [],
+            "handoff": { "log_hyperparameters": [], "names": [], "vectors": {} },
+            "wall_seconds": 1.0, "cpu_seconds": 1.0
+        }))
+        .unwrap()
+    }
+
+    fn store(name: &str) -> Store {
+        let dir = std::env::temp_dir().join(format!("mcgp-store-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        Store::at(dir)
+    }
+
+    fn wanted(split: usize) -> Vec<(String, String, String, usize)> {
+        vec![("iris".into(), "lap".into(), String::new(), split)]
+    }
+
+    #[test]
+    fn a_failed_cell_file_does_not_hide_the_same_key_computed_in_the_archive() {
+        let s = store("failed-file");
+        s.write_archive(&[record("k", 0, true)]).unwrap();
+        s.write_cell(&record("k", 0, false)).unwrap();
+        assert_eq!(Store::at(s.dir.clone()).read_cell("k").unwrap().unwrap().status, Status::Ok);
+        // A computed cell file is the record, whatever the archive holds.
+        s.write_archive(&[record("k", 0, false)]).unwrap();
+        s.write_cell(&record("k", 0, true)).unwrap();
+        assert_eq!(Store::at(s.dir.clone()).read_cell("k").unwrap().unwrap().status, Status::Ok);
+    }
+
+    #[test]
+    fn a_failed_current_record_keeps_the_cells_last_computed_one_in_the_archive() {
+        let s = store("failed-current");
+        s.write_archive(&[record("old", 0, true)]).unwrap();
+        let kept = s.superseded(&wanted(0), &[record("new", 0, false)]).unwrap();
+        assert_eq!(kept.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["old"]);
+        // A computed current record supersedes it.
+        assert!(s.superseded(&wanted(0), &[record("new", 0, true)]).unwrap().is_empty());
+        // With no current record, the older record is kept whatever its status.
+        s.write_archive(&[record("old", 0, false)]).unwrap();
+        let kept = Store::at(s.dir.clone()).superseded(&wanted(0), &[]).unwrap();
+        assert_eq!(kept.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["old"]);
+    }
+
+    #[test]
+    fn of_several_older_records_of_a_cell_the_newest_is_kept() {
+        let s = store("newest");
+        // Written in key order: the key order would pick the oldest.
+        for key in ["a", "b", "c"] {
+            s.write_cell(&record(key, 0, true)).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let kept = s.superseded(&wanted(0), &[]).unwrap();
+        assert_eq!(kept.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["c"]);
+    }
+
+    #[test]
+    fn an_unreadable_archive_is_an_error_and_is_not_counted_as_empty() {
+        let s = store("damaged");
+        std::fs::create_dir_all(&s.dir).unwrap();
+        std::fs::write(s.dir.join(ARCHIVE), b"not zstd").unwrap();
+        let e = s.read_cell("k").unwrap_err().to_string();
+        assert!(e.contains("cells.jsonl.zst") && e.contains("not a zstd archive"), "{e}");
+        assert!(s.archived_cells().is_err());
+        // A record a newer version wrote (an unknown status) is refused the same way.
+        let s = store("newer");
+        std::fs::create_dir_all(&s.dir).unwrap();
+        let line = serde_json::to_string(&record("k", 0, true)).unwrap().replace("\"ok\"", "\"paused\"");
+        std::fs::write(s.dir.join(ARCHIVE), zstd::encode_all(line.as_bytes(), 1).unwrap()).unwrap();
+        let e = s.archived_cells().unwrap_err().to_string();
+        assert!(e.contains("record 1"), "{e}");
+    }
 }

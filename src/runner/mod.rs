@@ -24,7 +24,7 @@ use crate::methods::ProblemShape;
 use crate::results::{CellRecord, Manifest, Status, Store};
 use crate::spec::{expand, Cell, Spec};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -195,7 +195,7 @@ pub fn prepare(spec: &Spec, registry: &Registry, project_root: &std::path::Path,
 /// experiment folder belongs to the spec file its manifest names (while that file exists), or,
 /// before a run has written a manifest (an interrupted first run, shards still under way), the
 /// one its first run named in `OWNER_FILE`.
-fn check_owner(spec: &Spec, store: &Store) -> anyhow::Result<()> {
+fn check_owner(spec: &Spec, store: &Store, project_root: &Path) -> anyhow::Result<()> {
     let owner_path = match store.read_manifest()? {
         Some(m) => m.spec_path,
         None => match std::fs::read_to_string(store.dir.join(OWNER_FILE)) {
@@ -203,7 +203,13 @@ fn check_owner(spec: &Spec, store: &Store) -> anyhow::Result<()> {
             Err(_) => return Ok(()),
         },
     };
-    let (Ok(owner), Ok(this)) = (std::fs::canonicalize(&owner_path), std::fs::canonicalize(&spec.file)) else { return Ok(()) };
+    if owner_path.trim().is_empty() {
+        return Ok(()); // being claimed this moment (see `claim_owner`)
+    }
+    // A manifest names its spec as the run was given it, relative to where it ran (the
+    // checkout, as the README runs it): from elsewhere, resolve it against the checkout.
+    let resolve = |p: &str| std::fs::canonicalize(p).or_else(|_| std::fs::canonicalize(project_root.join(p)));
+    let (Ok(owner), Ok(this)) = (resolve(&owner_path), std::fs::canonicalize(&spec.file)) else { return Ok(()) };
     if owner != this {
         anyhow::bail!(
             "{}: results of {} are stored there, and {} has the same name \"{}\"; give one of them another `name:` (or run it with --results elsewhere)",
@@ -220,13 +226,26 @@ fn check_owner(spec: &Spec, store: &Store) -> anyhow::Result<()> {
 /// manifest names it once the run ends).
 const OWNER_FILE: &str = ".owner";
 
-/// Records this spec as the folder's owner when nothing names one yet (see `check_owner`).
-fn claim_owner(spec: &Spec, store: &Store) -> anyhow::Result<()> {
+/// Records this spec (its canonical path) as the folder's owner when nothing names one yet
+/// (see `check_owner`). The file is created only if absent, so of two specs of one name whose
+/// first shards start together one claims the folder and the other is refused.
+fn claim_owner(spec: &Spec, store: &Store, project_root: &Path) -> anyhow::Result<()> {
     let path = store.dir.join(OWNER_FILE);
-    if store.read_manifest()?.is_none() && !path.exists() {
-        crate::atomic::write_atomic(&path, spec.file.as_bytes()).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    if store.read_manifest()?.is_some() {
+        return Ok(());
     }
-    Ok(())
+    let this = std::fs::canonicalize(&spec.file).map_err(|e| anyhow::anyhow!("{}: {e}", spec.file))?;
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+        Ok(mut f) => {
+            use std::io::Write;
+            f.write_all(this.to_string_lossy().as_bytes())
+                .and_then(|()| f.sync_all())
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+        }
+        // Claimed by another run since `check_owner` read it: check again.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => check_owner(spec, store, project_root),
+        Err(e) => Err(anyhow::anyhow!("{}: {e}", path.display())),
+    }
 }
 
 /// Each dataset's shape as `Method::supports` sees it (rows: all of them, an upper bound on a
@@ -278,8 +297,8 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     // Shards of one experiment share the lock (each adds its own cells); a collecting run holds
     // it alone, so it sees every cell the shards stored and no shard writes while it collects.
     let _lock = if opts.shard.is_some() { store.lock_shared()? } else { store.lock()? };
-    check_owner(spec, &store)?;
-    claim_owner(spec, &store)?;
+    check_owner(spec, &store, &opts.project_root)?;
+    claim_owner(spec, &store, &opts.project_root)?;
     if opts.shard.is_none() {
         // A run killed while writing leaves temporary files; under the exclusive lock nobody
         // else writes here (a shard cannot tell another shard's file in progress from a stale one),
@@ -338,34 +357,35 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
         (opts.datasets.is_empty() || opts.datasets.contains(&c.dataset))
             && (opts.entries.is_empty() || opts.entries.contains(&c.entry.name))
     };
-    // A cell to compute whose source is an archived record without its handoff vectors: the
-    // source is computed again first (and so on up a chain of such sources).
+    // The unstored sources of wanted cells (up their chains) are computed too: with --entries a
+    // source may belong to an entry that was not named. A cell to compute (wanted, or such a
+    // source) whose source is an archived record without its handoff vectors has that source
+    // computed again first; to a fixed point, as that may make a further source needed.
+    let by_key: BTreeMap<&str, &Cell> = prepared.cells.iter().map(|c| (c.key.as_str(), c)).collect();
+    let mut sources_needed = std::collections::BTreeSet::new();
     loop {
-        let sources: Vec<String> = prepared
+        sources_needed.clear();
+        for cell in prepared.cells.iter().filter(|c| !done.contains_key(&c.key) && wanted(c)) {
+            let mut source = cell.depends_on.as_deref();
+            while let Some(d) = source.filter(|d| !done.contains_key(*d)) {
+                if !sources_needed.insert(d.to_string()) {
+                    break;
+                }
+                source = by_key.get(d).and_then(|c| c.depends_on.as_deref());
+            }
+        }
+        let without_vectors: Vec<String> = prepared
             .cells
             .iter()
-            .filter(|c| !done.contains_key(&c.key) && wanted(c))
+            .filter(|c| !done.contains_key(&c.key) && (wanted(c) || sources_needed.contains(&c.key)))
             .filter_map(|c| c.depends_on.clone())
             .filter(|d| done.get(d).is_some_and(|r| r.handoff.vectors_dropped))
             .collect();
-        if sources.is_empty() {
+        if without_vectors.is_empty() {
             break;
         }
-        for d in sources {
+        for d in without_vectors {
             done.remove(&d);
-        }
-    }
-    // The unstored sources of wanted cells (up their chains) are computed too: with --entries a
-    // source may belong to an entry that was not named.
-    let by_key: BTreeMap<&str, &Cell> = prepared.cells.iter().map(|c| (c.key.as_str(), c)).collect();
-    let mut sources_needed = std::collections::BTreeSet::new();
-    for cell in prepared.cells.iter().filter(|c| !done.contains_key(&c.key) && wanted(c)) {
-        let mut source = cell.depends_on.as_deref();
-        while let Some(d) = source.filter(|d| !done.contains_key(*d)) {
-            if !sources_needed.insert(d.to_string()) {
-                break;
-            }
-            source = by_key.get(d).and_then(|c| c.depends_on.as_deref());
         }
     }
     let selected = |c: &Cell| wanted(c) || sources_needed.contains(&c.key);

@@ -39,7 +39,7 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions, wait: bo
     let store = Store::new(&opts.results_root, spec.name());
     let lock = if wait { Some(store.lock()?) } else { store.try_lock()? };
     let snapshot = lock.is_none();
-    check_owner(spec, &store)?;
+    check_owner(spec, &store, &opts.project_root)?;
     if snapshot {
         eprintln!(
             "{}: a run of this experiment is under way: rendering a snapshot of the cells stored so far \

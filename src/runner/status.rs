@@ -50,16 +50,17 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
     let keys: std::collections::BTreeSet<&str> = prepared.cells.iter().map(|c| c.key.as_str()).collect();
     let mut older: BTreeMap<(String, String, String, usize), CellRecord> = BTreeMap::new();
     let mut current = std::collections::BTreeSet::new();
-    for rec in store.all_cells()? {
+    // Of several older records of a cell, the newest cell file's (as the archive keeps it).
+    for rec in store.all_cells_newest_first()? {
         if keys.contains(rec.key.as_str()) {
             current.insert(rec.key.clone());
         } else {
-            older.insert((rec.dataset.clone(), rec.method.clone(), rec.setting.clone(), rec.split), rec);
+            older.entry((rec.dataset.clone(), rec.method.clone(), rec.setting.clone(), rec.split)).or_insert(rec);
         }
     }
     // A fresh clone has only the committed archive: its records under other keys are stale too
     // (a cell file's record, the newer, takes precedence).
-    for rec in store.archived_cells() {
+    for rec in store.archived_cells()? {
         if !keys.contains(rec.key.as_str()) {
             older.entry((rec.dataset.clone(), rec.method.clone(), rec.setting.clone(), rec.split)).or_insert(rec);
         }
