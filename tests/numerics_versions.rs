@@ -229,3 +229,49 @@ fn no_generator_changes_its_rows_without_a_generator_bump() {
          If the rows changed, bump GENERATOR_VERSION (src/data/synthetic.rs) and record the new pair"
     );
 }
+
+/// (method, numerics version, blake3 of its default settings as `default_settings` gives them).
+const RECORDED_DEFAULTS: &[(&str, &str, &str)] = &[
+    ("klmnl", "klmnl=3", "0063635433f856dd"),
+    ("klmnl_sparse", "klmnl_sparse=3,klmnl=2", "dbb8cab37c9e3357"),
+    ("mc_mnl", "importance=1,klmnl=3", "784491d3b15a4e56"),
+    ("mc_mnp", "importance=1,klmnl=3", "784491d3b15a4e56"),
+    ("laplace", "laplace=3", "9e49f6c4a080e541"),
+    ("vbmnp", "vbmnp=1", "d664830c25b1ded8"),
+    ("vbmnp_sparse", "vbmnp_sparse=1", "9aee154b30a57c5d"),
+    ("gibbs_mnp", "gibbs_mnp=4", "0b8678c95e2e0648"),
+    ("svgp", "svgp=5", "6e355ae097d85b0b"),
+    ("scmgpc", "scmgpc=2", "51e1751f039e17f7"),
+    ("ep", "ep=2", "faed7eace0fc40b6"),
+    ("sep", "ep=2", "faed7eace0fc40b6"),
+    ("gfitc", "gfitc=3", "b1c6575966acaa0d"),
+    ("ivm", "ivm=2", "e6578524e15215c2"),
+    ("ivm_multiway", "ivm_multiway=1", "79115e23895b74f2"),
+    ("msvm", "msvm=2", "79c9e80754ec59eb"),
+];
+
+/// Cell keys hold the settings as a spec writes them, so a default changed in the code would
+/// leave the key of every cell that omits it unchanged while its numbers move: the fixed
+/// problems above override many defaults (quick settings) and would not see it. A changed
+/// default needs a numerics bump; a new setting whose default keeps the old behaviour changes
+/// this print without moving a number, and is recorded with a comment instead.
+#[test]
+fn no_default_setting_changes_without_a_numerics_bump() {
+    let mut problems = Vec::new();
+    let mut table = String::new();
+    for &(method, _) in METHODS {
+        let version = numerics_version(method).unwrap();
+        let defaults = mcgp::methods::default_settings(method).unwrap_or_else(|| panic!("{method}: no default settings"));
+        let print = blake3::hash(defaults.to_string().as_bytes()).to_hex()[..16].to_string();
+        table.push_str(&format!("    (\"{method}\", \"{version}\", \"{print}\"),\n"));
+        match RECORDED_DEFAULTS.iter().find(|r| r.0 == method) {
+            Some(&(_, v, f)) if v == version && f == print => {}
+            Some(&(_, v, f)) if v == version => problems.push(format!(
+                "{method}: its default settings changed ({f} -> {print}; now {defaults}) but its numerics version is still {v}: bump NUMERICS_VERSION, or record the print if no number of a cell that omits the setting moves"
+            )),
+            Some(&(_, v, _)) => problems.push(format!("{method}: numerics version {v} -> {version}: record the new print")),
+            None => problems.push(format!("{method}: no recorded print")),
+        }
+    }
+    assert!(problems.is_empty(), "{}\nRECORDED_DEFAULTS as of this code:\n{table}", problems.join("\n"));
+}

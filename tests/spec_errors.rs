@@ -694,3 +694,28 @@ fn columns_count_characters_not_bytes() {
     let e = error_of(&GOOD.replace("datasets: [iris]", "datasets: [\"ü\", irsi]"));
     assert!(e.contains("bad.yaml:2:17: datasets[1]: unknown dataset \"irsi\""), "{e}");
 }
+
+#[test]
+fn a_paper_values_metric_and_setting_keys_must_be_the_tables_and_the_entrys() {
+    let spec = |grid: &str, value: &str| {
+        format!(
+            "{GOOD}{grid}tables:\n  - id: t\n    title: T\n    metrics: [error_pct]\n    paper:\n      - {{ dataset: iris, method: lap, mean: 3.0, {value} }}\n"
+        )
+    };
+    let grid = "    grid: { settings.max_hyper_iters: [5, 10] }\n";
+    parse(&spec(grid, "metric: error_pct, setting: \"settings.max_hyper_iters=10\""), "good.yaml", &registry()).expect("a grid point");
+    parse(&spec(grid, "metric: error_pct"), "good.yaml", &registry()).expect("no setting: every grid point");
+    // A setting the spec does not run (the paper's own: a column of misses), on a grid key or
+    // on any setting of the method, gridded or not.
+    parse(&spec(grid, "metric: error_pct, setting: \"settings.max_hyper_iters=300\""), "good.yaml", &registry()).expect("a value not run");
+    parse(&spec("", "metric: error_pct, setting: \"settings.mc_samples=100\""), "good.yaml", &registry()).expect("a setting not gridded");
+    let e = error_of(&spec(grid, "metric: error_pcnt"));
+    assert!(e.contains("tables[0].paper[0].metric: \"error_pcnt\" is not one of the table's metrics (did you mean \"error_pct\"?)"), "{e}");
+    let e = error_of(&spec(grid, "metric: error_pct, setting: \"settings.max_hyper_iter=10\""));
+    assert!(
+        e.contains("tables[0].paper[0].setting: \"settings.max_hyper_iter\" is neither a grid key nor a setting of method entry \"lap\" (did you mean \"settings.max_hyper_iters\"?)"),
+        "{e}"
+    );
+    let e = error_of(&spec("", "metric: error_pct, setting: \"kernel.varaince=2\""));
+    assert!(e.contains("\"kernel.varaince\" is neither a grid key nor a setting"), "{e}");
+}

@@ -123,8 +123,11 @@ enum Command {
         #[command(flatten)]
         paths: Paths,
     },
-    /// List the datasets and methods known.
+    /// List the datasets and methods known; with a method's name, its settings and their defaults.
     List {
+        /// A method (e.g. laplace): print every setting it takes with its default, as a spec's
+        /// `settings:` would write them.
+        method: Option<String>,
         #[command(flatten)]
         paths: Paths,
     },
@@ -360,7 +363,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             eprintln!("report: {}", opts.reports_root.join(spec.name()).join("index.html").display());
             Ok(ExitCode::SUCCESS)
         }
-        Command::List { paths } => {
+        Command::List { method: Some(name), .. } => {
+            let Some(defaults) = mcgp::methods::default_settings(&name) else {
+                let known: Vec<String> = mcgp::methods::METHODS.iter().map(|(n, _)| n.to_string()).collect();
+                anyhow::bail!("unknown method \"{name}\"{}", mcgp::spec::suggest(&name, &known));
+            };
+            let description = mcgp::methods::METHODS.iter().find(|(n, _)| *n == name).map_or("", |(_, d)| d);
+            writeln!(std::io::stdout(), "{name}: {description}")?;
+            writeln!(std::io::stdout(), "settings (defaults):")?;
+            let yaml = serde_norway::to_string(&defaults)?;
+            for line in yaml.lines() {
+                writeln!(std::io::stdout(), "  {line}")?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::List { paths, .. } => {
             let registry = registry(&paths)?;
             writeln!(std::io::stdout(), "datasets ({}):", registry.data_dir().display())?;
             for name in registry.names() {
@@ -370,6 +387,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             for (name, description) in mcgp::methods::METHODS {
                 writeln!(std::io::stdout(), "  {name:<10} {description}")?;
             }
+            writeln!(std::io::stdout(), "(mcgp list METHOD: its settings and their defaults)")?;
             Ok(ExitCode::SUCCESS)
         }
     }

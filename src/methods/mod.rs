@@ -164,6 +164,33 @@ pub fn build(name: &str, settings: &serde_json::Value) -> Result<Box<dyn Method>
     }
 }
 
+/// Every setting of a method at its default, as the parsed settings struct serialises it.
+/// Cell keys hold the settings as a spec writes them, so a changed default changes the numbers
+/// of every cell that leaves it out without changing its key: tests/numerics_versions.rs pins
+/// these, so that such a change comes with a numerics bump. `None` for an unknown name.
+pub fn default_settings(name: &str) -> Option<serde_json::Value> {
+    fn of<T: serde::de::DeserializeOwned + serde::Serialize>() -> Option<serde_json::Value> {
+        serde_json::to_value(parse_settings::<T>(&serde_json::Value::Null).ok()?).ok()
+    }
+    match name {
+        "laplace" => of::<laplace::LaplaceParams>(),
+        "klmnl" => of::<klmnl::KlmnlParams>(),
+        "klmnl_sparse" => of::<klmnl_sparse::KlmnlSparseParams>(),
+        "mc_mnl" | "mc_mnp" => of::<importance::ImportanceParams>(),
+        "vbmnp_sparse" => of::<vbmnp_sparse::VbmnpSparseParams>(),
+        "vbmnp" => of::<vbmnp::VbmnpParams>(),
+        "gibbs_mnp" => of::<gibbs_mnp::GibbsMnpParams>(),
+        "svgp" => of::<svgp::SvgpParams>(),
+        "scmgpc" => of::<scmgpc::ScmgpcParams>(),
+        "ep" | "sep" => of::<ep::EpParams>(),
+        "gfitc" => of::<gfitc::GfitcParams>(),
+        "ivm" => of::<ivm::IvmParams>(),
+        "ivm_multiway" => of::<ivm_multiway::IvmMultiwayParams>(),
+        "msvm" => of::<msvm::MsvmParams>(),
+        _ => None,
+    }
+}
+
 /// `<Name>Params::from_settings(&value)` for every method's settings struct: one parser for all.
 pub trait FromSettings: Sized {
     fn from_settings(settings: &serde_json::Value) -> Result<Self, String>;

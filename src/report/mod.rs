@@ -5,6 +5,8 @@
 //! lay them out (no arithmetic in templates).
 mod figures;
 mod format;
+// The spec check reads a paper value's setting as the report does.
+pub(crate) use format::parse_setting;
 mod tables;
 mod timing;
 mod tolerance;

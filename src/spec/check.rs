@@ -276,6 +276,34 @@ pub(super) fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
                     format!("no method entry or paper_only column named \"{}\"{}", p.method, suggest(&p.method, &known)),
                 );
             }
+            if !t.metrics.contains(&p.metric) {
+                err(
+                    format!("{at}.paper[{k}].metric"),
+                    Some(&p.metric),
+                    format!("\"{}\" is not one of the table's metrics{}", p.metric, suggest(&p.metric, &t.metrics)),
+                );
+            }
+            // The keys of a setting are the entry's grid keys or its settings (a paper value at
+            // a setting the spec does not run shows as a column of misses, so its values are
+            // not checked), so that a misspelt key does not make a column of its own.
+            if let (Some(entry), Some(setting)) = (raw.methods.iter().find(|m| m.name == p.method), &p.setting) {
+                let defaults = crate::methods::default_settings(&entry.method);
+                let known = |key: &str| {
+                    entry.grid.contains_key(key)
+                        || key
+                            .strip_prefix("settings.")
+                            .is_some_and(|k| entry.settings.get(k).is_some() || defaults.as_ref().is_some_and(|d| d.get(k).is_some()))
+                };
+                for (key, _) in crate::report::parse_setting(setting).into_iter().filter(|(k, _)| !known(k)) {
+                    let mut keys: Vec<String> = entry.grid.keys().cloned().collect();
+                    keys.extend(defaults.iter().flat_map(|d| d.as_object()).flat_map(|o| o.keys()).map(|k| format!("settings.{k}")));
+                    err(
+                        format!("{at}.paper[{k}].setting"),
+                        Some(setting),
+                        format!("\"{key}\" is neither a grid key nor a setting of method entry \"{}\"{}", p.method, suggest(key, &keys)),
+                    );
+                }
+            }
             let mean_row = t.mean_row && p.dataset == crate::results::MEAN_OVER_DATASETS;
             if !raw.datasets.contains(&p.dataset) && !t.paper_only_datasets.contains_key(&p.dataset) && !mean_row {
                 err(

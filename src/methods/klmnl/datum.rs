@@ -192,6 +192,16 @@ pub fn optimise_datum(m: &[f64], v: &Mat<f64>) -> Result<(f64, Vec<f64>, Mat<f64
 pub fn optimise_datum_jitter(m: &[f64], v: &Mat<f64>) -> Result<(f64, Vec<f64>, Mat<f64>, f64), FitError> {
     let c = m.len();
     let lv = Chol::factor_with_jitter(sym(v).as_ref(), "predictive V_*")?;
+    // Where V_* needed jitter, every term uses the matrix factored, V_* + jI: with log |V| of
+    // one and tr(S V) of the other, a near-null direction of V (S ~ 1/j there, tr(S V) ~ 0)
+    // added about half a nat and (24) was no longer a lower bound. Unjittered, V_* as given.
+    let jittered;
+    let v = if lv.jitter() > 0.0 {
+        jittered = sym(v) + Mat::<f64>::identity(c, c) * faer::Scale(lv.jitter());
+        &jittered
+    } else {
+        v
+    };
     let ldv = lv.log_det();
     let mut b = m.to_vec();
     softmax_in_place(&mut b);
