@@ -69,7 +69,7 @@ fn fit(
     let mut rng = Pcg64::seed_from_u64(7);
     let scorer = |model: &dyn Fitted, _iter: u64| -> Result<BTreeMap<String, f64>, String> {
         let p = model.predict(x_test, &mut Pcg64::seed_from_u64(3)).map_err(|e| e.to_string())?;
-        p.validate(x_test.nrows())?;
+        p.validate(x_test.nrows(), problem.n_classes)?;
         Ok(BTreeMap::from([("p00".to_string(), p.probs[(0, 0)])]))
     };
     let mut ctx = FitContext::new(&mut rng, None).with_budget(budget).with_checkpoints(Checkpoints::Every { every: 1 }, &scorer);
@@ -112,7 +112,7 @@ fn every_registered_method_keeps_the_contract() {
                         (Err(why), Err(e)) => panic!("{what}: refused ({why}) with a failure that is not Unsupported: {e}"),
                     };
                     *ran.entry(method).or_default() += 1;
-                    run.prediction.validate(x_test.nrows()).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    run.prediction.validate(x_test.nrows(), problem.n_classes).unwrap_or_else(|e| panic!("{what}: {e}"));
                     assert_eq!(run.prediction.probs.ncols(), n_classes, "{what}");
                     if let Some(e) = run.model.evidence() {
                         assert!(e.value.is_finite(), "{what}: evidence {e:?}");
@@ -162,6 +162,36 @@ fn results_are_bit_identical_on_one_and_two_threads() {
     }
 }
 
+/// The same for the sparse methods at a size where faer splits their products and solves
+/// across threads (the small problem above stays below its cut-off): N = 300, M = 20 a class,
+/// learning kernels and inducing inputs.
+#[test]
+fn sparse_methods_split_across_threads_with_the_same_bits() {
+    let (x, y) = blobs(100, 3, 23);
+    let (x_test, _) = blobs(10, 3, 24);
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let kernels = kernel_set("{ lengthscale: 1.0, variance: 2.0 }", 3);
+    let settings = |method: &str| match method {
+        "ep" | "sep" | "gfitc" => serde_json::json!({ "inducing": 20, "max_iters": 3 }),
+        "svgp" => serde_json::json!({ "inducing": 20, "batch_size": 150, "max_iters": 4, "inducing_init": { "init": "random" } }),
+        "scmgpc" => serde_json::json!({ "inducing": 20, "batch": 150, "max_iters": 4, "predict": "monte_carlo", "predict_samples": 200 }),
+        _ => unreachable!(),
+    };
+    for method in ["ep", "sep", "gfitc", "svgp", "scmgpc"] {
+        let once = |threads: usize| -> Vec<u64> {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| {
+                let m = build(method, &settings(method)).unwrap();
+                let mut rng = Pcg64::seed_from_u64(5);
+                let mut ctx = FitContext::new(&mut rng, None);
+                let fitted = m.fit(&problem, &kernels, HyperPolicy::Learn, &mut ctx).unwrap();
+                bits(&fitted.predict(&x_test, &mut Pcg64::seed_from_u64(6)).unwrap())
+            })
+        };
+        assert_eq!(once(1), once(2), "{method}: one thread vs two");
+    }
+}
+
 #[test]
 fn an_iteration_budget_is_a_normal_stop_with_a_usable_model() {
     let (x, y) = blobs(6, 3, 31);
@@ -177,7 +207,7 @@ fn an_iteration_budget_is_a_normal_stop_with_a_usable_model() {
         }
         let budget = Budget { iterations: Some(2), ..Budget::default() };
         let run = fit(method, &problem, &kernels, HyperPolicy::Learn, Some(budget), &x_test).unwrap_or_else(|e| panic!("{method}: {e}"));
-        run.prediction.validate(x_test.nrows()).unwrap();
+        run.prediction.validate(x_test.nrows(), problem.n_classes).unwrap();
         let d = run.model.diagnostics();
         let Some(i) = d.iterations.filter(|_| d.stop_reason.is_some_and(|s| s.to_string().starts_with("budget"))) else { continue };
         // (ivm on C > 2 classes fits one binary IVM per class against the rest, each to the

@@ -92,24 +92,31 @@ fn fingerprint_with(method: &str, settings: &serde_json::Value) -> String {
     h.finalize().to_hex()[..16].to_string()
 }
 
-#[test]
-fn no_method_changes_its_numbers_without_a_numerics_bump() {
+/// Compare each method's (numerics version, print) with the recorded one; `what` names the
+/// print in messages, `table` the constant to update. Panics listing every problem and the
+/// table as of this code.
+fn check_against_recorded(what: &str, table_name: &str, recorded: &[(&str, &str, &str)], print_of: impl Fn(&str) -> String) {
     let mut problems = Vec::new();
     let mut table = String::new();
     for &(method, _) in METHODS {
         let version = numerics_version(method).unwrap();
-        let print = fingerprint(method);
+        let print = print_of(method);
         table.push_str(&format!("    (\"{method}\", \"{version}\", \"{print}\"),\n"));
-        match RECORDED.iter().find(|r| r.0 == method) {
+        match recorded.iter().find(|r| r.0 == method) {
             Some(&(_, v, f)) if v == version && f == print => {}
             Some(&(_, v, f)) if v == version => problems.push(format!(
-                "{method}: its numbers changed ({f} -> {print}) but its numerics version is still {v}: bump NUMERICS_VERSION"
+                "{method}: its {what} changed ({f} -> {print}) but its numerics version is still {v}: bump NUMERICS_VERSION"
             )),
-            Some(&(_, v, _)) => problems.push(format!("{method}: numerics version {v} -> {version}: record the new fingerprint")),
-            None => problems.push(format!("{method}: no recorded fingerprint")),
+            Some(&(_, v, _)) => problems.push(format!("{method}: numerics version {v} -> {version}: record the new print")),
+            None => problems.push(format!("{method}: no recorded print")),
         }
     }
-    assert!(problems.is_empty(), "{}\nRECORDED as of this code:\n{table}", problems.join("\n"));
+    assert!(problems.is_empty(), "{}\n{table_name} as of this code:\n{table}", problems.join("\n"));
+}
+
+#[test]
+fn no_method_changes_its_numbers_without_a_numerics_bump() {
+    check_against_recorded("numbers", "RECORDED", RECORDED, fingerprint);
 }
 
 /// The same for the settings whose numerics have their own tag: a change of, say, the
@@ -257,21 +264,10 @@ const RECORDED_DEFAULTS: &[(&str, &str, &str)] = &[
 /// this print without moving a number, and is recorded with a comment instead.
 #[test]
 fn no_default_setting_changes_without_a_numerics_bump() {
-    let mut problems = Vec::new();
-    let mut table = String::new();
-    for &(method, _) in METHODS {
-        let version = numerics_version(method).unwrap();
+    // A new setting whose default keeps the old behaviour changes this print without moving a
+    // number: record it then, with a comment, instead of bumping.
+    check_against_recorded("default settings", "RECORDED_DEFAULTS", RECORDED_DEFAULTS, |method| {
         let defaults = mcgp::methods::default_settings(method).unwrap_or_else(|| panic!("{method}: no default settings"));
-        let print = blake3::hash(defaults.to_string().as_bytes()).to_hex()[..16].to_string();
-        table.push_str(&format!("    (\"{method}\", \"{version}\", \"{print}\"),\n"));
-        match RECORDED_DEFAULTS.iter().find(|r| r.0 == method) {
-            Some(&(_, v, f)) if v == version && f == print => {}
-            Some(&(_, v, f)) if v == version => problems.push(format!(
-                "{method}: its default settings changed ({f} -> {print}; now {defaults}) but its numerics version is still {v}: bump NUMERICS_VERSION, or record the print if no number of a cell that omits the setting moves"
-            )),
-            Some(&(_, v, _)) => problems.push(format!("{method}: numerics version {v} -> {version}: record the new print")),
-            None => problems.push(format!("{method}: no recorded print")),
-        }
-    }
-    assert!(problems.is_empty(), "{}\nRECORDED_DEFAULTS as of this code:\n{table}", problems.join("\n"));
+        blake3::hash(defaults.to_string().as_bytes()).to_hex()[..16].to_string()
+    });
 }

@@ -104,4 +104,30 @@ mod tests {
             }
         }
     }
+
+    /// matmul_par and the triangular solves at the scalable methods' sizes, above faer's
+    /// thread cut-off (products over 32,768 multiply-adds, solves over 64 right-hand sides),
+    /// give the same bits on 1, 2 and 3 threads.
+    #[test]
+    fn products_and_solves_at_working_sizes_have_the_same_bits_on_any_thread_count() {
+        let mut rng = rand_pcg::Pcg64::seed_from_u64(9);
+        for (m, n) in [(20, 300), (130, 300), (257, 1287)] {
+            let a = Mat::from_fn(m, n, |_, _| rng.random_range(-1.0..1.0));
+            let b = Mat::from_fn(n, m, |_, _| rng.random_range(-1.0..1.0));
+            let spd = &a * a.transpose() + Mat::<f64>::identity(m, m) * faer::Scale(n as f64);
+            let chol = crate::linalg::Chol::factor(spd.as_ref(), "test").unwrap();
+            let on = |threads: usize| {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                pool.install(|| (matmul_par(a.as_ref(), b.as_ref()), chol.solve_l_par(a.as_ref()), chol.solve_lt_par(a.as_ref())))
+            };
+            let bits = |x: &Mat<f64>| (0..x.ncols()).flat_map(|j| (0..x.nrows()).map(move |i| x[(i, j)].to_bits())).collect::<Vec<u64>>();
+            let one = on(1);
+            for threads in [2, 3] {
+                let many = on(threads);
+                assert!(bits(&one.0) == bits(&many.0), "{m}x{n} product on {threads} threads");
+                assert!(bits(&one.1) == bits(&many.1), "{m}x{n} L^-1 solve on {threads} threads");
+                assert!(bits(&one.2) == bits(&many.2), "{m}x{n} L^-T solve on {threads} threads");
+            }
+        }
+    }
 }

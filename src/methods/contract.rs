@@ -293,13 +293,17 @@ impl Prediction {
         self
     }
 
-    /// Check every probability (the main ones and each alternative's) is finite and in [0, 1]
-    /// and each row sums to one (to 1e-9), and every log-value is a number (not NaN; -inf is a
-    /// valid log of zero).
-    pub fn validate(&self, n_rows: usize) -> Result<(), String> {
+    /// Check the shape (a row per test point, a column per class), every probability (the
+    /// main ones and each alternative's) is finite and in [0, 1] and each row sums to one (to
+    /// 1e-9), and every log-value is a number (not NaN; -inf is a valid log of zero).
+    pub fn validate(&self, n_rows: usize, n_classes: usize) -> Result<(), String> {
         let (m, c) = self.probs.dim();
         if m != n_rows {
             return Err(format!("prediction has {m} rows for {n_rows} test points"));
+        }
+        // More columns would let argmax name a class that does not exist (counted as an error).
+        if c != n_classes {
+            return Err(format!("prediction has {c} columns for {n_classes} classes"));
         }
         check_simplex_rows(&self.probs, "")?;
         for (name, probs) in &self.alternatives {

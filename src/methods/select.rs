@@ -204,7 +204,13 @@ impl Method for Select {
                 let mut inner = FitContext::new(&mut rng, ctx.deadline);
                 let fitted = point.method.fit(&Problem { x: &x, y: &y, n_classes: problem.n_classes }, &point_kernels, hyper, &mut inner);
                 drop(inner);
-                match fitted.and_then(|m| m.predict(&x_val, &mut rng)) {
+                // A fold's prediction is checked as the runner checks a cell's: NaN
+                // probabilities would otherwise score finitely (floored) and could be chosen.
+                let predicted = fitted.and_then(|m| m.predict(&x_val, &mut rng)).and_then(|p| {
+                    p.validate(val.len(), problem.n_classes).map_err(|e| FitError::Numerical(format!("fold {f}: {e}")))?;
+                    Ok(p)
+                });
+                match predicted {
                     Ok(p) => {
                         errors += p.labels().iter().zip(&val).filter(|(label, &i)| **label != problem.y[i]).count();
                         if self.metric == Metric::Nll {

@@ -99,6 +99,9 @@ pub struct CellRecord {
     pub decision_grid: Option<DecisionGrid>,
     #[serde(with = "super::nonfinite::scalar")]
     pub wall_seconds: f64,
+    /// CPU seconds of the cell: the process's where the spec runs one cell at a time, else
+    /// the cell's thread's (which misses work handed to other threads; records before
+    /// 2026-12-01 hold the thread's in every case).
     #[serde(with = "super::nonfinite::scalar")]
     pub cpu_seconds: f64,
 }

@@ -26,7 +26,10 @@ struct Outcome {
 /// Run one cell; never fails: an error or a panic becomes a failed record with its message.
 pub fn run_cell(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&CellRecord>, commit: Option<&str>) -> CellRecord {
     let wall = Instant::now();
-    let cpu = cpu_time::ThreadTime::now();
+    // The CPU the cell used: its thread's, which misses the work it hands to other threads
+    // (faer's products, per-class loops) when cells share the pool; with one cell at a time
+    // the whole process's, which is then all the cell's.
+    let cpu = Cpu::start(spec.raw.one_cell_at_a_time);
     let result = catch_unwind(AssertUnwindSafe(|| fit_and_score(spec, cell, prepared, source))).unwrap_or_else(|panic| {
         let msg = panic
             .downcast_ref::<String>()
@@ -84,8 +87,31 @@ pub fn run_cell(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&C
         }
     }
     record.wall_seconds = wall.elapsed().as_secs_f64();
-    record.cpu_seconds = cpu.elapsed().as_secs_f64();
+    record.cpu_seconds = cpu.seconds();
     record
+}
+
+/// A cell's CPU clock: the process's or the thread's (see `run_cell`).
+enum Cpu {
+    Process(cpu_time::ProcessTime),
+    Thread(cpu_time::ThreadTime),
+}
+
+impl Cpu {
+    fn start(whole_process: bool) -> Cpu {
+        if whole_process {
+            Cpu::Process(cpu_time::ProcessTime::now())
+        } else {
+            Cpu::Thread(cpu_time::ThreadTime::now())
+        }
+    }
+
+    fn seconds(&self) -> f64 {
+        match self {
+            Cpu::Process(t) => t.elapsed().as_secs_f64(),
+            Cpu::Thread(t) => t.elapsed().as_secs_f64(),
+        }
+    }
 }
 
 fn setting_suffix(cell: &Cell) -> String {
@@ -147,7 +173,7 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
     let score_snapshot = |model: &dyn Fitted, iter: u64| -> Result<BTreeMap<String, f64>, String> {
         let mut rng = Pcg64::seed_from_u64(cell.seed ^ iter.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let prediction = model.predict(x_test, &mut rng).map_err(|e| e.to_string())?;
-        prediction.validate(y_test.len())?;
+        prediction.validate(y_test.len(), data.n_classes())?;
         Ok(checkpoint_scores(&prediction, y_test))
     };
     let mut ctx = FitContext::new(&mut rng, deadline).with_budget(cell.entry.budget).with_init_seed(cell.init_seed);
@@ -165,7 +191,7 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
     let predict_start = Instant::now();
     let prediction = fitted.predict(x_test, &mut rng)?;
     let time_predict = predict_start.elapsed().as_secs_f64();
-    prediction.validate(y_test.len())?;
+    prediction.validate(y_test.len(), data.n_classes())?;
 
     let diagnostics = fitted.diagnostics();
     let mut diagnostic_texts = diagnostics.texts();
@@ -402,7 +428,7 @@ mod tests {
         let main = array![[0.9, 0.1], [0.2, 0.8], [0.3, 0.7]];
         let alt = array![[0.4, 0.6], [0.6, 0.4], [0.1, 0.9]];
         let p = Prediction::new(main).with_alternative("other", alt);
-        p.validate(3).unwrap();
+        p.validate(3, 2).unwrap();
         let s = score(&p, &[0, 1, 1]);
         assert_eq!(s["error_count"], 0.0);
         assert_eq!(s["error_count_other"], 2.0);
@@ -413,7 +439,9 @@ mod tests {
         assert!((s["log_pred_sum"] - (0.9f64.ln() + 0.8f64.ln() + 0.7f64.ln())).abs() < 1e-12);
         // An alternative off the simplex is refused, and named.
         let bad = Prediction::new(array![[0.5, 0.5]]).with_alternative("bad", array![[0.5, 0.6]]);
-        assert!(bad.validate(1).unwrap_err().contains("(bad)"));
+        assert!(bad.validate(1, 2).unwrap_err().contains("(bad)"));
+        // A column per class: no more (argmax could name a class that does not exist).
+        assert!(p.validate(3, 3).unwrap_err().contains("2 columns for 3 classes"));
     }
 
     /// A finite evidence becomes metrics; a NaN or infinite one (or standard error) fails.
@@ -436,7 +464,7 @@ mod tests {
         let probs = array![[1.0, 0.0], [0.5, 0.5]];
         let mut p = Prediction::new(probs);
         p.log_score = Some(array![[0.0, -1000.0], [0.5f64.ln(), f64::NEG_INFINITY]]);
-        p.validate(2).unwrap();
+        p.validate(2, 2).unwrap();
         let s = score(&p, &[1, 1]);
         let want = -1000.0 + f64::MIN_POSITIVE.ln();
         assert!(s["log_pred_sum"].is_finite());
@@ -479,7 +507,7 @@ mod tests {
     fn a_labels_only_prediction_is_scored_by_errors_without_probability_metrics() {
         let p = Prediction::labels_only(&[0, 2, 1, 1], 3);
         assert_eq!(p.probs, ndarray::array![[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [0.0, 1.0, 0.0]]);
-        p.validate(4).unwrap();
+        p.validate(4, 3).unwrap();
         let s = score(&p, &[0, 1, 1, 2]);
         assert_eq!((s["error_count"], s["n_test"]), (2.0, 4.0));
         assert!(PROBABILITY_METRICS.iter().all(|m| !s.contains_key(*m)), "{s:?}");

@@ -120,7 +120,7 @@ pub(crate) fn train(
             // Each step's EP starts its damping schedule afresh (warm-started sites).
             damping = p.damping;
         }
-        for _ in 0..sweeps {
+        for sweep in 0..sweeps {
             let mut retries = 0;
             let change = loop {
                 match state.refine(&block, damping, purpose) {
@@ -130,7 +130,9 @@ pub(crate) fn train(
                         skipped += 1;
                         break 0.0;
                     }
-                    Err(e) if t == 1 || retries >= p.max_retries => {
+                    // The very first refinement has no earlier state to fall back on (notes
+                    // §2.7); later sweeps of the outer scheme's first step do.
+                    Err(e) if (t == 1 && sweep == 0) || retries >= p.max_retries => {
                         return Err(FitError::Numerical(format!(
                             "{}: refinement failed at iteration {t} after {retries} roll-backs: {e}",
                             method.name()

@@ -317,7 +317,7 @@ fn separable_blobs_are_learned_deterministically() {
             (fitted, p)
         };
         let (fitted, p) = run();
-        p.validate(xt.nrows()).unwrap();
+        p.validate(xt.nrows(), 3).unwrap();
         let errors = p.labels().iter().zip(&yt).filter(|(a, b)| a != b).count();
         assert!(errors <= 1, "{settings}: {errors} of 90 test points misclassified");
         let mean_log_p: f64 = yt.iter().enumerate().map(|(j, &c)| p.probs[(j, c)].ln()).sum::<f64>() / 90.0;
@@ -382,5 +382,5 @@ fn an_iteration_budget_stops_after_that_many_inclusions() {
     assert_eq!(d.iterations, Some(7));
     assert_eq!(d.stop_reason, Some(StopReason::BudgetIterations));
     let p = fitted.predict(&x, &mut rng).unwrap();
-    p.validate(x.nrows()).unwrap();
+    p.validate(x.nrows(), 3).unwrap();
 }

@@ -423,7 +423,7 @@ fn active_and_random_expansion_share_the_start_and_active_gains() {
     // Greedy d2 beats random picks on this problem after a few rounds.
     active_beats_random_on_average(&m, &problem, &kern, 15);
     let p = model.predict(&x, &mut rng).unwrap();
-    p.validate(x.nrows()).unwrap();
+    p.validate(x.nrows(), 3).unwrap();
     let err = (0..30).filter(|&i| crate::linalg::argmax(&p.probs.row(i).to_vec()) != y[i]).count();
     assert!(err < 10, "{err} training errors");
     // Deterministic from the seed.

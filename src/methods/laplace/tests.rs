@@ -289,7 +289,7 @@ fn the_plug_in_alternative_is_the_softmax_of_the_predictive_mean() {
     let (with, without) = (fit(vec![crate::methods::AlsoPredict::PlugIn]), fit(vec![]));
     let xt = ndarray::array![[0.1, 0.2], [1.0, 1.0], [3.0, -2.0]];
     let p = with.predict(&xt, &mut Pcg64::seed_from_u64(10)).unwrap();
-    p.validate(3).unwrap();
+    p.validate(3, C).unwrap();
     assert_eq!(p.probs, without.predict_proba(&xt, &mut Pcg64::seed_from_u64(10)).unwrap());
     let kinv_ks = Chol::factor_with_jitter(kern.gram(&x).as_ref(), "K").unwrap().solve(kern.cross(&x, &xt).as_ref());
     for j in 0..xt.nrows() {

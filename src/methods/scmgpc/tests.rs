@@ -411,7 +411,7 @@ fn a_fit_separates_blobs() {
     assert!(last > first + 1.0, "final ELBO {last} vs {first} at the first checkpoint");
     assert!(last > fixed + 1.0, "learned-kernel ELBO {last} vs {fixed} with the kernel fixed");
     let p = fitted.predict(&x, &mut rng).unwrap();
-    p.validate(x.nrows()).unwrap();
+    p.validate(x.nrows(), problem.n_classes).unwrap();
     let wrong = (0..x.nrows()).filter(|&i| crate::linalg::argmax(p.probs.row(i).as_slice().unwrap()) != y[i]).count();
     assert!(wrong <= 3, "{wrong} of 45 training points misclassified");
     assert_ne!(fitted.kernels().log_params(), kernels.log_params(), "the kernel did not move");
@@ -491,7 +491,7 @@ fn every_alternative_rule_scores_the_same_fit() {
     let base = serde_json::json!({ "inducing": 8, "batch": "full", "predict": "taylor_code2018", "also_predict": ["taylor", "monte_carlo"], "predict_samples": 500 });
     let fitted = fit(base.clone());
     let p = fitted.predict(&x, &mut Pcg64::seed_from_u64(9)).unwrap();
-    p.validate(x.nrows()).unwrap();
+    p.validate(x.nrows(), 3).unwrap();
     assert_eq!(p.alternatives.keys().collect::<Vec<_>>(), ["monte_carlo", "taylor"]);
     for rule in ["taylor", "monte_carlo"] {
         let mut alone = base.clone();

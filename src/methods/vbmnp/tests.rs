@@ -674,7 +674,7 @@ fn the_plug_in_alternative_is_the_sharper_predictive_of_the_same_fit() {
     let xs = Array2::from_shape_fn((9, 2), |(i, j)| (i as f64 * 1.3 + j as f64).cos() * 1.5);
     let mut rng = Pcg64::seed_from_u64(1);
     let p = with.predict(&xs, &mut rng).unwrap();
-    p.validate(9).unwrap();
+    p.validate(9, p.probs.ncols()).unwrap();
     assert_eq!(p.probs, without.predict_proba(&xs, &mut rng).unwrap());
     let plug = &p.alternatives["plug_in"];
     for j in 0..9 {

@@ -19,7 +19,7 @@ fn separable_blobs_end_to_end_and_deterministic_in_the_seed() {
     for (what, method) in [("greedy", &greedy), ("randomized", &randomized)] {
         let model = fit(method, &x, &y, 5);
         let p = model.predict(&xt, &mut Pcg64::seed_from_u64(0)).unwrap();
-        p.validate(xt.nrows()).unwrap();
+        p.validate(xt.nrows(), 2).unwrap();
         let errors = (0..xt.nrows()).filter(|&j| (p.probs[(j, 1)] > 0.5) != (yt[j] == 1)).count();
         assert!(errors <= 4, "{what}: {errors} errors of {}", xt.nrows());
         let d = model.diagnostics();
@@ -91,7 +91,7 @@ fn c_against_the_rest_is_the_vote_of_the_binary_tasks() {
         let trace = ctx.trace();
         drop(ctx);
         let p = multi.predict(&xt, &mut Pcg64::seed_from_u64(0)).unwrap();
-        p.validate(xt.nrows()).unwrap();
+        p.validate(xt.nrows(), 3).unwrap();
         assert!(multi.evidence().is_none());
         // Each task's discriminant mu_c + bias_c against its own predictive: Q_c(+1 | x) =
         // Phi((mu_c + bias_c) / sqrt(1 + var_c)) is above 1/2 exactly where it is positive.
@@ -242,7 +242,7 @@ fn the_vote_by_discriminants_ranks_mean_plus_intercept() {
     p.log_class_values.insert(model::TASK_LOG_Q.into(), log_q.clone());
     p.log_class_values.insert(model::TASK_LOG_Q_REST.into(), z.mapv(|v| crate::special::log_normal_cdf(-v)));
     p.log_class_values.insert(model::TASK_DISCRIMINANT.into(), disc);
-    p.validate(3).unwrap();
+    p.validate(3, 2).unwrap();
     let y = [0, 1, 0];
     let main_votes: Vec<usize> = log_q.rows().into_iter().map(|r| crate::linalg::argmax(&r.to_vec())).collect();
     assert_eq!(main_votes, [1, 1, 0], "the main vote by log Q");
