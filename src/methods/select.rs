@@ -487,4 +487,53 @@ mod tests {
         let e = svm.fit(&problem_, &se(1.0), HyperPolicy::Fixed, &mut ctx).err().unwrap().to_string();
         assert!(e.contains("settings.select.metric: nll needs predictive probabilities"), "{e}");
     }
+
+    /// A method whose predictions are NaN: a grid point of it must be passed over, not scored
+    /// through the log floor or argmax's first column.
+    struct NanMethod;
+    struct NanModel(KernelSet, usize);
+
+    impl Method for NanMethod {
+        fn name(&self) -> &'static str {
+            "nan"
+        }
+        fn fit(&self, problem: &Problem, kernels: &KernelSet, _: HyperPolicy, _: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+            Ok(Box::new(NanModel(kernels.clone(), problem.n_classes)))
+        }
+    }
+
+    impl Fitted for NanModel {
+        fn predict(&self, x: &Array2<f64>, _: &mut Pcg64) -> Result<Prediction, FitError> {
+            Ok(Prediction::new(Array2::from_elem((x.nrows(), self.1), f64::NAN)))
+        }
+        fn evidence(&self) -> Option<Evidence> {
+            None
+        }
+        fn kernels(&self) -> KernelSet {
+            self.0.clone()
+        }
+        fn diagnostics(&self) -> Diagnostics {
+            Diagnostics::default()
+        }
+    }
+
+    #[test]
+    fn a_grid_point_whose_fold_predictions_are_not_valid_is_passed_over() {
+        // Class 0 everywhere but a few rows: NaN rows' argmax (the first column) would score
+        // as well as any real fit, and as the first grid point it would win the tie.
+        let (x, _) = problem(30, 7);
+        let y: Vec<usize> = (0..30).map(|i| usize::from(i % 10 == 0)).collect();
+        let real = build("laplace", &serde_json::json!({ "mc_samples": 50 })).unwrap();
+        let point = |method: Box<dyn Method>| GridPoint { values: Vec::new(), method, kernel: Vec::new() };
+        let select = Select { points: vec![point(Box::new(NanMethod)), point(real)], folds: 3, metric: Metric::Error };
+        let problem = Problem { x: &x, y: &y, n_classes: 2 };
+        let mut rng = Pcg64::seed_from_u64(3);
+        let mut ctx = FitContext::new(&mut rng, None);
+        let fitted = select.fit(&problem, &se(1.0), HyperPolicy::Fixed, &mut ctx).unwrap();
+        drop(ctx);
+        let p = fitted.predict(&x, &mut Pcg64::seed_from_u64(4)).unwrap();
+        assert!(p.probs.iter().all(|v| v.is_finite()), "the NaN grid point was chosen");
+        let note = fitted.diagnostics().texts()["select"].clone();
+        assert!(note.contains("1 grid points failed"), "{note}");
+    }
 }
