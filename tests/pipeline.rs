@@ -1165,6 +1165,44 @@ fn a_data_error_fails_that_datasets_cells_and_the_others_run() {
     assert_eq!(computed_count(&stderr), 0, "the iris records survived the failed run: {stderr}");
 }
 
+/// A cell that failed only because its source failed is computed again once the source has
+/// been: a retry of the source alone (`--retry-failed --entries`) must not leave its dependants
+/// failed for good, since their own fits never ran.
+#[test]
+fn dependants_of_a_failed_source_are_computed_once_the_source_is() {
+    let dir = workdir("source-retried");
+    let spec = dir.join("small.yaml");
+    std::fs::write(&spec, SMALL.replace("repeats: 3", "repeats: 1")).unwrap();
+    let spec = spec.to_str().unwrap();
+    let (ok, stderr, _) = mcgp_in(&dir, &["run", spec], &[("MCGP_TEST_FAIL_ENTRY", "learned")]);
+    assert!(!ok && computed_count(&stderr) == 4, "{stderr}");
+    let failed = |cells: &BTreeMap<String, Value>| -> Vec<String> {
+        let mut v: Vec<String> =
+            cells.values().filter(|c| c["status"] == "failed").map(|c| c["method"].as_str().unwrap().to_string()).collect();
+        v.sort();
+        v
+    };
+    let cells = cells_without_timing(&dir.join("results/small"));
+    assert_eq!(failed(&cells), ["handed", "handed-on", "learned"]);
+    assert!(cells.values().filter(|c| c["method"] == "handed").all(|c| c["source_failed"] == true));
+    assert!(cells.values().filter(|c| c["method"] == "learned").all(|c| c.get("source_failed").is_none()));
+    // The source alone is retried; its dependants are not named, so not computed yet.
+    let (ok, stderr, _) = mcgp_in(&dir, &["run", spec, "--retry-failed", "--entries", "learned"], &[]);
+    assert!(ok && computed_count(&stderr) == 1, "{stderr}");
+    // A plain run computes the two dependants (it kept their failures before).
+    let (ok, stderr, _) = mcgp_in(&dir, &["run", spec], &[]);
+    assert!(ok, "{stderr}");
+    assert_eq!(computed_count(&stderr), 2, "{stderr}");
+    let (ok, stderr, _) = mcgp_in(&dir, &["run", spec], &[]);
+    assert!(ok && computed_count(&stderr) == 0, "{stderr}");
+    // A dependant's own failure (not its source's) is kept as before (--recompute computes
+    // the chain up to it again).
+    let (ok, stderr, _) = mcgp_in(&dir, &["run", spec, "--recompute", "--entries", "handed-on"], &[("MCGP_TEST_FAIL_ENTRY", "handed-on")]);
+    assert!(!ok && computed_count(&stderr) == 3, "{stderr}");
+    let (_, stderr, _) = mcgp_in(&dir, &["run", spec], &[]);
+    assert_eq!(computed_count(&stderr), 0, "{stderr}");
+}
+
 #[test]
 fn concurrent_runs_of_two_specs_sharing_a_results_folder_store_every_cell_once() {
     let dir = workdir("two-specs");

@@ -42,6 +42,7 @@ fn cell(dataset: &str, split: usize, method: &str, setting: &str) -> CellRecord 
         numerics: None,
         data_hash: None,
         timed_out: false,
+        source_failed: false,
         decision_grid: None,
     }
 }

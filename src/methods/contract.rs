@@ -275,6 +275,16 @@ impl Prediction {
         }
     }
 
+    /// How many rows `log_pred` scores at the floor (a probability of 0, or a log score of
+    /// -inf, at the true class): the runner notes them, since the floor stands in for -inf.
+    pub fn floored_rows(&self, y: &[usize]) -> usize {
+        let floored = |i: usize, yi: usize| match &self.log_score {
+            Some(l) => l[(i, yi)] == f64::NEG_INFINITY,
+            None => self.probs[(i, yi)] < f64::MIN_POSITIVE,
+        };
+        y.iter().enumerate().filter(|&(i, &yi)| floored(i, yi)).count()
+    }
+
     /// The predicted class of each row: the most probable (the first on ties), what every
     /// error count reads.
     pub fn labels(&self) -> Vec<usize> {

@@ -20,7 +20,8 @@
 //! parameter by name, in natural units, e.g.
 //! `kernel.lengthscale`, covering every ARD and per-class copy). Grid order: keys sorted by name,
 //! the last key varying fastest. The chosen values are recorded as metrics `selected_<name>`
-//! (numbers) and a diagnostics note, the cross-validated error rate as `select_cv_error` and,
+//! (numbers; `<name>` is the key's text after its last dot, or the whole key with dots as
+//! underscores where two keys end alike) and a diagnostics note, the cross-validated error rate as `select_cv_error` and,
 //! with `metric: nll`, the cross-validated NLL per row as `select_cv_nll`.
 use super::{
     build, parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape,
@@ -77,6 +78,8 @@ pub struct Select {
     points: Vec<GridPoint>,
     folds: usize,
     metric: Metric,
+    /// The metric recording each grid key's chosen value, in grid-key order.
+    selected_names: Vec<String>,
 }
 
 /// Build `name` with `settings` whose `select` entry is `select`: every grid point's method is
@@ -135,7 +138,24 @@ pub(crate) fn build_select(name: &str, settings: &serde_json::Value, select: &se
         })
         .collect::<Result<Vec<_>, String>>()?;
     let metric = if spec.metric == "nll" { Metric::Nll } else { Metric::Error };
-    Ok(Select { points, folds: spec.folds, metric })
+    let selected_names = selected_metric_names(spec.grid.keys());
+    Ok(Select { points, folds: spec.folds, metric, selected_names })
+}
+
+/// `selected_<name>` for each grid key: the text after its last dot (`kernel.lengthscale` ->
+/// `selected_lengthscale`), or the whole key with dots as underscores where two keys end alike
+/// (`kernel.se.variance` and `kernel.white.variance`), which would otherwise share one metric.
+fn selected_metric_names<'a>(keys: impl Iterator<Item = &'a String> + Clone) -> Vec<String> {
+    let last = |k: &'a str| k.rsplit('.').next().unwrap_or(k);
+    keys.clone()
+        .map(|k| {
+            if keys.clone().filter(|o| last(o) == last(k)).count() > 1 {
+                format!("selected_{}", k.replace('.', "_"))
+            } else {
+                format!("selected_{}", last(k))
+            }
+        })
+        .collect()
 }
 
 /// `settings.c=10, kernel.lengthscale=1`.
@@ -257,7 +277,7 @@ impl Method for Select {
             note.push_str(&format!("; {failed} grid points failed on a fold and were passed over"));
         }
         let selected =
-            chosen.values.iter().filter_map(|(k, v)| Some((format!("selected_{}", k.rsplit('.').next()?), v.as_f64()?))).collect();
+            self.selected_names.iter().zip(&chosen.values).filter_map(|(name, (_, v))| Some((name.clone(), v.as_f64()?))).collect();
         let cv_nll = (self.metric == Metric::Nll).then(|| nll / n as f64);
         Ok(Box::new(Selected { inner, selected, cv_error: errors as f64 / n as f64, cv_nll, note }))
     }
@@ -405,6 +425,16 @@ mod tests {
     }
 
     #[test]
+    fn grid_keys_that_end_alike_get_metrics_of_their_own() {
+        let keys: Vec<String> =
+            ["kernel.lengthscale", "kernel.se.variance", "kernel.white.variance", "settings.c"].iter().map(|k| k.to_string()).collect();
+        assert_eq!(
+            selected_metric_names(keys.iter()),
+            ["selected_lengthscale", "selected_kernel_se_variance", "selected_kernel_white_variance", "selected_c"]
+        );
+    }
+
+    #[test]
     fn a_bad_select_is_an_error_naming_the_field() {
         let err = |select: serde_json::Value| build("msvm", &serde_json::json!({ "select": select })).err().unwrap_or_default();
         assert!(err(serde_json::json!({ "grid": {} })).contains("settings.select.grid"));
@@ -525,7 +555,8 @@ mod tests {
         let y: Vec<usize> = (0..30).map(|i| usize::from(i % 10 == 0)).collect();
         let real = build("laplace", &serde_json::json!({ "mc_samples": 50 })).unwrap();
         let point = |method: Box<dyn Method>| GridPoint { values: Vec::new(), method, kernel: Vec::new() };
-        let select = Select { points: vec![point(Box::new(NanMethod)), point(real)], folds: 3, metric: Metric::Error };
+        let select =
+            Select { points: vec![point(Box::new(NanMethod)), point(real)], folds: 3, metric: Metric::Error, selected_names: Vec::new() };
         let problem = Problem { x: &x, y: &y, n_classes: 2 };
         let mut rng = Pcg64::seed_from_u64(3);
         let mut ctx = FitContext::new(&mut rng, None);

@@ -177,6 +177,7 @@ mod tests {
             numerics: None,
             data_hash: None,
             timed_out: false,
+            source_failed: false,
             decision_grid: None,
         }
     }

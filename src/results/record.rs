@@ -93,6 +93,10 @@ pub struct CellRecord {
     /// A failure by `timeout_seconds`: machine-dependent, so retried by the next run.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub timed_out: bool,
+    /// A failure because the cell it takes hyper-parameters from failed (its own fit never
+    /// ran): computed again once that failure no longer stands.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub source_failed: bool,
     /// The predicted class over a grid of a 2-D input space and the learned inducing inputs
     /// (`decision_grid:` of the method entry), for decision-region figures.
     #[serde(default, skip_serializing_if = "Option::is_none")]

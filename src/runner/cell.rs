@@ -61,6 +61,7 @@ pub fn run_cell(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&C
         numerics: Some(cell.numerics.clone()),
         data_hash: Some(cell.data_hash.clone()),
         timed_out: false,
+        source_failed: false,
         decision_grid: None,
     };
     match result {
@@ -73,9 +74,10 @@ pub fn run_cell(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&C
             record.handoff = o.handoff;
             record.decision_grid = o.decision_grid;
         }
-        Err(CellFailure { message, timed_out }) => {
+        Err(CellFailure { message, timed_out, source_failed }) => {
             record.status = Status::Failed;
             record.timed_out = timed_out;
+            record.source_failed = source_failed;
             record.error = Some(format!(
                 "cell {}/{}{}/split {} ({}): {message}",
                 cell.dataset,
@@ -122,25 +124,31 @@ fn setting_suffix(cell: &Cell) -> String {
     }
 }
 
-/// Why a cell failed; a timeout is told apart because it depends on the machine.
+/// Why a cell failed; a timeout is told apart because it depends on the machine, and a
+/// source's failure because it goes away when the source is computed again.
 struct CellFailure {
     message: String,
     timed_out: bool,
+    source_failed: bool,
 }
 
 impl From<String> for CellFailure {
     fn from(message: String) -> Self {
-        CellFailure { message, timed_out: false }
+        CellFailure { message, timed_out: false, source_failed: false }
     }
 }
 
 impl From<methods::FitError> for CellFailure {
     fn from(e: methods::FitError) -> Self {
-        CellFailure { timed_out: matches!(e, methods::FitError::Timeout { .. }), message: e.to_string() }
+        CellFailure { timed_out: matches!(e, methods::FitError::Timeout { .. }), message: e.to_string(), source_failed: false }
     }
 }
 
 fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&CellRecord>) -> Result<Outcome, CellFailure> {
+    // Test hook: a failure that a retry does not repeat (as a crash fixed since would not).
+    if std::env::var("MCGP_TEST_FAIL_ENTRY").is_ok_and(|name| name == cell.entry.name) {
+        return Err("failed by MCGP_TEST_FAIL_ENTRY".to_string().into());
+    }
     if let Some(message) = prepared.failed_datasets.get(&cell.dataset) {
         return Err(format!("dataset {}: {message}", cell.dataset).into());
     }
@@ -158,6 +166,7 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
             return Err(CellFailure {
                 message: format!("the cell of \"{src}\" it takes hyper-parameters from failed"),
                 timed_out: rec.timed_out,
+                source_failed: true,
             });
         }
         kernels = take_over(&kernels, &rec.handoff, keep).map_err(|e| format!("hyper.from \"{src}\": {e}"))?;
@@ -197,6 +206,8 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
     let mut diagnostic_texts = diagnostics.texts();
     if prediction.labels_only {
         diagnostic_texts.insert(PREDICTIONS_NOTE.into(), LABELS_ONLY.into());
+    } else if let Some(note) = floored_note(&prediction, y_test) {
+        diagnostic_texts.insert(LOG_PRED_FLOORED.into(), note);
     }
     let mut metrics = score(&prediction, y_test);
     if prediction.jitter > 0.0 {
@@ -334,6 +345,22 @@ pub const PROBABILITY_METRICS: &[&str] = &["log_pred_sum", "log_pred_mean"];
 pub const PREDICTIONS_NOTE: &str = "predictions";
 pub const LABELS_ONLY: &str = "labels only (no probabilities)";
 
+/// The diagnostics entry that counts the test rows scored at `floored_ln`'s floor.
+pub const LOG_PRED_FLOORED: &str = "log_pred_floored";
+
+/// "k of m test rows ..." where some rows' log predictive value stands at the floor (their
+/// probability underflowed to 0), which makes `log_pred_sum` an upper value, not the sum.
+fn floored_note(prediction: &Prediction, y: &[usize]) -> Option<String> {
+    let k = prediction.floored_rows(y);
+    (k > 0).then(|| {
+        format!(
+            "{k} of {} test rows had probability 0 at the true class, each scored {:.2} (ln of the smallest normal double); log_pred_sum is an upper value",
+            y.len(),
+            floored_ln(0.0)
+        )
+    })
+}
+
 /// Whether a stored cell's method predicted labels only.
 pub fn is_labels_only(record: &CellRecord) -> bool {
     record.diagnostics.get(PREDICTIONS_NOTE).is_some_and(|v| v == LABELS_ONLY)
@@ -469,6 +496,14 @@ mod tests {
         let want = -1000.0 + f64::MIN_POSITIVE.ln();
         assert!(s["log_pred_sum"].is_finite());
         assert_eq!(s["log_pred_sum"], want);
+        // The floored row is counted; the finite -1000 is not.
+        let note = floored_note(&p, &[1, 1]).unwrap();
+        assert!(note.starts_with("1 of 2 test rows") && note.contains("-708.40"), "{note}");
+        assert_eq!(floored_note(&p, &[0, 0]), None);
+        // Without a log score, a probability below the smallest normal double is floored.
+        let q = Prediction::new(array![[1.0, 0.0], [1.0 - 1e-310, 1e-310], [0.5, 0.5]]);
+        assert_eq!(q.floored_rows(&[1, 1, 1]), 2);
+        assert_eq!(q.floored_rows(&[0, 0, 1]), 0);
     }
 
     #[test]

@@ -353,6 +353,24 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
             }
         }
     }
+    // A cell that failed only because its source failed is computed again once that failure no
+    // longer stands (the source was retried since, or is to be now): its own fit never ran.
+    // To a fixed point, down chains of such cells.
+    loop {
+        let source_recovered: Vec<String> = prepared
+            .cells
+            .iter()
+            .filter(|c| done.get(&c.key).is_some_and(|r| r.source_failed))
+            .filter(|c| c.depends_on.as_deref().and_then(|d| done.get(d)).is_none_or(|s| s.status == Status::Ok))
+            .map(|c| c.key.clone())
+            .collect();
+        if source_recovered.is_empty() {
+            break;
+        }
+        for key in source_recovered {
+            done.remove(&key);
+        }
+    }
     let wanted = |c: &Cell| {
         (opts.datasets.is_empty() || opts.datasets.contains(&c.dataset))
             && (opts.entries.is_empty() || opts.entries.contains(&c.entry.name))
