@@ -189,6 +189,8 @@ pub struct FitContext<'a> {
     budget: Option<Budget>,
     trace: Mutex<Vec<TracePoint>>,
     checkpoints: Option<(Checkpoints, &'a ScoreSnapshot<'a>)>,
+    /// Scheduled checkpoints that could not be scored, as "iteration k: why".
+    checkpoint_failures: Mutex<Vec<String>>,
     /// The spec's `shared_init` seed for this dataset split, if set (`init_rng`).
     init_seed: Option<u64>,
 }
@@ -204,6 +206,7 @@ impl<'a> FitContext<'a> {
             budget: None,
             trace: Mutex::new(Vec::new()),
             checkpoints: None,
+            checkpoint_failures: Mutex::new(Vec::new()),
             init_seed: None,
         }
     }
@@ -309,7 +312,10 @@ impl<'a> FitContext<'a> {
     /// At a scheduled iteration, build a snapshot of the model as of outer iteration `iter` and
     /// score it on the test split, both with the clock paused, and trace its test numbers and
     /// the method's `objective` at the training time reached. Does nothing off the schedule.
-    pub fn checkpoint<S>(&self, iter: u64, objective: Option<f64>, snapshot: S) -> Result<(), FitError>
+    /// A snapshot that cannot be built or scored is left out of the trace and noted
+    /// (`take_checkpoint_failures`), never returned: scoring must not change the fit (inside an
+    /// optimiser's objective an error would count as a failed evaluation and move the search).
+    pub fn checkpoint<S>(&self, iter: u64, objective: Option<f64>, snapshot: S)
     where
         S: FnOnce() -> Result<Box<dyn Fitted>, FitError>,
     {
@@ -318,28 +324,33 @@ impl<'a> FitContext<'a> {
 
     /// `checkpoint` with an objective that is itself computed off the clock (a full-data ELBO
     /// of a minibatch method).
-    pub fn checkpoint_with<O, S>(&self, iter: u64, objective: O, snapshot: S) -> Result<(), FitError>
+    pub fn checkpoint_with<O, S>(&self, iter: u64, objective: O, snapshot: S)
     where
         O: FnOnce() -> Option<f64>,
         S: FnOnce() -> Result<Box<dyn Fitted>, FitError>,
     {
-        let Some((schedule, score)) = &self.checkpoints else { return Ok(()) };
+        let Some((schedule, score)) = &self.checkpoints else { return };
         if !schedule.contains(iter) {
-            return Ok(());
+            return;
         }
         let time = self.training_seconds();
         let (objective, scored) = self.clock.pause(|| {
             let objective = objective();
             (objective, snapshot().map_err(|e| e.to_string()).and_then(|model| score(model.as_ref(), iter)))
         });
-        let scored = scored.map_err(|e| FitError::Numerical(format!("checkpoint at iteration {iter}: {e}")))?;
         let mut trace = self.trace.lock().expect("trace lock");
-        let iter = iter as usize;
-        trace.extend(scored.into_iter().map(|(name, value)| TracePoint { iter, time, name, value }));
-        if let Some(v) = objective {
-            trace.push(TracePoint { iter, time, name: "objective".into(), value: v });
+        match scored {
+            Ok(scored) => trace.extend(scored.into_iter().map(|(name, value)| TracePoint { iter: iter as usize, time, name, value })),
+            Err(e) => self.checkpoint_failures.lock().expect("checkpoint failures lock").push(format!("iteration {iter}: {e}")),
         }
-        Ok(())
+        if let Some(v) = objective {
+            trace.push(TracePoint { iter: iter as usize, time, name: "objective".into(), value: v });
+        }
+    }
+
+    /// The scheduled checkpoints that could not be scored, as "iteration k: why", leaving none.
+    pub fn take_checkpoint_failures(&mut self) -> Vec<String> {
+        std::mem::take(self.checkpoint_failures.get_mut().expect("checkpoint failures lock"))
     }
 }
 
@@ -387,6 +398,52 @@ mod tests {
         assert_eq!(ctx.budget_stop(1_000_000), None);
         // (What the CPU clock reads is tested in tests/cpu_clock.rs, a process of its own.)
         assert_eq!(ctx.clock.kind, TrainingClock::Cpu);
+    }
+
+    /// A checkpoint whose snapshot cannot be scored is noted and left out of the trace; the
+    /// fit goes on as without checkpoints (inside the optimiser's objective an error would
+    /// count as a failed evaluation and move the search).
+    #[test]
+    fn a_failing_checkpoint_is_noted_and_does_not_move_the_fit() {
+        use crate::methods::{Fitted, HyperPolicy, Problem};
+        use ndarray::Array2;
+        use std::collections::BTreeMap;
+        let x = Array2::from_shape_fn((45, 2), |(i, j)| 2.0 * (i % 3) as f64 + ((7 * i + 13 * j) as f64 * 0.618).sin());
+        let y: Vec<usize> = (0..45).map(|i| i % 3).collect();
+        let problem = Problem { x: &x, y: &y, n_classes: 3 };
+        let kernels = crate::kernels::KernelSet::shared_se(&crate::kernels::SqExp {
+            log_variance: 0.0,
+            log_lengthscales: vec![0.0, 0.0],
+            learn_variance: true,
+        });
+        let method = crate::methods::build("laplace", &serde_json::json!({ "max_hyper_iters": 8, "mc_samples": 50 })).unwrap();
+        let fails_on_even = |model: &dyn Fitted, iter: u64| -> Result<BTreeMap<String, f64>, String> {
+            if iter % 2 == 0 {
+                return Err("no prediction today".into());
+            }
+            let p = model.predict(&x, &mut <Pcg64 as rand::SeedableRng>::seed_from_u64(3)).map_err(|e| e.to_string())?;
+            Ok(BTreeMap::from([("p00".to_string(), p.probs[(0, 0)])]))
+        };
+        let fit = |checkpoints: bool| {
+            let mut rng = <Pcg64 as rand::SeedableRng>::seed_from_u64(5);
+            let mut ctx = FitContext::new(&mut rng, None);
+            if checkpoints {
+                ctx = ctx.with_checkpoints(Checkpoints::Every { every: 1 }, &fails_on_even);
+            }
+            let model = method.fit(&problem, &kernels, HyperPolicy::Learn, &mut ctx).unwrap();
+            (model.kernels().log_params(), model.evidence().unwrap().value, ctx.take_trace(), ctx.take_checkpoint_failures())
+        };
+        let (plain, plain_evidence, _, none) = fit(false);
+        let (scored, scored_evidence, trace, failures) = fit(true);
+        assert!(none.is_empty());
+        assert_eq!(plain.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), scored.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        assert_eq!(plain_evidence.to_bits(), scored_evidence.to_bits());
+        let scored_at: Vec<usize> = trace.iter().filter(|p| p.name == "p00").map(|p| p.iter).collect();
+        let objective_at: Vec<usize> = trace.iter().filter(|p| p.name == "objective").map(|p| p.iter).collect();
+        assert!(scored_at.len() >= 2 && scored_at.iter().all(|i| i % 2 == 1), "{scored_at:?}");
+        assert_eq!(objective_at, (1..=objective_at.len()).collect::<Vec<_>>());
+        assert_eq!(failures.len(), objective_at.len() / 2);
+        assert_eq!(failures[0], "iteration 2: no prediction today");
     }
 
     /// `shared_init`: four methods drawing their inducing inputs from the same init seed start

@@ -195,6 +195,7 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
     let time_train = ctx.training_seconds();
     let mut trace = ctx.take_trace();
     let time_off_clock = ctx.off_clock_seconds();
+    let checkpoint_failures = ctx.take_checkpoint_failures();
     drop(ctx);
 
     let predict_start = Instant::now();
@@ -208,6 +209,15 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
         diagnostic_texts.insert(PREDICTIONS_NOTE.into(), LABELS_ONLY.into());
     } else if let Some(note) = floored_note(&prediction, y_test) {
         diagnostic_texts.insert(LOG_PRED_FLOORED.into(), note);
+    }
+    if let Some(first) = checkpoint_failures.first() {
+        diagnostic_texts.insert(
+            "checkpoint_failures".into(),
+            format!(
+                "{} scheduled checkpoints could not be scored (left out of the trace); the first at {first}",
+                checkpoint_failures.len()
+            ),
+        );
     }
     let mut metrics = score(&prediction, y_test);
     if prediction.jitter > 0.0 {

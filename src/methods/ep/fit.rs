@@ -190,7 +190,7 @@ pub(crate) fn train(
         if full && p.scheme != Scheme::Outer {
             damping *= p.damping_decay;
         }
-        ctx.checkpoint_with(t, || state.log_z_q(x, y).ok(), || snapshot(&state, &average))?;
+        ctx.checkpoint_with(t, || state.log_z_q(x, y).ok(), || snapshot(&state, &average));
         if let Some(reason) = ctx.budget_stop(t) {
             stop = reason;
             break;

@@ -305,8 +305,13 @@ impl Method for Gfitc {
                 let mut b = best.lock().expect("best lock");
                 if v.is_finite() && b.as_ref().is_none_or(|(bv, _)| v > *bv) {
                     ctx.record(iter as usize - 1, &[("log_evidence", v)]);
-                    ctx.checkpoint(iter, Some(v), || Ok(Box::new(snapshot.clone()) as Box<dyn Fitted>))?;
                     *b = Some((v, snapshot));
+                }
+                // Every scheduled evaluation scores the best point so far (a trial point the
+                // line search rejects leaves it where it was), so that each fit's curve has a
+                // point at every checkpoint.
+                if let Some((bv, best_model)) = b.as_ref() {
+                    ctx.checkpoint(iter, Some(*bv), || Ok(Box::new(best_model.clone()) as Box<dyn Fitted>));
                 }
                 Ok((-v, g.iter().map(|x| -x).collect()))
             };

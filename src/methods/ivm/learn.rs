@@ -285,7 +285,7 @@ impl Ivm {
                 let ev = Some(-phi);
                 ctx.checkpoint(major, Some(criterion), || {
                     Ok(Box::new(self.model(k.as_ref(), x, &selected.state, lik, ev, Default::default())) as Box<dyn crate::methods::Fitted>)
-                })?;
+                });
             }
             let budget = ctx.budget_stop(major);
             if major > p.outer_iters || budget.is_some() {

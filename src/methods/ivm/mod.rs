@@ -493,7 +493,7 @@ impl Ivm {
             if task == Task::Whole && ctx.wants_checkpoint(k) {
                 // The snapshot and its objective (eq. 11 at this active set) are built off the clock.
                 let ev = ctx.off_clock(|| state.log_evidence(lik, targets).ok());
-                ctx.checkpoint(k, ev, || Ok(Box::new(self.model(kernel, x, state, lik, ev, Diagnostics::default())) as Box<dyn Fitted>))?;
+                ctx.checkpoint(k, ev, || Ok(Box::new(self.model(kernel, x, state, lik, ev, Diagnostics::default())) as Box<dyn Fitted>));
             }
             // At a fixed kernel the inclusions are the outer iterations a budget counts.
             ctx.budget_stop(k).map_or(Ok(()), |reason| Err(FitError::Stop(reason)))

@@ -319,7 +319,7 @@ impl Method for IvmMultiway {
         let lik = self.likelihood(c);
         let sel = self.select(kernels, x, y, &lik, ctx, |k, mw, ctx| {
             if ctx.wants_checkpoint(k) {
-                ctx.checkpoint(k, None, || Ok(Box::new(self.model(kernels, x, mw, &lik, Diagnostics::default())) as Box<dyn Fitted>))?;
+                ctx.checkpoint(k, None, || Ok(Box::new(self.model(kernels, x, mw, &lik, Diagnostics::default())) as Box<dyn Fitted>));
             }
             // The inclusions are the outer iterations a budget counts.
             ctx.budget_stop(k).map_or(Ok(()), |reason| Err(FitError::Stop(reason)))

@@ -75,7 +75,7 @@ pub(super) fn learn_kernel<Mo: Clone + Send + Sync>(
             *best = Some((v, k, ctx.has_checkpoints().then_some(mode)));
         }
         let (b, bk, bm) = best.as_ref().expect("set above");
-        ctx.checkpoint(iter, Some(*b), || Ok(model(bk.clone(), bm.clone().expect("kept with checkpoints"))))?;
+        ctx.checkpoint(iter, Some(*b), || Ok(model(bk.clone(), bm.clone().expect("kept with checkpoints"))));
         Ok((-v, g.iter().map(|x| -x).collect()))
     };
     let min = minimize_lbfgs(&cost, &kernel.log_params(), &kernel.free_mask(), max_iters, params.hyper_tol)?;

@@ -148,7 +148,7 @@ pub(crate) fn train(
             }
             sparse = next;
         }
-        ctx.checkpoint_with(t, || Some(elbo::full(method, &sparse, x, y, &alpha)), || snapshot(&sparse))?;
+        ctx.checkpoint_with(t, || Some(elbo::full(method, &sparse, x, y, &alpha)), || snapshot(&sparse));
         if let Some(reason) = ctx.budget_stop(t) {
             stop = reason;
             break;

@@ -157,7 +157,7 @@ pub(crate) fn train(
         let q = if natural { Some(q) } else { None };
         sparse = sparse_at(&sparse, &theta, q, learn_inputs)?;
 
-        ctx.checkpoint_with(t, || Some(full_elbo(&sparse)), || snapshot(&sparse))?;
+        ctx.checkpoint_with(t, || Some(full_elbo(&sparse)), || snapshot(&sparse));
         if let Some(reason) = ctx.budget_stop(t) {
             stop = reason;
             break;

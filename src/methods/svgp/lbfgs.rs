@@ -105,10 +105,20 @@ pub(crate) fn train(
         let (v, g) = elbo_and_grad(&sparse, problem, method, learn_inputs, theta.len());
         let iter = evals.fetch_add(1, Ordering::Relaxed) + 1;
         let mut b = best.lock().expect("best-point lock");
-        if v.is_finite() && b.as_ref().is_none_or(|(bv, _)| v > *bv) {
+        let improved = v.is_finite() && b.as_ref().is_none_or(|(bv, _)| v > *bv);
+        if improved {
             ctx.record(iter as usize - 1, &[("elbo", v)]);
             *b = Some((v, theta.to_vec()));
-            ctx.checkpoint(iter, Some(v), || Ok(Box::new(model(sparse.clone(), None, Diagnostics::default())) as Box<dyn Fitted>))?;
+        }
+        // Every scheduled evaluation scores the best point so far (a trial point the line
+        // search rejects leaves it where it was), so that each fit's curve has a point at
+        // every checkpoint; the snapshot at an earlier best point is rebuilt off the clock.
+        if let Some((bv, bt)) = b.as_ref() {
+            let snapshot = || -> Result<Box<dyn Fitted>, FitError> {
+                let at_best = if improved { sparse } else { sparse_at(start, bt, None, learn_inputs)? };
+                Ok(Box::new(model(at_best, None, Diagnostics::default())))
+            };
+            ctx.checkpoint(iter, Some(*bv), snapshot);
         }
         Ok((-v, g.iter().map(|x| -x).collect()))
     };

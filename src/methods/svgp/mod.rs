@@ -49,7 +49,9 @@ pub enum Optimizer {
     Adam,
     /// Batch L-BFGS on the full-data ELBO over everything (q as for `adam`), `max_iters`
     /// iterations (Villacampa-Calvo & Hernandez-Lobato's VI on the UCI tables: 250);
-    /// minibatch settings are ignored.
+    /// minibatch settings are ignored. A budget's `iterations` and the checkpoint schedule
+    /// count objective evaluations (line-search trials included), as `laplace`'s do; each
+    /// checkpoint scores the best point so far.
     Lbfgs,
 }
 
@@ -308,7 +310,7 @@ impl Method for Svgp {
         Ok(())
     }
 
-    /// SVI steps or batch L-BFGS iterations, at any policy.
+    /// SVI steps or batch L-BFGS objective evaluations, at any policy.
     fn progress(&self, _shape: &ProblemShape, _hyper: HyperPolicy) -> crate::methods::Progress {
         crate::methods::Progress::both(true)
     }

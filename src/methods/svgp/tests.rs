@@ -423,3 +423,40 @@ fn the_lengthscale_coordinate_and_the_pair_count_reach_batch_lbfgs() {
         assert!(v > -60.0 * 3f64.ln(), "ELBO {v} no better than guessing");
     }
 }
+
+#[test]
+fn batch_lbfgs_scores_every_scheduled_checkpoint_at_the_best_point_so_far() {
+    // A checkpoint at every evaluation: the rejected trial points of the line searches too,
+    // each scored at the best point so far (its objective never falls along the trace), and
+    // the scores at an unimproved evaluation equal the previous ones.
+    use crate::methods::{Checkpoints, FitContext, HyperPolicy, Problem};
+    use std::collections::BTreeMap;
+    let mut rng = Pcg64::seed_from_u64(8);
+    let centres = [[0.0, 2.0], [2.0, -1.0], [-2.0, -1.0]];
+    let x = Array2::from_shape_fn((60, 2), |(i, d)| centres[i % 3][d] + 0.9 * rng.random_range(-1.0..1.0));
+    let y: Vec<usize> = (0..60).map(|i| i % 3).collect();
+    let settings = serde_json::json!({ "inducing": 6, "max_iters": 25, "optimizer": "lbfgs", "whiten": false,
+        "inducing_per_class": true, "lbfgs_first_step": "unit_length", "likelihood": "robust_max", "epsilon": 0.001 });
+    let method = crate::methods::build("svgp", &settings).unwrap();
+    let kernels = KernelSet::shared_se(&se(1.0, 1.0));
+    let scorer = |model: &dyn crate::methods::Fitted, _iter: u64| -> Result<BTreeMap<String, f64>, String> {
+        let p = model.predict(&x, &mut Pcg64::seed_from_u64(3)).map_err(|e| e.to_string())?;
+        Ok(BTreeMap::from([("p00".to_string(), p.probs[(0, 0)])]))
+    };
+    let mut fit_rng = Pcg64::seed_from_u64(1);
+    let mut ctx = FitContext::new(&mut fit_rng, None).with_checkpoints(Checkpoints::Every { every: 1 }, &scorer);
+    let model = method.fit(&Problem { x: &x, y: &y, n_classes: 3 }, &kernels, HyperPolicy::Learn, &mut ctx).unwrap();
+    let trace = ctx.take_trace();
+    drop(ctx);
+    let evaluations = model.diagnostics().iterations.unwrap() as usize;
+    let points = |name: &str| -> Vec<(usize, f64)> { trace.iter().filter(|p| p.name == name).map(|p| (p.iter, p.value)).collect() };
+    let (objective, p00) = (points("objective"), points("p00"));
+    assert_eq!(objective.iter().map(|p| p.0).collect::<Vec<_>>(), (1..=evaluations).collect::<Vec<_>>());
+    assert_eq!(p00.len(), evaluations);
+    let unimproved: Vec<usize> = (1..evaluations).filter(|&k| objective[k].1 == objective[k - 1].1).collect();
+    assert!(!unimproved.is_empty(), "no rejected trial point in {evaluations} evaluations: the test needs one");
+    for k in unimproved {
+        assert_eq!(p00[k].1.to_bits(), p00[k - 1].1.to_bits(), "evaluation {}: not the best point's model", k + 1);
+    }
+    assert!(objective.windows(2).all(|w| w[1].1 >= w[0].1));
+}

@@ -184,7 +184,10 @@ impl Method for Vbmnp {
         }
         // One more fixed-kernel step so the reported bound, m-tilde and predictions all use the
         // final phi (the bound above was for the kernel before the last IS update); without a
-        // kernel change it only supplies the terms of the port's bound formula.
+        // kernel change it only supplies the terms of the port's bound formula, which vbmp
+        // evaluates after each update of m-tilde: the `bound_port*` values are then one step
+        // past the ELBO and the paper bound (at the default tol, short of the fixed point, the
+        // port's minus the paper's bound holds that step's gain besides the formulas' difference).
         let (Mf, Yn, e, sum_log_z) = vb_step_terms(&chol, &Y, y);
         if kernel_changed {
             Y = Yn;

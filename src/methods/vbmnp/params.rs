@@ -59,7 +59,9 @@ pub struct VbmnpParams {
     /// Fixed kernel only: accelerate the fixed-point iteration Y -> T(Y) by SQUAREM (Varadhan &
     /// Roland 2008), keeping an extrapolated step only when the bound does not fall. At a large
     /// signal variance s the plain iteration contracts like s/(1+s) per step (thousands of steps
-    /// at s ~ 150); the fixed point, and so every reported number, is the same. Each cycle
+    /// at s ~ 150). The fixed point is the same, and so is every reported number of a fit run
+    /// to it; short of it (the default `tol`) the stopping test, met once a cycle, ends at
+    /// another iterate than the plain iteration's (further along). Each cycle
     /// takes three steps, counted in `max_iters` (a cycle begun below it runs whole, so the
     /// count can end up to two steps past it).
     #[serde(default)]

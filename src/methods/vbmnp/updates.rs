@@ -55,7 +55,9 @@ pub(super) const PORT_LOG_FLOOR: f64 = -460.517_018_598_809_1;
 /// (its trace terms cancel: tr C(I+C)^{-1} + tr (I+C)^{-1} = N). Returns the value with exact
 /// log-determinants and the value with vbmp's floor of ln 1e-200 on both determinants (vbmp
 /// takes log(det(.)), which underflows for smooth RBF kernels, so both terms are floored and
-/// the determinant contribution vanishes). NaN if C + 1e-10 s2 I cannot be factorised.
+/// the determinant contribution vanishes). If C + 1e-10 s2 I cannot be factorised,
+/// `log_det_c` is NaN and `floored` equals `det_free` (f64::max passes over the NaN, so both
+/// floors bind, as vbmp's floor does on a singular C); `exact` does not depend on it.
 pub(super) fn port_bounds(C: &Mat<f64>, chol: &Chol, M: &Mat<f64>, sum_log_z: f64, s2: f64) -> PortBounds {
     let (n, K) = (M.nrows(), M.ncols());
     let Z = chol.solve_l(M.as_ref());
