@@ -418,7 +418,7 @@ mod tests {
         });
         let method = crate::methods::build("laplace", &serde_json::json!({ "max_hyper_iters": 8, "mc_samples": 50 })).unwrap();
         let fails_on_even = |model: &dyn Fitted, iter: u64| -> Result<BTreeMap<String, f64>, String> {
-            if iter % 2 == 0 {
+            if iter.is_multiple_of(2) {
                 return Err("no prediction today".into());
             }
             let p = model.predict(&x, &mut <Pcg64 as rand::SeedableRng>::seed_from_u64(3)).map_err(|e| e.to_string())?;
