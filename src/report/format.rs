@@ -156,6 +156,29 @@ pub fn settings_equal(a: &str, b: &str) -> bool {
     pa.len() == pb.len() && pa.iter().zip(pb.iter()).all(|((ka, va), (kb, vb))| ka == kb && value_cmp(va, vb) == Ordering::Equal)
 }
 
+/// Each method entry once per setting that `settings_of` gives it (told apart by
+/// `settings_equal`), in setting order; an entry with none gets one column without a setting.
+pub fn entry_columns<'m, 'a, I>(methods: &'m [String], settings_of: impl Fn(&'m String) -> I) -> Vec<(String, String)>
+where
+    I: Iterator<Item = &'a str>,
+{
+    let mut out = Vec::new();
+    for method in methods {
+        let mut settings: Vec<String> = Vec::new();
+        for s in settings_of(method) {
+            if !settings.iter().any(|known| settings_equal(known, s)) {
+                settings.push(s.to_string());
+            }
+        }
+        settings.sort_by(|a, b| setting_cmp(a, b));
+        if settings.is_empty() {
+            settings.push(String::new());
+        }
+        out.extend(settings.into_iter().map(|s| (method.clone(), s)));
+    }
+    out
+}
+
 /// Column / series label "method [setting]".
 pub fn method_label(method: &str, setting: &str) -> String {
     if setting.is_empty() {

@@ -1,5 +1,5 @@
 //! Tables: this run's summaries beside the paper's published numbers.
-use super::format::{mean_sd, method_label, metric_label, num, sd_units, setting_cmp, settings_equal};
+use super::format::{entry_columns, mean_sd, method_label, metric_label, num, sd_units, settings_equal};
 use super::tolerance::{describe, within_tolerance};
 use super::ReportInput;
 use crate::results::{mean_over_datasets, paired_aggregate, Aggregate, CellRecord, EvidenceKind, GroupKey, Status, MEAN_OVER_DATASETS};
@@ -139,24 +139,12 @@ pub struct OutsideView {
 
 /// The columns of a table: each method entry once per grid setting, in setting order.
 fn columns(spec: &TableSpec, methods: &[String], cells: &[CellRecord]) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for method in methods {
-        let mut settings: Vec<String> = Vec::new();
-        let from_cells = cells.iter().filter(|c| &c.method == method).map(|c| c.setting.as_str());
+    entry_columns(methods, |method| {
+        let from_cells = cells.iter().filter(move |c| &c.method == method).map(|c| c.setting.as_str());
         // A paper value may name a setting this run never produced: give it a column so the miss shows.
-        let from_paper = spec.paper.iter().filter(|p| &p.method == method).filter_map(|p| p.setting.as_deref());
-        for s in from_cells.chain(from_paper) {
-            if !settings.iter().any(|known| settings_equal(known, s)) {
-                settings.push(s.to_string());
-            }
-        }
-        settings.sort_by(|a, b| setting_cmp(a, b));
-        if settings.is_empty() {
-            settings.push(String::new());
-        }
-        out.extend(settings.into_iter().map(|s| (method.clone(), s)));
-    }
-    out
+        let from_paper = spec.paper.iter().filter(move |p| &p.method == method).filter_map(|p| p.setting.as_deref());
+        from_cells.chain(from_paper)
+    })
 }
 
 /// Every comparison of the table's paper values with this run. Each published number is scored

@@ -1,15 +1,15 @@
-//! The timing table: how long each method entry took per cell (one split, at one grid setting
-//! where the entry has a grid), to fit and to predict, so that speed is read off the report beside the results.
+//! The timing table: how long each method entry took per cell (one split), at each of its grid
+//! settings (a column each, as in the results tables), to fit and to predict, so that speed is read off the report beside the results.
 //! It also shows the outer iterations each fit reached and, for entries run to a wall-clock
 //! budget, that their iteration counts (and so their numbers) depend on the machine.
-use super::format::duration;
+use super::format::{duration, entry_columns, method_label, settings_equal};
 use super::ReportInput;
 use crate::results::Status;
 use serde::Serialize;
 
 #[derive(Serialize)]
 pub struct TimingView {
-    /// Method entries in spec order.
+    /// Method entries in spec order, each once per grid setting ("entry [setting]").
     pub columns: Vec<String>,
     pub rows: Vec<TimingRow>,
     /// Entries that ran to a time budget (wall clock or CPU): "name (S s)".
@@ -33,19 +33,26 @@ pub struct TimingCell {
     pub n: usize,
 }
 
-/// Mean and maximum over the finished cells of each dataset and method entry (all grid
-/// settings together) of the `time_train` and `time_predict` metrics.
+/// Mean and maximum over the finished cells of each dataset, method entry and grid setting of
+/// the `time_train` and `time_predict` metrics (settings apart: an entry's M = 5% and 20% cells
+/// pooled would give a time no configuration has).
 pub fn build(input: &ReportInput) -> TimingView {
+    let columns =
+        entry_columns(input.methods, |method| input.cells.iter().filter(move |c| &c.method == method).map(|c| c.setting.as_str()));
     let rows = input
         .datasets
         .iter()
         .map(|dataset| {
-            let cells = input
-                .methods
+            let cells = columns
                 .iter()
-                .map(|method| {
-                    let ok: Vec<_> =
-                        input.cells.iter().filter(|c| c.status == Status::Ok && &c.dataset == dataset && &c.method == method).collect();
+                .map(|(method, setting)| {
+                    let ok: Vec<_> = input
+                        .cells
+                        .iter()
+                        .filter(|c| {
+                            c.status == Status::Ok && &c.dataset == dataset && &c.method == method && settings_equal(&c.setting, setting)
+                        })
+                        .collect();
                     let times = |metric: &str| -> Vec<f64> { ok.iter().filter_map(|c| c.metrics.get(metric).copied()).collect() };
                     let (fit, predict) = (times("time_train"), times("time_predict"));
                     TimingCell {
@@ -67,7 +74,7 @@ pub fn build(input: &ReportInput) -> TimingView {
             Some(format!("{method} ({})", duration(*seconds)))
         })
         .collect();
-    TimingView { columns: input.methods.to_vec(), rows, budgeted }
+    TimingView { columns: columns.iter().map(|(m, s)| method_label(m, s)).collect(), rows, budgeted }
 }
 
 /// "mean (min-max)" of iteration counts, or the one value when all agree; empty without values.
@@ -95,5 +102,62 @@ fn summary(values: &[f64], with_max: bool) -> String {
         format!("{} (max {})", duration(mean), duration(max))
     } else {
         duration(mean)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::{CellRecord, Manifest};
+    use std::collections::BTreeMap;
+
+    fn cell(method: &str, split: usize, setting: &str, fit: f64) -> CellRecord {
+        CellRecord {
+            key: format!("{method}{split}{setting}"),
+            experiment: "x".into(),
+            dataset: "iris".into(),
+            split,
+            method: method.into(),
+            method_kind: "sep".into(),
+            setting: setting.into(),
+            status: Status::Ok,
+            error: None,
+            seed: 0,
+            metrics: [("time_train".to_string(), fit), ("time_predict".to_string(), 0.5)].into(),
+            evidence_kind: None,
+            hyperparameters: BTreeMap::new(),
+            diagnostics: BTreeMap::new(),
+            trace: Vec::new(),
+            handoff: Default::default(),
+            wall_seconds: 0.0,
+            cpu_seconds: 0.0,
+            commit: None,
+            numerics: None,
+            data_hash: None,
+            timed_out: false,
+            source_failed: false,
+            decision_grid: None,
+        }
+    }
+
+    #[test]
+    fn each_grid_setting_gets_its_own_column_and_mean() {
+        // M = 4 takes 1 s and 3 s, M = 100 takes 20 s: pooled they would read 8 s, a time no setting has.
+        let cells = vec![
+            cell("sep", 0, "settings.inducing=100", 20.0),
+            cell("sep", 0, "settings.inducing=4", 1.0),
+            cell("sep", 1, "settings.inducing=4", 3.0),
+            cell("ep", 0, "", 7.0),
+        ];
+        let (manifest, datasets, methods) = (Manifest::default(), vec!["iris".to_string()], vec!["sep".to_string(), "ep".to_string()]);
+        let input = ReportInput { manifest: &manifest, tables: &[], figures: &[], datasets: &datasets, methods: &methods, cells: &cells };
+        let view = build(&input);
+        // Numeric setting order (4 before 100), then the entry without a grid.
+        assert_eq!(view.columns, ["sep [settings.inducing=4]", "sep [settings.inducing=100]", "ep"]);
+        let row = &view.rows[0];
+        assert_eq!(row.cells.iter().map(|c| c.n).collect::<Vec<_>>(), [2, 1, 1]);
+        assert_eq!(row.cells[0].fit, format!("{} (max {})", duration(2.0), duration(3.0)));
+        assert_eq!(row.cells[1].fit, format!("{} (max {})", duration(20.0), duration(20.0)));
+        assert_eq!(row.cells[2].fit, format!("{} (max {})", duration(7.0), duration(7.0)));
     }
 }
