@@ -13,18 +13,21 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    // Temporary files are created owner-only; results and reports are meant to be read.
+    // Temporary files are created owner-only; results and reports are meant to be read. Set
+    // before the sync, so that the mode is on disk with the contents.
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
         tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644))?;
     }
+    tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     // The rename itself is durable only once the directory is: after a power loss the file
     // would otherwise be either whole or absent (a finished cell computed again), never torn.
+    // Best effort: the new file is in place once renamed, so a failure here (a filesystem that
+    // cannot sync a directory) must not report the write as failed and have it redone.
     #[cfg(unix)]
-    std::fs::File::open(dir)?.sync_all()?;
+    let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
     Ok(())
 }
 
@@ -37,7 +40,9 @@ pub fn remove_stale_temporaries(dir: &Path) -> usize {
     for entry in entries.flatten() {
         let path = entry.path();
         let is_tmp = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(".tmp"));
-        if path.is_dir() {
+        // The entry's own type: a symbolic link to a folder is not followed (it may lead out of
+        // the results, or round in a cycle).
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
             removed += remove_stale_temporaries(&path);
         } else if is_tmp && std::fs::remove_file(&path).is_ok() {
             removed += 1;
@@ -73,5 +78,17 @@ mod tests {
             dir.path().join("cells/k.json").exists() && dir.path().join("figures/f.svg").exists() && dir.path().join("a.json").exists()
         );
         assert!(!dir.path().join(".tmpX").exists() && !dir.path().join("cells/.tmpAbC12").exists());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_linked_folder_is_not_entered() {
+        let (outside, dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(outside.path().join(".tmpKeep"), b"x").unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("linked")).unwrap();
+        // A cycle as well: a link to the folder itself.
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("self")).unwrap();
+        assert_eq!(remove_stale_temporaries(dir.path()), 0);
+        assert!(outside.path().join(".tmpKeep").exists());
     }
 }

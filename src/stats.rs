@@ -31,7 +31,8 @@ pub fn integrated_autocorr_time(x: &[f64]) -> Option<f64> {
 /// log p-hat(t | X) = log mean_s exp(l_s) from prior draws, with its delta-method standard
 /// error (from the weights' sample variance, divisor S - 1) and the effective sample size of the
 /// weights exp(l_s). When every weight is 0 (all l_s = -inf) the estimate is -inf with an
-/// infinite standard error and no effective sample.
+/// infinite standard error and no effective sample. A NaN or +inf log weight gives NaN for all
+/// three (no estimate), never a finite standard error beside a meaningless mean.
 #[derive(Clone, Debug)]
 pub struct EvidenceEstimate {
     pub log_evidence: f64,
@@ -43,6 +44,10 @@ impl EvidenceEstimate {
     pub fn from_log_weights(l: &[f64]) -> Self {
         let S = l.len() as f64;
         let lse = log_sum_exp(l);
+        if l.iter().any(|v| v.is_nan() || *v == f64::INFINITY) {
+            // (ratio would be NaN, and f64::max(NaN, 0) is 0: a standard error of 0.)
+            return EvidenceEstimate { log_evidence: f64::NAN, std_err: f64::NAN, ess: f64::NAN };
+        }
         if lse == f64::NEG_INFINITY {
             return EvidenceEstimate { log_evidence: f64::NEG_INFINITY, std_err: f64::INFINITY, ess: 0.0 };
         }

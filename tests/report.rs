@@ -378,7 +378,7 @@ fn report_shows_tables_figures_failures_and_score() {
     assert!(html.contains("2 explained by a stated deviation, 1 open"), "tab-evidence");
     assert!(html.contains("never shown"), "gamma's evidence over 4 of 5 splits is not a match: its note shows");
     assert!(html.contains("misses: 1 decided against the paper, 0 explained by a stated deviation, 1 open"), "tab-main");
-    assert!(html.contains("not matched: 1 split(s) failed or not finite"), "why gamma/laplace is not a match");
+    assert!(html.contains("not matched: 1 split(s) failed, not finite or unpaired"), "why gamma/laplace is not a match");
     // this run, mean ± sd: alpha/ep error 10 ± √2.5; gamma/laplace 31.5 ± √(5/3) over 4 splits.
     assert!(html.contains("10.00 ± 1.58"));
     assert!(html.contains("31.50 ± 1.29"));
@@ -462,6 +462,49 @@ fn report_shows_tables_figures_failures_and_score() {
     assert!(index.contains("<td>1 / 2 / 2</td>"), "the experiment's misses by class");
     assert!(index.contains("1 decided against the paper, 2 explained by a stated deviation, 5 open"), "overall");
     assert!(index.contains("Overall: 5 / 13"), "both experiments");
+}
+
+#[test]
+fn a_paired_difference_over_some_splits_is_shown_not_matched_and_text_is_escaped() {
+    // ep - laplace is 1.0 on every split, but laplace's split 2 failed: the mean over the two
+    // pairs equals the paper's number exactly, and must still not match (the missing pair may
+    // be the worst). The failure message and the table's note carry markup, shown as text.
+    let mut cells = Vec::new();
+    for split in 0..3 {
+        let mut base = cell("alpha", split, "laplace", "");
+        base.metrics.insert("error_pct".into(), 5.0);
+        if split == 2 {
+            base.status = Status::Failed;
+            base.error = Some("<script>alert(1)</script> & more".into());
+        }
+        cells.push(base);
+        let mut ep = cell("alpha", split, "ep", "");
+        ep.metrics.insert("error_pct".into(), 6.0);
+        cells.push(ep);
+    }
+    let table = TableSpec {
+        id: "tab-paired".into(),
+        title: "Paired".into(),
+        metrics: vec!["error_pct".into()],
+        methods: vec!["ep".into()],
+        datasets: vec![],
+        tolerance: ToleranceRule::Absolute { abs: 0.5 },
+        paper_only: vec![],
+        paper_only_datasets: Default::default(),
+        paper: vec![paper("alpha", "ep", "error_pct", 1.0, None, None)],
+        paired_with: Some("laplace".into()),
+        note: Some("x < y & <b>bold</b>".into()),
+        mean_row: false,
+    };
+    let (score, dir) = render_table_only(table, &["alpha"], &cells);
+    assert_eq!((score.matched, score.compared), (0, 1));
+    assert_eq!(score.misses, MissCounts { decided: 0, deviation: 0, open: 1, not_run: 0 });
+    let html = std::fs::read_to_string(dir.path().join("index.html")).unwrap();
+    let table = &html[html.find("id=\"table-tab-paired\"").unwrap()..];
+    assert!(table.contains("1 not finite or without the base's split (left out)"), "the unpaired split is counted");
+    assert!(table.contains("not matched: 1 split(s) failed, not finite or unpaired"), "and named as the reason");
+    assert!(html.contains("x &lt; y &amp; &lt;b&gt;bold&lt;/b&gt;") && !html.contains("<b>bold</b>"), "the note is text");
+    assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt; &amp; more") && !html.contains("<script>alert"), "the failure is text");
 }
 
 #[test]
@@ -784,7 +827,7 @@ fn a_mean_row_averages_each_split_over_the_data_sets_and_meets_the_papers_averag
     assert!(html.contains("20.00 ± 1.58"), "ep's mean row");
     assert!(html.contains("21.50 ± 1.29"), "laplace's mean row: sd of 20, 21, 22, 23");
     assert!(html.contains("n = 4, 1 split(s) left out"), "gamma's failed split is left out of the mean row, and said so");
-    assert!(html.contains("not matched: 1 split(s) failed or not finite"), "the rule says why it is not a match");
+    assert!(html.contains("not matched: 1 split(s) failed, not finite or unpaired"), "the rule says why it is not a match");
     assert!(!html.contains("outside this table"), "the mean row's paper values are inside the table");
 }
 

@@ -7,8 +7,8 @@ use crate::spec::{PaperValue, ToleranceRule};
 /// The boundary counts as a match (`|run − paper| ≤ tol`), with a relative slack of
 /// 1e-12 so that decimal inputs such as 0.33 vs 0.3 ± 10% are not lost to rounding.
 /// A non-finite run mean never matches, and neither does a mean over some splits only
-/// (`n_nonfinite` > 0: splits that failed, gave a non-finite value, or, in a mean row, lack a
-/// data set): the splits left out are likely the worst, so the mean flatters the run.
+/// (`n_nonfinite` > 0: splits that failed, gave a non-finite value, in a mean row lack a
+/// data set, or in a paired table lack the base's split): the splits left out are likely the worst, so the mean flatters the run.
 pub fn within_tolerance(rule: &ToleranceRule, paper: &PaperValue, run: &Aggregate) -> (bool, f64, String) {
     let (tol, label) = match *rule {
         ToleranceRule::StandardError { k, rel, rounding } => match paper.sd.filter(|sd| sd.is_finite() && *sd >= 0.0) {
@@ -38,7 +38,7 @@ pub fn within_tolerance(rule: &ToleranceRule, paper: &PaperValue, run: &Aggregat
     let diff = (run.mean - paper.mean).abs();
     let slack = 1e-12 * tol.abs().max(paper.mean.abs());
     if run.n_nonfinite > 0 {
-        let label = format!("{label}; not matched: {} split(s) failed or not finite", run.n_nonfinite);
+        let label = format!("{label}; not matched: {} split(s) failed, not finite or unpaired", run.n_nonfinite);
         return (false, tol, label);
     }
     (diff <= tol + slack, tol, label)
@@ -237,6 +237,6 @@ mod tests {
         assert!(within_tolerance(&ToleranceRule::Absolute { abs: 1e9 }, &p, &run(1.0, 0.0, 3)).0);
         let (ok, _, label) = within_tolerance(&ToleranceRule::Absolute { abs: 1e9 }, &p, &partial);
         assert!(!ok);
-        assert!(label.ends_with("not matched: 1 split(s) failed or not finite"), "{label}");
+        assert!(label.ends_with("not matched: 1 split(s) failed, not finite or unpaired"), "{label}");
     }
 }

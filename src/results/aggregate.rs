@@ -65,7 +65,9 @@ pub fn aggregate(cells: &[CellRecord]) -> BTreeMap<GroupKey, Aggregate> {
 /// Per-split differences against the method entry `base`: for every finished cell and metric,
 /// the value minus the base entry's on the same dataset and split (at the same grid setting
 /// when the base has it, else at its only one), summarised over splits; with, per group, the
-/// number of splits where the difference is positive.
+/// number of splits where the difference is positive. A finished cell whose split the base has
+/// not finished (or whose base lacks the metric) is counted in `n_nonfinite`, so that a mean over
+/// some of the splits is shown but never matched; a group with no pair at all has no summary.
 pub fn paired_aggregate(cells: &[CellRecord], base: &str) -> BTreeMap<GroupKey, (Aggregate, usize)> {
     let ok = |c: &&CellRecord| c.status == Status::Ok;
     let bases: BTreeMap<(&str, usize, &str), &CellRecord> =
@@ -76,21 +78,29 @@ pub fn paired_aggregate(cells: &[CellRecord], base: &str) -> BTreeMap<GroupKey, 
     base_settings.sort_unstable();
     base_settings.dedup();
     let only_setting = if let [only] = base_settings[..] { Some(only) } else { None };
-    let mut groups: BTreeMap<GroupKey, Vec<f64>> = BTreeMap::new();
+    // Per group: the differences, and the finished splits with no base value to pair with.
+    let mut groups: BTreeMap<GroupKey, (Vec<f64>, usize)> = BTreeMap::new();
     for cell in cells.iter().filter(ok) {
         let key = |setting| (cell.dataset.as_str(), cell.split, setting);
-        let Some(b) = bases.get(&key(cell.setting.as_str())).or_else(|| only_setting.and_then(|s| bases.get(&key(s)))) else {
-            continue;
-        };
+        let base = bases.get(&key(cell.setting.as_str())).or_else(|| only_setting.and_then(|s| bases.get(&key(s))));
         for (metric, value) in values(cell) {
-            let Some(bv) = b.value(&metric) else {
-                continue;
-            };
+            let base_value = base.and_then(|b| b.value(&metric));
             let key = GroupKey { dataset: cell.dataset.clone(), method: cell.method.clone(), setting: cell.setting.clone(), metric };
-            groups.entry(key).or_default().push(value - bv);
+            let (differences, unpaired) = groups.entry(key).or_default();
+            match base_value {
+                Some(bv) => differences.push(value - bv),
+                None => *unpaired += 1,
+            }
         }
     }
-    groups.into_iter().filter_map(|(k, d)| Aggregate::of(&d).map(|a| (k, (a, d.iter().filter(|v| **v > 0.0).count())))).collect()
+    groups
+        .into_iter()
+        .filter(|(_, (d, _))| !d.is_empty())
+        .filter_map(|(k, (d, unpaired))| {
+            let positive = d.iter().filter(|v| **v > 0.0).count();
+            Aggregate::of(&d).map(|a| (k, (Aggregate { n_nonfinite: a.n_nonfinite + unpaired, ..a }, positive)))
+        })
+        .collect()
 }
 
 /// The data-set key of a table's mean row (`mean_row`): in group keys and in paper values.
@@ -215,7 +225,8 @@ mod tests {
     #[test]
     fn paired_differences_match_hand_computed_values() {
         // base 1, 2, 4 on splits 0-2; "a" 2, 1, 7 (differences 1, -1, 3); "b" has a grid and
-        // pairs with the base's only setting; split 3 of "a" has no base and is left out.
+        // pairs with the base's only setting; split 3 of "a" has no base: left out and counted
+        // (a mean over some splits must never match a published number).
         let cells = vec![
             cell("base", 0, "", 1.0),
             cell("base", 1, "", 2.0),
@@ -234,7 +245,7 @@ mod tests {
             metric: metric.into(),
         };
         let (a, pos) = p[&key("a", "", "log_evidence")];
-        assert_eq!((a.n, pos), (3, 2));
+        assert_eq!((a.n, a.n_nonfinite, pos), (3, 1, 2));
         assert!((a.mean - 1.0).abs() < 1e-15 && (a.sd - 2.0).abs() < 1e-15);
         let (h, _) = p[&key("a", "", "hp_lengthscale")];
         assert!((h.mean - 2.0).abs() < 1e-15);
@@ -242,7 +253,12 @@ mod tests {
         assert_eq!((b.n, pos), (1, 0));
         assert!((b.mean + 0.5).abs() < 1e-15);
         let (z, _) = p[&key("base", "", "log_evidence")];
-        assert_eq!((z.mean, z.sd), (0.0, 0.0));
+        assert_eq!((z.mean, z.sd, z.n_nonfinite), (0.0, 0.0, 0));
+        // A base split that failed leaves its pair out, counted as well.
+        let mut failed_base = cells.clone();
+        failed_base[1].status = Status::Failed;
+        let (a, pos) = paired_aggregate(&failed_base, "base")[&key("a", "", "log_evidence")];
+        assert_eq!((a.n, a.n_nonfinite, pos), (2, 2, 2));
         // A base run at one grid point ("t=2") is its only setting too: "c" pairs with it.
         let cells = vec![cell("base", 0, "t=2", 1.0), cell("base", 1, "t=2", 2.0), cell("c", 0, "s=1", 4.0), cell("c", 1, "s=1", 4.0)];
         let (c, pos) = paired_aggregate(&cells, "base")[&key("c", "s=1", "log_evidence")];

@@ -151,6 +151,11 @@ fn evidence_estimate_matches_known_weights() {
     // No weight at all: -inf, not NaN.
     let e = EvidenceEstimate::from_log_weights(&[f64::NEG_INFINITY; 4]);
     assert!(e.log_evidence == f64::NEG_INFINITY && e.std_err == f64::INFINITY && e.ess == 0.0, "{e:?}");
+    // A NaN or +inf weight: no estimate, and above all no standard error of 0.
+    for bad in [f64::NAN, f64::INFINITY] {
+        let e = EvidenceEstimate::from_log_weights(&[-1.0, bad, -2.0]);
+        assert!(e.log_evidence.is_nan() && e.std_err.is_nan() && e.ess.is_nan(), "{e:?}");
+    }
 }
 
 #[test]

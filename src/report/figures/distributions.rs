@@ -75,6 +75,9 @@ pub(super) fn violin(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<Str
     let y_range = padded(all_y).ok_or("no finite values")?;
     let y_axis = Axis::linear(legend_room(y_range, variants.len()), metric_label(metric));
     let colours: Vec<RGBColor> = variants.iter().map(|(m, _)| method_colour(input, &sel, m)).collect();
+    // A method's grid settings share its colour: the dots' marker tells them apart (the
+    // first setting keeps the round dot).
+    let shapes: Vec<usize> = variants.iter().enumerate().map(|(v, (m, _))| variants[..v].iter().filter(|(o, _)| o == m).count()).collect();
 
     let svg = render(SIZE, |root| {
         let mut chart = chart(root, &spec.title, &x_axis, &y_axis, false)?;
@@ -89,14 +92,21 @@ pub(super) fn violin(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<Str
                 outline.push(outline[0]);
                 chart.draw_series(std::iter::once(PathElement::new(outline, colour.stroke_width(1)))).map_err(err)?;
             }
-            chart.draw_series(values.iter().map(|y| Circle::new((*x, *y), 2.5, colour.mix(0.8).filled()))).map_err(err)?;
+            match shapes[*v] {
+                0 => chart.draw_series(values.iter().map(|y| Circle::new((*x, *y), 2.5, colour.mix(0.8).filled()))).map_err(err)?,
+                shape => chart
+                    .draw_series(
+                        values.iter().map(|y| EmptyElement::at((*x, *y)) + Polygon::new(marker_points(shape, 3), colour.mix(0.8).filled())),
+                    )
+                    .map_err(err)?,
+            };
             if let Some(a) = Aggregate::of(values) {
                 let bar = vec![(x - 0.22, a.mean), (x + 0.22, a.mean)];
                 chart.draw_series(std::iter::once(PathElement::new(bar, BLACK.stroke_width(2)))).map_err(err)?;
             }
         }
         for (v, (method, setting)) in variants.iter().enumerate() {
-            legend_entry(&mut chart, &method_label(method, setting), colours[v], Some(0), false)?;
+            legend_entry(&mut chart, &method_label(method, setting), colours[v], Some(shapes[v]), false)?;
         }
         legend(&mut chart, SeriesLabelPosition::UpperRight)
     })?;

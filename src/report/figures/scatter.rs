@@ -9,8 +9,11 @@ pub(super) fn scatter(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<St
     let (Some(mx), Some(my)) = (sel.methods.first().copied(), sel.methods.get(1).copied()) else {
         return Ok(Plot::NoData("a scatter figure needs two methods".into()));
     };
-    // Pair cells of the same dataset and split; grid settings pair when equal or when one side has none.
-    let mut points: Vec<(usize, f64, f64)> = Vec::new();
+    // Pair cells of the same dataset and split; grid settings pair when equal or when one side
+    // has none. Each grid setting is a series of its own (a marker shape per setting, a colour
+    // per dataset), so that a split run at three settings is not read as three splits.
+    let mut points: Vec<(usize, usize, f64, f64)> = Vec::new();
+    let mut settings: Vec<&str> = Vec::new();
     for a in sel.ok().filter(|c| c.method == mx) {
         for b in sel.ok().filter(|c| c.method == my && c.dataset == a.dataset && c.split == a.split) {
             if !(a.setting == b.setting || a.setting.is_empty() || b.setting.is_empty()) {
@@ -19,14 +22,27 @@ pub(super) fn scatter(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<St
             if let (Some(x), Some(y), Some(d)) =
                 (cell_value(a, metric), cell_value(b, metric), sel.datasets.iter().position(|d| *d == a.dataset))
             {
-                points.push((d, x, y));
+                let setting = if a.setting.is_empty() { b.setting.as_str() } else { a.setting.as_str() };
+                let k = settings.iter().position(|s| *s == setting).unwrap_or_else(|| {
+                    settings.push(setting);
+                    settings.len() - 1
+                });
+                points.push((d, k, x, y));
             }
         }
     }
     if points.is_empty() {
         return Ok(Plot::NoData(format!("no (dataset, split) where both {mx} and {my} have `{metric}`")));
     }
-    let range = padded(points.iter().flat_map(|p| [p.1, p.2])).ok_or("no finite values")?;
+    // Settings in grid order, and the points' indices with them.
+    let mut order: Vec<usize> = (0..settings.len()).collect();
+    order.sort_by(|i, j| setting_cmp(settings[*i], settings[*j]));
+    for p in &mut points {
+        p.1 = order.iter().position(|i| *i == p.1).unwrap();
+    }
+    let settings: Vec<&str> = order.iter().map(|i| settings[*i]).collect();
+    let gridded = settings.iter().any(|s| !s.is_empty());
+    let range = padded(points.iter().flat_map(|p| [p.2, p.3])).ok_or("no finite values")?;
     let label = metric_label(metric);
     let x_axis = Axis::linear(range, format!("{mx}: {label}"));
     let y_axis = Axis::linear(range, format!("{my}: {label}"));
@@ -40,17 +56,23 @@ pub(super) fn scatter(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<St
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK.mix(0.45).stroke_width(1)));
         for (d, dataset) in sel.datasets.iter().enumerate() {
             let colour = PALETTE[d % PALETTE.len()];
-            let mine: Vec<(f64, f64)> = points.iter().filter(|p| p.0 == d).map(|p| (p.1, p.2)).collect();
-            if mine.is_empty() {
-                continue;
+            for (k, setting) in settings.iter().enumerate() {
+                let mine: Vec<(f64, f64)> = points.iter().filter(|p| p.0 == d && p.1 == k).map(|p| (p.2, p.3)).collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                // Without a grid the marker tells the datasets apart, as before; with one, the setting.
+                let shape = if gridded { k } else { d };
+                let marks = mine.iter().map(|p| EmptyElement::at(*p) + Polygon::new(marker_points(shape, 4), colour.filled()));
+                chart.draw_series(marks).map_err(err)?;
+                let label = if setting.is_empty() { dataset.to_string() } else { format!("{dataset} [{setting}]") };
+                legend_entry(&mut chart, &label, colour, Some(shape), false)?;
             }
-            let marks = mine.iter().map(|p| EmptyElement::at(*p) + Polygon::new(marker_points(d, 4), colour.filled()));
-            chart.draw_series(marks).map_err(err)?;
-            legend_entry(&mut chart, dataset, colour, Some(d), false)?;
         }
         legend(&mut chart, SeriesLabelPosition::UpperLeft)
     })?;
-    notes.insert(0, format!("One point per (dataset, split); points above the line have higher {label} for {my}."));
+    let per = if gridded { "(dataset, split, grid setting): a marker shape per setting" } else { "(dataset, split)" };
+    notes.insert(0, format!("One point per {per}; points above the line have higher {label} for {my}."));
     Ok(Plot::Svg(svg))
 }
 
