@@ -30,3 +30,34 @@ pub fn se_ard_plus_white(d: usize, c: usize, noise: f64) -> crate::kernels::Kern
     let white = KernelParams { kind: KernelKind::White, variance: noise, ..Default::default() };
     KernelParams { kind: KernelKind::Sum, terms: vec![se, white], per_class: true, ..Default::default() }.kernel_set(d, c).expect("kernel")
 }
+
+/// A finished cell record of `method` on `dataset` at `split` and grid `setting`, with no
+/// metrics, hyper-parameters or trace: the tests add what they need.
+pub fn cell_record(dataset: &str, method: &str, split: usize, setting: &str) -> crate::results::CellRecord {
+    crate::results::CellRecord {
+        key: format!("{dataset}-{method}-{split}-{setting}"),
+        experiment: "x".into(),
+        dataset: dataset.into(),
+        split,
+        method: method.into(),
+        method_kind: method.into(),
+        setting: setting.into(),
+        status: crate::results::Status::Ok,
+        error: None,
+        seed: 0,
+        metrics: Default::default(),
+        evidence_kind: None,
+        hyperparameters: Default::default(),
+        diagnostics: Default::default(),
+        trace: Vec::new(),
+        handoff: Default::default(),
+        wall_seconds: 0.0,
+        cpu_seconds: 0.0,
+        commit: None,
+        numerics: None,
+        data_hash: None,
+        timed_out: false,
+        source_failed: false,
+        decision_grid: None,
+    }
+}

@@ -275,6 +275,16 @@ impl<'a> FitContext<'a> {
         }
     }
 
+    /// For an optimiser's cost function, called before an evaluation after `done` others: the
+    /// budget's stop as an error, never before the first evaluation (the search has no point to
+    /// end at without it: a budget spent before the fit's first evaluation failed the fit).
+    pub fn budget_stop_evaluation(&self, done: u64) -> Result<(), FitError> {
+        match self.budget_stop(done) {
+            Some(stop) if done > 0 => Err(FitError::Stop(stop)),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether the budget ends the fit after outer iteration `done` (counted from 1).
     pub fn budget_stop(&self, done: u64) -> Option<StopReason> {
         let b = self.budget?;
@@ -444,6 +454,41 @@ mod tests {
         assert_eq!(objective_at, (1..=objective_at.len()).collect::<Vec<_>>());
         assert_eq!(failures.len(), objective_at.len() / 2);
         assert_eq!(failures[0], "iteration 2: no prediction today");
+    }
+
+    /// A budget already spent when the fit starts (preparation took longer) ends each L-BFGS
+    /// search after its first evaluation, at that point; it failed the fit (the optimiser had
+    /// no point to end at).
+    #[test]
+    fn a_budget_spent_before_the_first_evaluation_ends_the_search_after_it() {
+        use crate::methods::{HyperPolicy, Problem};
+        use ndarray::Array2;
+        let x = Array2::from_shape_fn((30, 2), |(i, j)| 2.0 * (i % 3) as f64 + ((7 * i + 13 * j) as f64 * 0.618).sin());
+        let y: Vec<usize> = (0..30).map(|i| i % 3).collect();
+        let problem = Problem { x: &x, y: &y, n_classes: 3 };
+        let shared = crate::kernels::KernelSet::shared_se(&crate::kernels::SqExp {
+            log_variance: 0.0,
+            log_lengthscales: vec![0.0, 0.0],
+            learn_variance: true,
+        });
+        let per_class = crate::testing::se_ard_plus_white(2, 3, 0.5);
+        let cases = [
+            ("laplace", serde_json::json!({ "max_hyper_iters": 8 }), &shared),
+            ("klmnl", serde_json::json!({ "max_hyper_iters": 8 }), &shared),
+            ("gfitc", serde_json::json!({ "inducing": 5, "max_iters": 8 }), &per_class),
+            ("svgp", serde_json::json!({ "optimizer": "lbfgs", "inducing": 5, "max_iters": 8 }), &per_class),
+        ];
+        for (name, settings, kernels) in cases {
+            let method = crate::methods::build(name, &settings).unwrap();
+            let mut rng = <Pcg64 as rand::SeedableRng>::seed_from_u64(5);
+            let budget = Budget { seconds: Some(1e-9), ..Budget::default() };
+            let mut ctx = FitContext::new(&mut rng, None).with_budget(Some(budget));
+            std::thread::sleep(Duration::from_millis(1));
+            let model = method.fit(&problem, kernels, HyperPolicy::Learn, &mut ctx).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let d = model.diagnostics();
+            assert_eq!(d.stop_reason, Some(StopReason::BudgetSeconds), "{name}");
+            assert!(model.kernels().log_params().iter().all(|v| v.is_finite()), "{name}");
+        }
     }
 
     /// `shared_init`: four methods drawing their inducing inputs from the same init seed start

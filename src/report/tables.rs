@@ -231,7 +231,7 @@ fn cell_view(
                 // A mean row (no cells of its own): splits some data set lacks.
                 n.push_str(&format!(", {} split(s) left out (failed, not finite or not run on some data set)", a.n_nonfinite));
             } else if a.n_nonfinite > 0 && positive.is_some() {
-                n.push_str(&format!(", {} not finite or without the base's split (left out)", a.n_nonfinite));
+                n.push_str(&format!(", {} not finite or without a base split (left out)", a.n_nonfinite));
             } else if a.n_nonfinite > 0 {
                 n.push_str(&format!(", {} not finite (left out)", a.n_nonfinite));
             }

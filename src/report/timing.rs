@@ -109,34 +109,11 @@ fn summary(values: &[f64], with_max: bool) -> String {
 mod tests {
     use super::*;
     use crate::results::{CellRecord, Manifest};
-    use std::collections::BTreeMap;
 
     fn cell(method: &str, split: usize, setting: &str, fit: f64) -> CellRecord {
         CellRecord {
-            key: format!("{method}{split}{setting}"),
-            experiment: "x".into(),
-            dataset: "iris".into(),
-            split,
-            method: method.into(),
-            method_kind: "sep".into(),
-            setting: setting.into(),
-            status: Status::Ok,
-            error: None,
-            seed: 0,
             metrics: [("time_train".to_string(), fit), ("time_predict".to_string(), 0.5)].into(),
-            evidence_kind: None,
-            hyperparameters: BTreeMap::new(),
-            diagnostics: BTreeMap::new(),
-            trace: Vec::new(),
-            handoff: Default::default(),
-            wall_seconds: 0.0,
-            cpu_seconds: 0.0,
-            commit: None,
-            numerics: None,
-            data_hash: None,
-            timed_out: false,
-            source_failed: false,
-            decision_grid: None,
+            ..crate::testing::cell_record("iris", method, split, setting)
         }
     }
 

@@ -165,30 +165,9 @@ mod tests {
 
     fn cell(method: &str, split: usize, setting: &str, v: f64) -> CellRecord {
         CellRecord {
-            key: format!("{method}{split}{setting}"),
-            experiment: "x".into(),
-            dataset: "iris".into(),
-            split,
-            method: method.into(),
-            method_kind: "laplace".into(),
-            setting: setting.into(),
-            status: Status::Ok,
-            error: None,
-            seed: 0,
             metrics: [("log_evidence".to_string(), v)].into(),
-            evidence_kind: None,
             hyperparameters: [("lengthscale".to_string(), 2.0 * v)].into(),
-            diagnostics: BTreeMap::new(),
-            trace: Vec::new(),
-            handoff: Default::default(),
-            wall_seconds: 0.0,
-            cpu_seconds: 0.0,
-            commit: None,
-            numerics: None,
-            data_hash: None,
-            timed_out: false,
-            source_failed: false,
-            decision_grid: None,
+            ..crate::testing::cell_record("iris", method, split, setting)
         }
     }
 

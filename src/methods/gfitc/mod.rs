@@ -296,10 +296,7 @@ impl Method for Gfitc {
         if moves {
             let cost = |theta: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
                 ctx.check_deadline()?;
-                let done = evals.load(std::sync::atomic::Ordering::Relaxed);
-                if let Some(stop) = ctx.budget_stop(done) {
-                    return Err(FitError::Stop(stop));
-                }
+                ctx.budget_stop_evaluation(evals.load(std::sync::atomic::Ordering::Relaxed))?;
                 let (v, g, snapshot) = evaluate(theta)?;
                 let iter = evals.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
                 let mut b = best.lock().expect("best lock");

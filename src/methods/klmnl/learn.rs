@@ -60,9 +60,7 @@ impl Klmnl {
             let kc_fixed = kc.clone();
             let f = |p: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
                 ctx_ref.check_deadline()?;
-                if let Some(stop) = ctx_ref.budget_stop(*evals.lock().expect("eval counter") as u64) {
-                    return Err(FitError::Stop(stop));
-                }
+                ctx_ref.budget_stop_evaluation(*evals.lock().expect("eval counter") as u64)?;
                 let kern = kernel.with_log_params(&p[..nk]);
                 let kx = kern.gram(problem.x);
                 let dkx = kern.gram_grads(problem.x, &kx);

@@ -58,10 +58,7 @@ pub(super) fn learn_kernel<Mo: Clone + Send + Sync>(
     let last: std::sync::Mutex<Option<(Vec<f64>, WarmStart)>> = std::sync::Mutex::new(None);
     let cost = |p: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
         ctx.check_deadline()?;
-        let done = evals.load(std::sync::atomic::Ordering::Relaxed);
-        if let Some(stop) = ctx.budget_stop(done) {
-            return Err(FitError::Stop(stop));
-        }
+        ctx.budget_stop_evaluation(evals.load(std::sync::atomic::Ordering::Relaxed))?;
         let starts = last.lock().expect("warm-start lock").as_ref().map(|(at, w)| w.candidates(at, p)).unwrap_or_default();
         let starts: Vec<&[f64]> = starts.iter().map(Vec::as_slice).collect();
         let k = kernel.with_log_params(p);

@@ -306,3 +306,29 @@ fn log_squared_scales_the_length_scales_of_a_per_class_kernel_and_nothing_else()
     assert_eq!(c.iter().filter(|&&s| s == 2.0).count(), 4, "{names:?}");
     assert!(LengthscaleCoordinate::Log.scales(&names, 10).iter().all(|&s| s == 1.0));
 }
+
+#[test]
+fn false_position_finds_the_root_of_a_decreasing_derivative_or_an_end_point() {
+    // Roots in closed form: linear, exponential, and a strongly convex one where plain
+    // regula falsi keeps one end fixed and crawls (the Illinois down-weighting must fix it
+    // within the 60 steps).
+    let cases: [(&dyn Fn(f64) -> f64, f64); 4] = [
+        (&|e| 0.3 - e, 0.3),
+        (&|e| (-5.0 * e).exp() - 0.5, 2f64.ln() / 5.0),
+        (&|e| (1.0 - e).powi(10) - 0.5, 1.0 - 0.5f64.powf(0.1)),
+        (&|e| 1.0 / (e + 1e-3) - 10.0, 0.1 - 1e-3),
+    ];
+    for (i, (phi, root)) in cases.iter().enumerate() {
+        let mut calls = 0;
+        let eta = false_position(|e| {
+            calls += 1;
+            phi(e)
+        });
+        assert!((eta - root).abs() < 1e-10, "case {i}: {eta} against {root}");
+        assert!(calls <= 62, "case {i}: {calls} evaluations");
+    }
+    // No sign change: the end-point the derivative points to; NaN at 0 counts as no ascent.
+    assert_eq!(false_position(|e| -1.0 - e), 0.0);
+    assert_eq!(false_position(|_| f64::NAN), 0.0);
+    assert_eq!(false_position(|e| 2.0 - e), 1.0);
+}

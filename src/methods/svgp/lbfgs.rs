@@ -98,9 +98,7 @@ pub(crate) fn train(
     };
     let cost = |theta: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
         ctx.check_deadline()?;
-        if let Some(stop) = ctx.budget_stop(evals.load(Ordering::Relaxed)) {
-            return Err(FitError::Stop(stop));
-        }
+        ctx.budget_stop_evaluation(evals.load(Ordering::Relaxed))?;
         let sparse = sparse_at(start, theta, None, learn_inputs)?;
         let (v, g) = elbo_and_grad(&sparse, problem, method, learn_inputs, theta.len());
         let iter = evals.fetch_add(1, Ordering::Relaxed) + 1;
