@@ -410,22 +410,31 @@ mod tests {
         assert_eq!(ctx.clock.kind, TrainingClock::Cpu);
     }
 
+    /// Three shifted clouds in 2-D, labelled 0, 1, 2 in turn (n / 3 points each).
+    fn three_clouds(n: usize) -> (ndarray::Array2<f64>, Vec<usize>) {
+        let x = ndarray::Array2::from_shape_fn((n, 2), |(i, j)| 2.0 * (i % 3) as f64 + ((7 * i + 13 * j) as f64 * 0.618).sin());
+        (x, (0..n).map(|i| i % 3).collect())
+    }
+
+    /// One squared-exponential kernel shared by the classes, unit length-scales and variance.
+    fn shared_unit_se() -> crate::kernels::KernelSet {
+        crate::kernels::KernelSet::shared_se(&crate::kernels::SqExp {
+            log_variance: 0.0,
+            log_lengthscales: vec![0.0, 0.0],
+            learn_variance: true,
+        })
+    }
+
     /// A checkpoint whose snapshot cannot be scored is noted and left out of the trace; the
     /// fit goes on as without checkpoints (inside the optimiser's objective an error would
     /// count as a failed evaluation and move the search).
     #[test]
     fn a_failing_checkpoint_is_noted_and_does_not_move_the_fit() {
         use crate::methods::{Fitted, HyperPolicy, Problem};
-        use ndarray::Array2;
         use std::collections::BTreeMap;
-        let x = Array2::from_shape_fn((45, 2), |(i, j)| 2.0 * (i % 3) as f64 + ((7 * i + 13 * j) as f64 * 0.618).sin());
-        let y: Vec<usize> = (0..45).map(|i| i % 3).collect();
+        let (x, y) = three_clouds(45);
         let problem = Problem { x: &x, y: &y, n_classes: 3 };
-        let kernels = crate::kernels::KernelSet::shared_se(&crate::kernels::SqExp {
-            log_variance: 0.0,
-            log_lengthscales: vec![0.0, 0.0],
-            learn_variance: true,
-        });
+        let kernels = shared_unit_se();
         let method = crate::methods::build("laplace", &serde_json::json!({ "max_hyper_iters": 8, "mc_samples": 50 })).unwrap();
         let fails_on_even = |model: &dyn Fitted, iter: u64| -> Result<BTreeMap<String, f64>, String> {
             if iter.is_multiple_of(2) {
@@ -462,15 +471,9 @@ mod tests {
     #[test]
     fn a_budget_spent_before_the_first_evaluation_ends_the_search_after_it() {
         use crate::methods::{HyperPolicy, Problem};
-        use ndarray::Array2;
-        let x = Array2::from_shape_fn((30, 2), |(i, j)| 2.0 * (i % 3) as f64 + ((7 * i + 13 * j) as f64 * 0.618).sin());
-        let y: Vec<usize> = (0..30).map(|i| i % 3).collect();
+        let (x, y) = three_clouds(30);
         let problem = Problem { x: &x, y: &y, n_classes: 3 };
-        let shared = crate::kernels::KernelSet::shared_se(&crate::kernels::SqExp {
-            log_variance: 0.0,
-            log_lengthscales: vec![0.0, 0.0],
-            learn_variance: true,
-        });
+        let shared = shared_unit_se();
         let per_class = crate::testing::se_ard_plus_white(2, 3, 0.5);
         let cases = [
             ("laplace", serde_json::json!({ "max_hyper_iters": 8 }), &shared),
@@ -498,9 +501,7 @@ mod tests {
     fn a_shared_init_seed_gives_every_method_the_same_inducing_inputs() {
         use crate::methods::{HyperPolicy, Problem};
         use ndarray::Array2;
-        // Three shifted clouds of 20 points each.
-        let x = Array2::from_shape_fn((60, 2), |(i, j)| 2.0 * (i % 3) as f64 + ((7 * i + 13 * j) as f64 * 0.618).sin());
-        let y: Vec<usize> = (0..60).map(|i| i % 3).collect();
+        let (x, y) = three_clouds(60);
         let kernels = crate::testing::se_ard_plus_white(2, 3, 0.5);
         let start = |name: &str, settings: serde_json::Value, cell_seed: u64, init: Option<u64>| -> Vec<Array2<f64>> {
             let method = crate::methods::build(name, &settings).unwrap();

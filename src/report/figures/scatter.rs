@@ -12,8 +12,7 @@ pub(super) fn scatter(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<St
     // Pair cells of the same dataset and split; grid settings pair when equal or when one side
     // has none. Each grid setting is a series of its own (a marker shape per setting, a colour
     // per dataset), so that a split run at three settings is not read as three splits.
-    let mut points: Vec<(usize, usize, f64, f64)> = Vec::new();
-    let mut settings: Vec<&str> = Vec::new();
+    let mut points: Vec<(usize, &str, f64, f64)> = Vec::new();
     for a in sel.ok().filter(|c| c.method == mx) {
         for b in sel.ok().filter(|c| c.method == my && c.dataset == a.dataset && c.split == a.split) {
             if !(a.setting == b.setting || a.setting.is_empty() || b.setting.is_empty()) {
@@ -23,24 +22,17 @@ pub(super) fn scatter(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<St
                 (cell_value(a, metric), cell_value(b, metric), sel.datasets.iter().position(|d| *d == a.dataset))
             {
                 let setting = if a.setting.is_empty() { b.setting.as_str() } else { a.setting.as_str() };
-                let k = settings.iter().position(|s| *s == setting).unwrap_or_else(|| {
-                    settings.push(setting);
-                    settings.len() - 1
-                });
-                points.push((d, k, x, y));
+                points.push((d, setting, x, y));
             }
         }
     }
     if points.is_empty() {
         return Ok(Plot::NoData(format!("no (dataset, split) where both {mx} and {my} have `{metric}`")));
     }
-    // Settings in grid order, and the points' indices with them.
-    let mut order: Vec<usize> = (0..settings.len()).collect();
-    order.sort_by(|i, j| setting_cmp(settings[*i], settings[*j]));
-    for p in &mut points {
-        p.1 = order.iter().position(|i| *i == p.1).unwrap();
-    }
-    let settings: Vec<&str> = order.iter().map(|i| settings[*i]).collect();
+    // The settings in grid order.
+    let mut settings: Vec<&str> = points.iter().map(|p| p.1).collect();
+    settings.sort_by(|a, b| setting_cmp(a, b).then_with(|| a.cmp(b)));
+    settings.dedup();
     let gridded = settings.iter().any(|s| !s.is_empty());
     let range = padded(points.iter().flat_map(|p| [p.2, p.3])).ok_or("no finite values")?;
     let label = metric_label(metric);
@@ -57,7 +49,7 @@ pub(super) fn scatter(spec: &FigureSpec, input: &ReportInput, notes: &mut Vec<St
         for (d, dataset) in sel.datasets.iter().enumerate() {
             let colour = PALETTE[d % PALETTE.len()];
             for (k, setting) in settings.iter().enumerate() {
-                let mine: Vec<(f64, f64)> = points.iter().filter(|p| p.0 == d && p.1 == k).map(|p| (p.2, p.3)).collect();
+                let mine: Vec<(f64, f64)> = points.iter().filter(|p| p.0 == d && p.1 == *setting).map(|p| (p.2, p.3)).collect();
                 if mine.is_empty() {
                     continue;
                 }
