@@ -186,8 +186,9 @@ pub(super) struct Ascent {
 /// likelihoods: `step(f)` returns the full Newton step's a (GPML Alg. 3.1 line 7 or 3.3
 /// line 10), which is halved towards the current a (f = K a is linear) whenever it would
 /// lower Psi. Starts from the best of f = 0 and f = K a for the candidates a in `warm` (the
-/// first of equals). Stops when Psi
-/// changes by less than `newton_tol` relative, or after `max_newton_iters` steps.
+/// first of equals). Converged when an undamped step changes Psi by less than `newton_tol`
+/// relative; stops unconverged after `max_newton_iters` steps, or when 30 halvings of a step
+/// still lower Psi (keeping the point before it).
 pub(super) fn newton_ascent(
     dim: usize,
     kmul: impl Fn(&[f64]) -> Vec<f64>,
@@ -224,7 +225,14 @@ pub(super) fn newton_ascent(
         if !psi_new.is_finite() {
             return Err(FitError::Numerical("Laplace: Newton objective became non-finite".into()));
         }
-        converged = (psi_new - psi).abs() <= params.newton_tol * (1.0 + psi.abs());
+        if !(psi_new >= psi - 1e-12 * psi.abs()) {
+            // No ascent even after 30 halvings: keep the point and stop, unconverged (taking
+            // the lower point would move away from the mode).
+            break;
+        }
+        // Only an undamped step's small change says the mode is reached: a step halved many
+        // times changes Psi little wherever the Newton direction is poor.
+        converged = halvings == 0 && (psi_new - psi).abs() <= params.newton_tol * (1.0 + psi.abs());
         a = a_new;
         f = f_new;
         psi = psi_new;

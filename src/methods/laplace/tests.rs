@@ -325,3 +325,21 @@ fn a_newton_search_cut_short_is_flagged() {
     let learned = diagnostics(serde_json::json!({ "max_hyper_iters": 3 }), HyperPolicy::Learn);
     assert_eq!(learned["hyper_newton_unconverged"], 0.0, "{learned:?}");
 }
+
+/// A damped step's small change of Psi is not convergence, and a step that still lowers Psi
+/// after every halving is not taken. Psi = -(f0 - 10)^2 - 1e6 f1^2 (maximum 0 at (10, 0)) with a
+/// poor step (0.1% of the way in f0, +100 in f1): 30 halvings leave it a descent of about
+/// 8.5e-9, which is below newton_tol (1 + |Psi|) = 1e-8 at f = 0.
+#[test]
+fn newton_ascent_is_not_converged_by_damped_or_descending_steps() {
+    let params = LaplaceParams { max_newton_iters: 5, ..Default::default() };
+    let objective = |_a: &[f64], f: &[f64]| -(f[0] - 10.0).powi(2) - 1e6 * f[1] * f[1];
+    let step = |f: &[f64]| -> Result<Vec<f64>, FitError> { Ok(vec![f[0] + 0.001 * (10.0 - f[0]), f[1] + 100.0]) };
+    let ascent = newton_ascent(2, |a| a.to_vec(), objective, step, &params, &[]).unwrap();
+    assert!(!ascent.converged, "declared converged at {:?}", ascent.f);
+    assert!(ascent.psi >= -100.0, "Psi fell from -100 to {}", ascent.psi);
+    // A good (exact Newton) step converges, undamped, at the maximum.
+    let exact = |_f: &[f64]| -> Result<Vec<f64>, FitError> { Ok(vec![10.0, 0.0]) };
+    let ascent = newton_ascent(2, |a| a.to_vec(), objective, exact, &params, &[]).unwrap();
+    assert!(ascent.converged && ascent.f == [10.0, 0.0], "{:?}", ascent.f);
+}
