@@ -69,6 +69,9 @@ pub enum StopReason {
     BudgetSeconds,
     /// `budget: {iterations: N}`: the method's outer iteration N was done.
     BudgetIterations,
+    /// The search ended before its convergence test or any limit: its optimiser gave up (a
+    /// line search found no decrease, restarts included). The result is the best point reached.
+    Stalled,
 }
 
 impl std::fmt::Display for StopReason {
@@ -78,6 +81,7 @@ impl std::fmt::Display for StopReason {
             StopReason::MaxIterations => "max_iterations",
             StopReason::BudgetSeconds => "budget_seconds",
             StopReason::BudgetIterations => "budget_iterations",
+            StopReason::Stalled => "stalled",
         })
     }
 }

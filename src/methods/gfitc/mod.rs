@@ -13,7 +13,7 @@ mod tests;
 
 use crate::kernels::KernelSet;
 use crate::methods::optimize::{minimize_lbfgs_in_coordinates, FirstStep, LbfgsOptions, LengthscaleCoordinate};
-use crate::methods::{Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Method, Problem, ProblemShape, StopReason};
+use crate::methods::{Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Method, Problem, ProblemShape};
 use crate::scalable::argmax_model::{ArgmaxClass, ArgmaxModel};
 use crate::scalable::inducing::LengthscaleInit;
 use crate::scalable::{inducing_sets, initial_kernels, InducingInit};
@@ -315,11 +315,7 @@ impl Method for Gfitc {
             let coordinates = p.lbfgs_lengthscale.scales(&kernels.param_names(), theta0.len());
             let opts = LbfgsOptions { first_step: p.lbfgs_first_step, pairs: p.lbfgs_pairs, ..Default::default() };
             let min = minimize_lbfgs_in_coordinates(&cost, &theta0, &free, p.max_iters, 1e-10, opts, &coordinates)?;
-            diagnostics.stop_reason = Some(min.stopped_by.unwrap_or(if min.iterations >= p.max_iters {
-                StopReason::MaxIterations
-            } else {
-                StopReason::Converged
-            }));
+            diagnostics.stop_reason = Some(min.stop(p.max_iters));
             diagnostics.number("hyper_iterations", min.iterations as f64).number("hyper_evaluations", min.evaluations as f64);
             diagnostics.note("hyper_stop_reason", min.stop_reason);
         }

@@ -48,8 +48,7 @@ impl ActiveSetPredictor {
         let ks = self.kernel.cross(&self.x_active, x);
         let v = self.chol.solve_l(Mat::from_fn(d, m, |k, j| self.sqrt_pi[k] * ks[(k, j)]).as_ref());
         let mean = (0..m).map(|j| (0..d).map(|k| self.beta[k] * v[(k, j)]).sum()).collect();
-        // Round-off can take k** - ||m*||^2 just below zero next to an active point.
-        let var = (0..m).map(|j| (kss[j] - (0..d).map(|k| v[(k, j)] * v[(k, j)]).sum::<f64>()).max(0.0)).collect();
+        let var = crate::linalg::reduced_variances(&kss, v.as_ref());
         (mean, var)
     }
 }

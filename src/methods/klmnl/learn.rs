@@ -111,9 +111,7 @@ impl Klmnl {
             }
             diagnostics.note("hyper_stop", res.stop_reason.clone()).number("hyper_iterations", res.iterations as f64);
             diagnostics.iterations = Some(hyper_evals as u64);
-            let at_limit = res.iterations >= self.params.max_hyper_iters;
-            diagnostics.stop_reason =
-                Some(res.stopped_by.unwrap_or(if at_limit { StopReason::MaxIterations } else { StopReason::Converged }));
+            diagnostics.stop_reason = Some(res.stop(self.params.max_hyper_iters));
         }
         let kx = kernel.gram(problem.x);
         let pr = Prior::new(kx, kc, problem.y)?;

@@ -42,9 +42,7 @@ pub(crate) use state::{accept, chol, loosened_b_tol, FitStats};
 pub(crate) use steps::softmax_hessian_factor;
 
 use super::optimize::{false_position, minimize_lbfgs};
-use super::{
-    parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape, StopReason,
-};
+use super::{parse_settings, Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, ProblemShape};
 use crate::kernels::{KernelSet, SqExp};
 use crate::linalg::small::{eigh, eye, psd_factor, sym, trace_prod};
 use crate::linalg::{kron, leading_columns, log_sum_exp, matvec, softmax_in_place, Chol, SymPencil};

@@ -3,8 +3,20 @@
 use super::LaplaceParams;
 use crate::kernels::Kernel;
 use crate::methods::optimize::minimize_lbfgs;
-use crate::methods::{Diagnostics, FitContext, FitError, Fitted, StopReason};
+use crate::methods::{Diagnostics, FitContext, FitError, Fitted};
 use faer::Mat;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// What the search needs of an evaluation's posterior mode, whichever the likelihood.
+pub(super) trait SearchMode: Clone + Send + Sync {
+    /// Newton steps taken to find it.
+    fn newton_iters(&self) -> usize;
+    /// Whether Newton met its tolerance (else the mode is the best point reached).
+    fn newton_converged(&self) -> bool;
+    /// The next evaluation's Newton start.
+    fn warm_start(&self) -> WarmStart;
+}
 
 /// What an evaluation leaves for the next one's Newton start: the mode's a, and where known its
 /// derivative w.r.t. the log-parameters ([dim, P]), from which the next mode is predicted to
@@ -39,32 +51,38 @@ impl WarmStart {
 /// the best taken). Evaluations are
 /// the outer iterations: each traces the best value so far as `log_evidence`, a budget ends the
 /// search at the best point, and at scheduled checkpoints `model(kernel, mode)` of the best
-/// point so far is scored. Records the optimiser's diagnostics.
-pub(super) fn learn_kernel<Mo: Clone + Send + Sync>(
+/// point so far is scored. Records the optimiser's diagnostics, and the search's Newton work:
+/// `hyper_newton_steps` over all evaluations (the benchmark's flop count) and
+/// `hyper_newton_unconverged`, the evaluations whose mode search stopped short of its
+/// tolerance (their evidence and gradient are those of the best point reached).
+pub(super) fn learn_kernel<Mo: SearchMode>(
     kernel: &dyn Kernel,
     params: &LaplaceParams,
     ctx: &FitContext,
     diagnostics: &mut Diagnostics,
     evidence: impl Fn(&dyn Kernel, &[&[f64]]) -> Result<(f64, Vec<f64>, Mo), FitError> + Sync,
-    warm_start: impl Fn(&Mo) -> WarmStart + Sync,
     model: impl Fn(Box<dyn Kernel>, Mo) -> Box<dyn Fitted> + Sync,
 ) -> Result<Box<dyn Kernel>, FitError> {
     let max_iters = params.max_hyper_iters;
-    let evals = std::sync::atomic::AtomicU64::new(0);
+    let evals = AtomicU64::new(0);
+    let newton_steps = AtomicUsize::new(0);
+    let newton_unconverged = AtomicUsize::new(0);
     // (evidence, kernel, mode when checkpoints need it) of the best evaluation so far.
     type Best<Mo> = Option<(f64, Box<dyn Kernel>, Option<Mo>)>;
-    let best: std::sync::Mutex<Best<Mo>> = std::sync::Mutex::new(None);
+    let best: Mutex<Best<Mo>> = Mutex::new(None);
     // The last evaluation's log-parameters and warm start.
-    let last: std::sync::Mutex<Option<(Vec<f64>, WarmStart)>> = std::sync::Mutex::new(None);
+    let last: Mutex<Option<(Vec<f64>, WarmStart)>> = Mutex::new(None);
     let cost = |p: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
         ctx.check_deadline()?;
-        ctx.budget_stop_evaluation(evals.load(std::sync::atomic::Ordering::Relaxed))?;
+        ctx.budget_stop_evaluation(evals.load(Ordering::Relaxed))?;
         let starts = last.lock().expect("warm-start lock").as_ref().map(|(at, w)| w.candidates(at, p)).unwrap_or_default();
         let starts: Vec<&[f64]> = starts.iter().map(Vec::as_slice).collect();
         let k = kernel.with_log_params(p);
         let (v, g, mode) = evidence(k.as_ref(), &starts)?;
-        *last.lock().expect("warm-start lock") = Some((p.to_vec(), warm_start(&mode)));
-        let iter = evals.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        newton_steps.fetch_add(mode.newton_iters(), Ordering::Relaxed);
+        newton_unconverged.fetch_add(usize::from(!mode.newton_converged()), Ordering::Relaxed);
+        *last.lock().expect("warm-start lock") = Some((p.to_vec(), mode.warm_start()));
+        let iter = evals.fetch_add(1, Ordering::Relaxed) + 1;
         // Trace the best evidence so far (line-search trial points would make it jagged).
         let mut best = best.lock().expect("best-point lock");
         if best.as_ref().is_none_or(|(b, _, _)| v > *b) {
@@ -77,9 +95,10 @@ pub(super) fn learn_kernel<Mo: Clone + Send + Sync>(
     };
     let min = minimize_lbfgs(&cost, &kernel.log_params(), &kernel.free_mask(), max_iters, params.hyper_tol)?;
     diagnostics.iterations = Some(evals.into_inner());
-    diagnostics.stop_reason =
-        Some(min.stopped_by.unwrap_or(if min.iterations >= max_iters { StopReason::MaxIterations } else { StopReason::Converged }));
+    diagnostics.stop_reason = Some(min.stop(max_iters));
     diagnostics.number("hyper_iterations", min.iterations as f64).number("hyper_evaluations", min.evaluations as f64);
+    diagnostics.number("hyper_newton_steps", newton_steps.into_inner() as f64);
+    diagnostics.number("hyper_newton_unconverged", newton_unconverged.into_inner() as f64);
     diagnostics.note("hyper_stop_reason", min.stop_reason);
     Ok(kernel.with_log_params(&min.x))
 }

@@ -26,14 +26,14 @@ pub use probit::LaplaceProbitModel;
 use super::{parse_settings, Diagnostics, FitContext, FitError, Fitted, HyperPolicy, Method, Problem, ProblemShape};
 use crate::kernels::{Kernel, KernelSet};
 use gradient::evidence_and_grad;
-use learn::{learn_kernel, WarmStart};
+use learn::{learn_kernel, SearchMode, WarmStart};
 use newton::{find_mode, newton_ascent, Mode};
 use serde::{Deserialize, Serialize};
 
 /// Version of this method's numbers, part of every cell key: bump it when a change of the code
 /// (here or in shared numerics it uses) changes any number the method computes, so stored cells
 /// are recomputed. `tests/numerics_versions.rs` fails when the output changes without a bump.
-pub const NUMERICS_VERSION: u32 = 3;
+pub const NUMERICS_VERSION: u32 = 4;
 
 /// Settings as written in a spec (`method: laplace`, `settings: {...}`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -189,12 +189,6 @@ impl Laplace {
                 diagnostics: Diagnostics::default(),
             })
         };
-        // Newton steps over all evaluations of the evidence (the work of the search: the
-        // benchmark's flop count).
-        let search_newton_steps = std::sync::atomic::AtomicUsize::new(0);
-        // Evaluations whose mode search stopped at `max_newton_iters` (their evidence and
-        // gradient are those of the best point reached).
-        let search_unconverged = std::sync::atomic::AtomicUsize::new(0);
         let kernel = match hyper {
             HyperPolicy::Fixed => kernel.clone_box(),
             HyperPolicy::Learn => learn_kernel(
@@ -202,13 +196,7 @@ impl Laplace {
                 &self.params,
                 ctx,
                 &mut diagnostics,
-                |k, warm| {
-                    let out = evidence_and_grad(k, problem, &self.params, warm)?;
-                    search_newton_steps.fetch_add(out.2.newton_iters, std::sync::atomic::Ordering::Relaxed);
-                    search_unconverged.fetch_add(usize::from(!out.2.newton_converged), std::sync::atomic::Ordering::Relaxed);
-                    Ok(out)
-                },
-                |mode| WarmStart { a: mode.a.clone(), da_dtheta: mode.da_dtheta.clone() },
+                |k, warm| evidence_and_grad(k, problem, &self.params, warm),
                 model,
             )?,
         };
@@ -217,10 +205,7 @@ impl Laplace {
         let mode = find_mode(&K, problem.y, problem.n_classes, &self.params, &[])?;
         diagnostics.number("newton_iterations", mode.newton_iters as f64);
         diagnostics.number("newton_converged", if mode.newton_converged { 1.0 } else { 0.0 });
-        if hyper == HyperPolicy::Learn {
-            diagnostics.number("hyper_newton_steps", search_newton_steps.into_inner() as f64);
-            diagnostics.number("hyper_newton_unconverged", search_unconverged.into_inner() as f64);
-        }
+        diagnostics.jitter = (mode.M.jitter() > 0.0).then_some(mode.M.jitter());
         Ok(LaplaceModel {
             kernel,
             x_train: problem.x.clone(),

@@ -25,7 +25,8 @@ pub(super) struct Mode {
     pub(super) pi: Vec<f64>,
     /// E_c = D_c^{1/2} B_c^{-1} D_c^{1/2}, one [n, n] per class.
     pub(super) E: Vec<Mat<f64>>,
-    /// Cholesky of sum_c E_c.
+    /// Cholesky of sum_c E_c, with the jitter it needed (`M.jitter()`): sum_c E_c tends to
+    /// C K^{-1} where K dominates W^{-1} (large signal variances), as ill-conditioned as K.
     pub(super) M: Chol,
     /// Psi(f-hat) = -1/2 f^T K^{-1} f + sum_i log p(y_i | f_i).
     pub(super) psi: f64,
@@ -38,6 +39,19 @@ pub(super) struct Mode {
     /// da-hat/d(log-parameter p) as column p, class-major [C n, P], where the gradient was
     /// computed (`evidence_and_grad`): the next evaluation's Newton start is predicted by it.
     pub(super) da_dtheta: Option<Mat<f64>>,
+}
+
+impl super::SearchMode for Mode {
+    fn newton_iters(&self) -> usize {
+        self.newton_iters
+    }
+    fn newton_converged(&self) -> bool {
+        self.newton_converged
+    }
+    /// a and, where the gradient computed it, its derivative (the next start is predicted).
+    fn warm_start(&self) -> super::WarmStart {
+        super::WarmStart { a: self.a.clone(), da_dtheta: self.da_dtheta.clone() }
+    }
 }
 
 /// Psi(f) for f = K a.
@@ -105,7 +119,7 @@ pub(super) fn curvature(K: &Mat<f64>, pi: &[f64], n_classes: usize) -> Result<(V
         }
         E.push(Ec);
     }
-    let M = Chol::factor(sum_e.as_ref(), "sum_c E_c")?;
+    let M = Chol::factor_with_jitter(sum_e.as_ref(), "sum_c E_c")?;
     half_log_det += 0.5 * M.log_det();
     Ok((E, M, half_log_det))
 }
@@ -186,9 +200,14 @@ pub(super) struct Ascent {
 /// likelihoods: `step(f)` returns the full Newton step's a (GPML Alg. 3.1 line 7 or 3.3
 /// line 10), which is halved towards the current a (f = K a is linear) whenever it would
 /// lower Psi. Starts from the best of f = 0 and f = K a for the candidates a in `warm` (the
-/// first of equals). Converged when an undamped step changes Psi by less than `newton_tol`
-/// relative; stops unconverged after `max_newton_iters` steps, or when 30 halvings of a step
-/// still lower Psi (keeping the point before it).
+/// first of equals).
+///
+/// Converged when the full Newton step changes Psi by less than `newton_tol` relative, up or
+/// down: near the mode that change is half the squared Newton decrement, and where the
+/// computed direction is only as accurate as an ill-conditioned K allows (large signal
+/// variances) it is round-off of that size. The change a halved step makes says nothing: far
+/// from the mode a poor direction halved many times also changes Psi by little. Stops
+/// unconverged after `max_newton_iters` steps.
 pub(super) fn newton_ascent(
     dim: usize,
     kmul: impl Fn(&[f64]) -> Vec<f64>,
@@ -213,6 +232,8 @@ pub(super) fn newton_ascent(
         let mut a_new = step(&f)?;
         let mut f_new = kmul(&a_new);
         let mut psi_new = objective(&a_new, &f_new);
+        // NaN (a step into a non-finite region) is never a small change.
+        converged = (psi_new - psi).abs() <= params.newton_tol * (1.0 + psi.abs());
         let mut halvings = 0;
         while !(psi_new >= psi - 1e-12 * psi.abs()) && halvings < 30 {
             for k in 0..dim {
@@ -225,14 +246,10 @@ pub(super) fn newton_ascent(
         if !psi_new.is_finite() {
             return Err(FitError::Numerical("Laplace: Newton objective became non-finite".into()));
         }
-        if !(psi_new >= psi - 1e-12 * psi.abs()) {
-            // No ascent even after 30 halvings: keep the point and stop, unconverged (taking
-            // the lower point would move away from the mode).
-            break;
-        }
-        // Only an undamped step's small change says the mode is reached: a step halved many
-        // times changes Psi little wherever the Newton direction is poor.
-        converged = halvings == 0 && (psi_new - psi).abs() <= params.newton_tol * (1.0 + psi.abs());
+        // A step still lowering Psi after 30 halvings is taken all the same: it moves 2^-30
+        // of the way, and where the direction was spoilt by round-off (from f = 0 at huge
+        // signal variances, where every class's curvature is the same) the next step from
+        // there ascends; stopping instead would end the search at the start.
         a = a_new;
         f = f_new;
         psi = psi_new;

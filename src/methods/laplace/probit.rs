@@ -7,7 +7,7 @@
 //! W = -d^2 log Phi(t f)/df^2 lies in (0, 1) (`special::neg_d2_log_normal_cdf`, accurate in the
 //! far tails), so B = I + W^1/2 K W^1/2 has eigenvalues in [1, 1 + lambda_max(K)] and factorises
 //! without jitter; K itself is never inverted.
-use super::{learn_kernel, newton_ascent, Laplace, LaplaceParams, WarmStart};
+use super::{learn_kernel, newton_ascent, Laplace, LaplaceParams, SearchMode, WarmStart};
 use crate::kernels::{Kernel, KernelSet};
 use crate::linalg::{col, dot, matvec, to_vec, Chol};
 use crate::methods::{Diagnostics, Evidence, FitContext, FitError, Fitted, HyperPolicy, Prediction, Problem};
@@ -37,6 +37,19 @@ struct ProbitMode {
     newton_iters: usize,
     /// As `Mode::newton_converged`.
     newton_converged: bool,
+}
+
+impl SearchMode for ProbitMode {
+    fn newton_iters(&self) -> usize {
+        self.newton_iters
+    }
+    fn newton_converged(&self) -> bool {
+        self.newton_converged
+    }
+    /// a alone: no derivative of the mode is computed on this path.
+    fn warm_start(&self) -> WarmStart {
+        WarmStart { a: self.a.clone(), da_dtheta: None }
+    }
 }
 
 /// t_i = +1 for class index 1, -1 for class 0.
@@ -173,7 +186,6 @@ impl Laplace {
                 ctx,
                 &mut diagnostics,
                 |k, warm| evidence_and_grad(k, problem.x, &t, &self.params, warm.first().copied()),
-                |mode| WarmStart { a: mode.a.clone(), da_dtheta: None },
                 model,
             )?,
         };
@@ -204,7 +216,7 @@ impl LaplaceProbitModel {
         let n = Ks.nrows();
         let mean = (0..x.nrows()).map(|j| (0..n).map(|i| Ks[(i, j)] * self.mode.grad[i]).sum()).collect();
         let V = self.mode.L.solve_l(Mat::from_fn(n, x.nrows(), |i, j| self.mode.sW[i] * Ks[(i, j)]).as_ref());
-        let var = (0..x.nrows()).map(|j| (kss[j] - (0..n).map(|i| V[(i, j)] * V[(i, j)]).sum::<f64>()).max(0.0)).collect();
+        let var = crate::linalg::reduced_variances(&kss, V.as_ref());
         (mean, var)
     }
 

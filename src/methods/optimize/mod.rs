@@ -8,7 +8,7 @@ mod line_search;
 mod tests;
 
 use super::{FitError, StopReason};
-use argmin::core::{CostFunction, Executor, Gradient, State};
+use argmin::core::{CostFunction, Executor, Gradient, State, TerminationReason};
 use argmin::solver::linesearch::MoreThuenteLineSearch;
 use argmin::solver::quasinewton::LBFGS;
 use line_search::{DecreaseOnly, Search, WolfeChecked};
@@ -27,8 +27,26 @@ pub struct Minimum {
     pub stop_reason: String,
     /// Set when a budget ended the search (`FitError::Stop` from an evaluation).
     pub stopped_by: Option<StopReason>,
+    /// The search's own convergence test (argmin's gradient or cost tolerance) ended it, or
+    /// there was nothing to optimise; false when a limit, a budget, or a line search or restart
+    /// that gave up ended it.
+    pub converged: bool,
     /// Line searches that ended without the strong Wolfe conditions (see [`WolfeChecked`]).
     pub failed_line_searches: usize,
+}
+
+impl Minimum {
+    /// The fit's stop reason for a search allowed `max_iters` iterations: the budget that ended
+    /// it, else convergence, else the iteration limit, else `Stalled` (the optimiser gave up).
+    pub fn stop(&self, max_iters: u64) -> StopReason {
+        self.stopped_by.unwrap_or(if self.converged {
+            StopReason::Converged
+        } else if self.iterations >= max_iters {
+            StopReason::MaxIterations
+        } else {
+            StopReason::Stalled
+        })
+    }
 }
 
 /// A cost to minimise: its value and gradient at a full parameter vector.
@@ -320,6 +338,7 @@ pub fn minimize_lbfgs_resume(
             evaluations: 1,
             stop_reason: "nothing to optimise".into(),
             stopped_by: None,
+            converged: z0.is_empty(),
             failed_line_searches: 0,
         });
     }
@@ -344,6 +363,11 @@ pub fn minimize_lbfgs_resume(
     let mut first_trouble: Option<String> = None;
     let mut stopped_by = None;
     let mut clean_end = false;
+    let mut converged = false;
+    // The best value when the current run began (none for the first run): a run after a
+    // restart that meets argmin's cost test without improving on it has not converged, its
+    // steps were rejected (a cost change of zero passes that test).
+    let mut best_at_run_start: Option<f64> = None;
     let mut last_solver: Option<Lbfgs>;
     let stop_reason = loop {
         let solver = match carried.take() {
@@ -366,9 +390,13 @@ pub fn minimize_lbfgs_resume(
         };
         let budget = max_iters - iterations;
         let outcome = Executor::new(problem(offset.clone(), scale), solver).configure(|s| s.param(start).max_iters(budget)).run();
-        let (used, reason) = match &outcome {
-            Ok(res) => (res.state().get_iter(), res.state().get_termination_reason().map(|r| r.text().to_string()).unwrap_or_default()),
-            Err(e) => (0, format!("stopped early: {e}")),
+        let (used, reason, solver_converged) = match &outcome {
+            Ok(res) => {
+                let why = res.state().get_termination_reason();
+                let solver_converged = matches!(why, Some(TerminationReason::SolverConverged | TerminationReason::TargetCostReached));
+                (res.state().get_iter(), why.map(|r| r.text().to_string()).unwrap_or_default(), solver_converged)
+            }
+            Err(e) => (0, format!("stopped early: {e}"), false),
         };
         last_solver = outcome.ok().map(|res| res.solver);
         iterations += used;
@@ -385,6 +413,8 @@ pub fn minimize_lbfgs_resume(
         let trouble = c.failed || reason.contains("descent direction");
         if !trouble || restarts == MAX_RESTARTS || iterations >= max_iters {
             clean_end = !trouble && restarts == 0;
+            let improved = best_at_run_start.is_none_or(|b| c.best.as_ref().is_some_and(|(_, v)| *v < b));
+            converged = !trouble && solver_converged && improved;
             break match (restarts, first_trouble) {
                 (0, _) => reason,
                 (k, Some(first)) => format!("{reason} (after {k} restart(s) from the best point; first: {first})"),
@@ -394,7 +424,8 @@ pub fn minimize_lbfgs_resume(
         first_trouble.get_or_insert(reason);
         restarts += 1;
         c.failed = false;
-        let (best, _) = c.best.clone().expect("first evaluation succeeded");
+        let (best, best_value) = c.best.clone().expect("first evaluation succeeded");
+        best_at_run_start = Some(best_value);
         drop(c);
         // From the best point, in w = 4^k (z - z_best): the first (steepest-descent) step is 16^k
         // times shorter in z, and the quasi-Newton steps after it are scale-free.
@@ -410,7 +441,7 @@ pub fn minimize_lbfgs_resume(
         memory.solver = last_solver.map(|solver| (solver, settings));
     }
     let failed_line_searches = failures.load(Ordering::Relaxed) - failures_before;
-    Ok(Minimum { x, value, iterations, evaluations: cache.evaluations, stop_reason, stopped_by, failed_line_searches })
+    Ok(Minimum { x, value, iterations, evaluations: cache.evaluations, stop_reason, stopped_by, converged, failed_line_searches })
 }
 
 /// `minimize_lbfgs_resume` (with a fresh memory) in the coordinates u = c * x, element-wise,

@@ -332,3 +332,27 @@ fn false_position_finds_the_root_of_a_decreasing_derivative_or_an_end_point() {
     assert_eq!(false_position(|_| f64::NAN), 0.0);
     assert_eq!(false_position(|e| 2.0 - e), 1.0);
 }
+
+/// `Minimum::stop` names what ended the search: its convergence test, the iteration limit, a
+/// budget, or a search that gave up. A gradient pointing the wrong way (the stated slope says
+/// descend towards +x on f = (x + 1)^2 from 0, where the cost rises) leaves no step the line
+/// search accepts: the search ends before both its test and its limit, so it is `Stalled`, not
+/// `Converged` (the label every such fit carried before).
+#[test]
+fn the_stop_reason_tells_convergence_from_a_limit_and_from_giving_up() {
+    let smooth = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> { Ok(((x[0] - 1.0).powi(2), vec![2.0 * (x[0] - 1.0)])) };
+    let m = minimize_lbfgs(&smooth, &[0.0], &[true], 100, 1e-10).unwrap();
+    assert!(m.converged && m.stop(100) == StopReason::Converged, "{m:?}");
+    let rosenbrock = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> {
+        let (a, b) = (x[0], x[1]);
+        Ok(((1.0 - a).powi(2) + 100.0 * (b - a * a).powi(2), vec![-2.0 * (1.0 - a) - 400.0 * a * (b - a * a), 200.0 * (b - a * a)]))
+    };
+    let m = minimize_lbfgs(&rosenbrock, &[-1.2, 1.0], &[true, true], 2, 1e-10).unwrap();
+    assert!(!m.converged && m.stop(2) == StopReason::MaxIterations, "{m:?}");
+    let wrong_slope = |x: &[f64]| -> Result<(f64, Vec<f64>), FitError> { Ok(((x[0] + 1.0).powi(2), vec![-2.0 * (x[0] + 1.0)])) };
+    let m = minimize_lbfgs(&wrong_slope, &[0.0], &[true], 100, 1e-10).unwrap();
+    assert!(!m.converged && m.iterations < 100 && m.stop(100) == StopReason::Stalled, "{m:?}");
+    // Nothing free: nothing to do, which is convergence.
+    let m = minimize_lbfgs(&smooth, &[0.0], &[false], 100, 1e-10).unwrap();
+    assert_eq!(m.stop(100), StopReason::Converged);
+}

@@ -9,7 +9,7 @@ use super::model::{Sparse, SvgpModel, BLOCK_ROWS};
 use super::posterior::Posterior;
 use super::Svgp;
 use crate::methods::optimize::{minimize_lbfgs_in_coordinates, LbfgsOptions};
-use crate::methods::{Diagnostics, FitContext, FitError, Fitted, Problem, StopReason};
+use crate::methods::{Diagnostics, FitContext, FitError, Fitted, Problem};
 use crate::scalable::inducing::InitReport;
 use rand::SeedableRng;
 use rand_pcg::Pcg64;
@@ -131,15 +131,8 @@ pub(crate) fn train(
     if !evidence.is_finite() {
         return Err(FitError::Numerical(format!("svgp: the full-data ELBO is {evidence}")));
     }
-    let mut diagnostics = Diagnostics {
-        iterations: Some(evals.load(Ordering::Relaxed)),
-        stop_reason: Some(min.stopped_by.unwrap_or(if min.iterations >= p.max_iters {
-            StopReason::MaxIterations
-        } else {
-            StopReason::Converged
-        })),
-        ..Default::default()
-    };
+    let mut diagnostics =
+        Diagnostics { iterations: Some(evals.load(Ordering::Relaxed)), stop_reason: Some(min.stop(p.max_iters)), ..Default::default() };
     diagnostics.number("hyper_iterations", min.iterations as f64).number("hyper_evaluations", min.evaluations as f64);
     diagnostics.number("inducing", (start.m() * start.zs.len()) as f64);
     diagnostics.number("kmeans_rows", init.kmeans_rows as f64);

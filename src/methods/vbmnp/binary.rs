@@ -115,7 +115,7 @@ impl VbmnpBinaryModel {
         let n = Kx.nrows();
         let mu = (0..xs.nrows()).map(|j| (0..n).map(|i| Kx[(i, j)] * self.b[i]).sum()).collect();
         let V = self.chol.solve_l(Kx.as_ref());
-        let var = (0..xs.nrows()).map(|j| (kss[j] - (0..n).map(|i| V[(i, j)] * V[(i, j)]).sum::<f64>()).max(0.0)).collect();
+        let var = crate::linalg::reduced_variances(&kss, V.as_ref());
         (mu, var)
     }
 

@@ -38,7 +38,7 @@ impl VbmnpModel {
         let Kx = gram_cross_phi(&self.x, xs, &self.phi, self.s2);
         let mu = Kx.transpose() * &self.B;
         let V = self.chol.solve_l(Kx.as_ref());
-        let var = (0..xs.nrows()).map(|j| (self.s2 - (0..V.nrows()).map(|i| V[(i, j)] * V[(i, j)]).sum::<f64>()).max(0.0)).collect();
+        let var = crate::linalg::reduced_variances(&vec![self.s2; xs.nrows()], V.as_ref());
         (mu, var)
     }
 

@@ -132,11 +132,11 @@ impl Fitted for VbmnpSparseModel {
     fn predict(&self, xs: &Array2<f64>, _rng: &mut Pcg64) -> Result<Prediction, FitError> {
         let Kx = gram_cross_phi(&self.xa, xs, &self.phi, self.s2);
         let mu = Kx.transpose() * &self.B;
-        let V = self.chol.solve_l(Kx.as_ref());
+        let var = crate::linalg::reduced_variances(&vec![self.s2; xs.nrows()], self.chol.solve_l(Kx.as_ref()).as_ref());
         let K = self.B.ncols();
         let mut out = Array2::zeros((xs.nrows(), K));
         for j in 0..xs.nrows() {
-            let var = (self.s2 - (0..V.nrows()).map(|i| V[(i, j)] * V[(i, j)]).sum::<f64>()).max(0.0);
+            let var = var[j];
             let m: Vec<f64> = (0..K).map(|k| mu[(j, k)]).collect();
             let p = predictive_class_probs(&m, &vec![var; K]);
             for k in 0..K {
