@@ -266,16 +266,9 @@ fn learning_hyperparameters_raises_the_evidence() {
     // fraction of those at the start.
     let fd_grad = |log_params: &[f64]| -> Vec<f64> {
         let tight = LaplaceParams { newton_tol: 1e-14, ..Default::default() };
-        let evidence = |p: &[f64]| find_mode(&start.class(0).with_log_params(p).gram(&x), &y, 3, &tight, &[]).unwrap().log_evidence;
-        let h = 1e-4;
-        (0..log_params.len())
-            .map(|j| {
-                let (mut up, mut down) = (log_params.to_vec(), log_params.to_vec());
-                up[j] += h;
-                down[j] -= h;
-                (evidence(&up) - evidence(&down)) / (2.0 * h)
-            })
-            .collect()
+        crate::testing::central_differences(log_params, |p| {
+            find_mode(&start.class(0).with_log_params(p).gram(&x), &y, 3, &tight, &[]).unwrap().log_evidence
+        })
     };
     let norm = |g: Vec<f64>| g.iter().map(|v| v * v).sum::<f64>().sqrt();
     let (g_start, g_end) = (norm(fd_grad(&start.log_params())), norm(fd_grad(&learned.kernels().log_params())));
