@@ -65,6 +65,19 @@ pub fn gemm_par() -> Par {
     }
 }
 
+/// prior_j - (V^T V)_jj for every column j of V, floored at 0: the predictive variances of a
+/// GP conditioned through a Cholesky factor, V = L^{-1} k* (round-off can take them just below
+/// zero next to a training point). Each column's squares are summed in order.
+pub fn reduced_variances(prior: &[f64], v: MatRef<'_, f64>) -> Vec<f64> {
+    assert_eq!(prior.len(), v.ncols(), "one prior variance a column");
+    (0..v.ncols())
+        .map(|j| {
+            let col = v.col(j).try_as_col_major().expect("a solve's output is column-major").as_slice();
+            (prior[j] - col.iter().map(|x| x * x).sum::<f64>()).max(0.0)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,17 +143,4 @@ mod tests {
             }
         }
     }
-}
-
-/// prior_j - (V^T V)_jj for every column j of V, floored at 0: the predictive variances of a
-/// GP conditioned through a Cholesky factor, V = L^{-1} k* (round-off can take them just below
-/// zero next to a training point). Each column's squares are summed in order.
-pub fn reduced_variances(prior: &[f64], v: MatRef<'_, f64>) -> Vec<f64> {
-    assert_eq!(prior.len(), v.ncols(), "one prior variance a column");
-    (0..v.ncols())
-        .map(|j| {
-            let col = v.col(j).try_as_col_major().expect("a solve's output is column-major").as_slice();
-            (prior[j] - col.iter().map(|x| x * x).sum::<f64>()).max(0.0)
-        })
-        .collect()
 }
