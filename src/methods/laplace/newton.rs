@@ -25,8 +25,9 @@ pub(super) struct Mode {
     pub(super) pi: Vec<f64>,
     /// E_c = D_c^{1/2} B_c^{-1} D_c^{1/2}, one [n, n] per class.
     pub(super) E: Vec<Mat<f64>>,
-    /// Cholesky of sum_c E_c, with the jitter it needed (`M.jitter()`): sum_c E_c tends to
-    /// C K^{-1} where K dominates W^{-1} (large signal variances), as ill-conditioned as K.
+    /// Cholesky of sum_c E_c, with the jitter it needed (`M.jitter()`, the fit's `diag_jitter`).
+    /// A guard, not a known case: a probe of variances up to 1e12 (duplicated inputs, K
+    /// singular) never needed it; what fails there is Newton, flagged unconverged.
     pub(super) M: Chol,
     /// Psi(f-hat) = -1/2 f^T K^{-1} f + sum_i log p(y_i | f_i).
     pub(super) psi: f64,
