@@ -5,7 +5,7 @@
 use mcgp::report::{render_experiment, render_index, MissCounts, ReportInput, Score};
 use mcgp::results::{CellRecord, EvidenceKind, Handoff, Manifest, Status, TracePoint};
 use mcgp::spec::{FigureKind, FigureSpec, Interval, MissClass, MissNote, PaperValue, TableSpec, ToleranceRule};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 const DATASETS: [&str; 3] = ["alpha", "beta", "gamma"];
@@ -272,6 +272,22 @@ fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
+/// The cell groups a spec running every entry on every data set at the settings its cells
+/// have (an entry without cells at its one, empty setting) would plan.
+fn planned(datasets: &[String], methods: &[String], cells: &[CellRecord]) -> BTreeSet<(String, String, String)> {
+    let mut out = BTreeSet::new();
+    for m in methods {
+        let mut settings: BTreeSet<&str> = cells.iter().filter(|c| &c.method == m).map(|c| c.setting.as_str()).collect();
+        if settings.is_empty() {
+            settings.insert("");
+        }
+        for d in datasets {
+            out.extend(settings.iter().map(|s| (d.clone(), m.clone(), s.to_string())));
+        }
+    }
+    out
+}
+
 /// An SVG document with at least one drawn shape; returns its text.
 fn read_svg(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -301,8 +317,15 @@ fn texts(svg: &str) -> Vec<String> {
 fn render_figure_only(fig: &FigureSpec, title: &str, dataset: &str, method: &str, cells: &[CellRecord]) -> tempfile::TempDir {
     let manifest = Manifest { title: title.into(), ..manifest() };
     let (datasets, methods) = (strings(&[dataset]), strings(&[method]));
-    let input =
-        ReportInput { manifest: &manifest, tables: &[], figures: std::slice::from_ref(fig), datasets: &datasets, methods: &methods, cells };
+    let input = ReportInput {
+        manifest: &manifest,
+        tables: &[],
+        figures: std::slice::from_ref(fig),
+        datasets: &datasets,
+        methods: &methods,
+        cells,
+        planned: &planned(&datasets, &methods, cells),
+    };
     let dir = tempfile::tempdir().unwrap();
     render_experiment(&input, dir.path()).unwrap();
     dir
@@ -312,7 +335,15 @@ fn render_figure_only(fig: &FigureSpec, title: &str, dataset: &str, method: &str
 fn render_table_only(table: TableSpec, datasets: &[&str], cells: &[CellRecord]) -> (Score, tempfile::TempDir) {
     let (manifest, datasets, methods) = (manifest(), strings(datasets), strings(&METHODS));
     let tables = [table];
-    let input = ReportInput { manifest: &manifest, tables: &tables, figures: &[], datasets: &datasets, methods: &methods, cells };
+    let input = ReportInput {
+        manifest: &manifest,
+        tables: &tables,
+        figures: &[],
+        datasets: &datasets,
+        methods: &methods,
+        cells,
+        planned: &planned(&datasets, &methods, cells),
+    };
     let dir = tempfile::tempdir().unwrap();
     let score = render_experiment(&input, dir.path()).unwrap();
     (score, dir)
@@ -322,7 +353,15 @@ fn render_table_only(table: TableSpec, datasets: &[&str], cells: &[CellRecord]) 
 fn render_synthetic(cells: &[CellRecord], out: &Path) -> Score {
     let (tables, figures, manifest) = (tables(), figures(), manifest());
     let (datasets, methods) = (strings(&DATASETS), strings(&METHODS));
-    let input = ReportInput { manifest: &manifest, tables: &tables, figures: &figures, datasets: &datasets, methods: &methods, cells };
+    let input = ReportInput {
+        manifest: &manifest,
+        tables: &tables,
+        figures: &figures,
+        datasets: &datasets,
+        methods: &methods,
+        cells,
+        planned: &planned(&datasets, &methods, cells),
+    };
     render_experiment(&input, out).unwrap()
 }
 
@@ -572,8 +611,10 @@ fn grid_settings_become_columns_and_an_x_axis() {
                 setting: Some("kernel.variance=2.0".into()), // same grid point, spelled differently
                 ..paper("alpha", "vb", "error_pct", 7.5, None, None)
             },
-            // A grid point this run has no cells at: not run yet, not a miss.
+            // A grid point this run has no cells at yet: not run yet, not a miss.
             PaperValue { setting: Some("kernel.variance=7".into()), ..paper("alpha", "vb", "error_pct", 7.0, None, None) },
+            // A setting outside the spec's grid: never run, so an open miss, not "not run yet".
+            PaperValue { setting: Some("kernel.variance=9".into()), ..paper("alpha", "vb", "error_pct", 9.0, None, None) },
             // The gridded entry named without its setting: shown at every setting, scored at none,
             // so not reproduced, and an open miss (the run has results, the spec names none).
             paper("alpha", "vb", "error_pct", 100.0, None, None),
@@ -602,6 +643,10 @@ fn grid_settings_become_columns_and_an_x_axis() {
     fig.log_x = true;
     let manifest = Manifest { title: "Grid settings".into(), ..manifest() };
     let (datasets, methods) = (strings(&["alpha"]), strings(&["vb"]));
+    // The spec's grid: the settings with cells, 7 (not computed yet) and 0.5 and 10 (the
+    // paper-only data set's columns); not 9.
+    let mut grid = planned(&datasets, &methods, &cells);
+    grid.extend(["7", "0.5", "10"].map(|v| ("alpha".to_string(), "vb".to_string(), format!("kernel.variance={v}"))));
     let input = ReportInput {
         manifest: &manifest,
         tables: &tables,
@@ -609,6 +654,7 @@ fn grid_settings_become_columns_and_an_x_axis() {
         datasets: &datasets,
         methods: &methods,
         cells: &cells,
+        planned: &grid,
     };
     let dir = tempfile::tempdir().unwrap();
     let score = render_experiment(&input, dir.path()).unwrap();
@@ -616,11 +662,15 @@ fn grid_settings_become_columns_and_an_x_axis() {
         render_experiment(&input, &Path::new(&demo).join("grid")).unwrap();
     }
     // The run at variance 2 has mean 8 (splits 7, 8, 9): |8 − 7.5| = 0.5 ≤ 0.1·7.5.
-    assert_eq!((score.matched, score.compared), (1, 3));
-    assert_eq!(score.misses, MissCounts { decided: 0, deviation: 0, open: 1, not_run: 1 });
+    assert_eq!((score.matched, score.compared), (1, 4));
+    assert_eq!(score.misses, MissCounts { decided: 0, deviation: 0, open: 2, not_run: 1 });
     let html = std::fs::read_to_string(dir.path().join("index.html")).unwrap();
     let col = |s: &str| html.find(&format!("<th>vb [kernel.variance={s}]</th>")).unwrap_or_else(|| panic!("column {s}"));
     assert!(col("0.5") < col("2") && col("2") < col("10"), "numeric setting order");
+    let grid_table = &html[html.find("<section id=\"table-tab-grid\"").unwrap()..];
+    let grid_table = &grid_table[..grid_table.find("</section>").unwrap()];
+    assert_eq!(grid_table.matches("<div class=\"miss\">not run yet</div>").count(), 1, "only variance 7: {grid_table}");
+    assert_eq!(grid_table.matches("never run by this spec").count(), 1, "variance 9: {grid_table}");
     let only = &html[html.find("<section id=\"table-tab-paper-only\"").unwrap()..];
     let only = &only[..only.find("</section>").unwrap()];
     assert!(!only.contains(">alpha<"), "no run rows: {only}");
@@ -658,7 +708,15 @@ fn a_value_no_split_gave_finitely_is_shown_as_such() {
     };
     let (manifest, datasets, methods) = (manifest(), strings(&["alpha"]), strings(&["vb"]));
     let tables = [table];
-    let input = ReportInput { manifest: &manifest, tables: &tables, figures: &[], datasets: &datasets, methods: &methods, cells: &cells };
+    let input = ReportInput {
+        manifest: &manifest,
+        tables: &tables,
+        figures: &[],
+        datasets: &datasets,
+        methods: &methods,
+        cells: &cells,
+        planned: &planned(&datasets, &methods, &cells),
+    };
     let dir = tempfile::tempdir().unwrap();
     let score = render_experiment(&input, dir.path()).unwrap();
     assert_eq!((score.matched, score.compared), (0, 1));
@@ -777,7 +835,15 @@ fn a_paired_table_shows_per_split_differences_and_compares_them_with_the_paper()
     };
     let (manifest, datasets, methods) = (manifest(), strings(&DATASETS), strings(&METHODS));
     let tables = [table];
-    let input = ReportInput { manifest: &manifest, tables: &tables, figures: &[], datasets: &datasets, methods: &methods, cells: &cells };
+    let input = ReportInput {
+        manifest: &manifest,
+        tables: &tables,
+        figures: &[],
+        datasets: &datasets,
+        methods: &methods,
+        cells: &cells,
+        planned: &planned(&datasets, &methods, &cells),
+    };
     let reports = tempfile::tempdir().unwrap();
     let score = render_experiment(&input, &reports.path().join("paired")).unwrap();
     // The difference 2 matches the first paper value; 12 (the raw beta error would be 22) does not.
@@ -816,7 +882,15 @@ fn a_mean_row_averages_each_split_over_the_data_sets_and_meets_the_papers_averag
     };
     let (manifest, datasets, methods) = (manifest(), strings(&DATASETS), strings(&METHODS));
     let tables = [table];
-    let input = ReportInput { manifest: &manifest, tables: &tables, figures: &[], datasets: &datasets, methods: &methods, cells: &cells };
+    let input = ReportInput {
+        manifest: &manifest,
+        tables: &tables,
+        figures: &[],
+        datasets: &datasets,
+        methods: &methods,
+        cells: &cells,
+        planned: &planned(&datasets, &methods, &cells),
+    };
     let reports = tempfile::tempdir().unwrap();
     let score = render_experiment(&input, &reports.path().join("mean")).unwrap();
     // 21.5 is laplace's mean over the complete splits, shown; a mean that leaves a split out
@@ -901,6 +975,7 @@ fn a_labels_only_method_shows_no_probabilities_in_a_likelihood_row() {
         datasets: &datasets,
         methods: &methods,
         cells: &cells,
+        planned: &planned(&datasets, &methods, &cells),
     };
     let dir = tempfile::tempdir().unwrap();
     render_experiment(&input, dir.path()).unwrap();

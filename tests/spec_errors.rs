@@ -196,6 +196,27 @@ fn a_restricted_entry_expands_on_its_datasets_only_with_the_keys_it_has_unrestri
     }
 }
 
+/// The groups a report counts as planned are exactly those of the cells the spec expands:
+/// every grid point of an entry, on the data sets it runs on.
+#[test]
+fn planned_groups_are_the_expanded_cells_groups() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let text = format!(
+        "{}  - name: grid\n    method: laplace\n    datasets: [wine]\n    grid: {{ settings.newton_tol: [1e-8, 1e-10] }}\n",
+        GOOD.replace("datasets: [iris]", "datasets: [iris, wine]")
+    );
+    let spec = parse(&text, "grid.yaml", &registry()).unwrap();
+    let splits: BTreeMap<String, usize> = [("iris".to_string(), 2), ("wine".to_string(), 3)].into();
+    let cells = mcgp::spec::expand(&spec, &splits, &Default::default()).unwrap();
+    let from_cells: BTreeSet<(String, String, String)> =
+        cells.iter().map(|c| (c.dataset.clone(), c.entry.name.clone(), c.setting.clone())).collect();
+    let planned = mcgp::spec::expand::planned_groups(&spec).unwrap();
+    assert_eq!(planned, from_cells);
+    // lap on both data sets, grid's two settings on wine only.
+    assert_eq!(planned.len(), 4, "{planned:?}");
+    assert!(!planned.iter().any(|(d, m, _)| d == "iris" && m == "grid"));
+}
+
 /// `shared_init: true` gives every entry on a dataset split one init seed (different across
 /// splits and datasets), keeps each cell's own seed, and changes the keys (the fits' starts
 /// move); without it there is no init seed and the keys are those of a spec that never heard

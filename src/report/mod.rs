@@ -17,6 +17,7 @@ pub use tolerance::within_tolerance;
 use crate::results::{aggregate, CellRecord, Manifest, Status};
 use crate::spec::{FigureSpec, TableSpec};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 const EXPERIMENT_TEMPLATE: &str = include_str!("templates/experiment.html");
@@ -33,6 +34,10 @@ pub struct ReportInput<'a> {
     /// Spec order of method entry names.
     pub methods: &'a [String],
     pub cells: &'a [CellRecord],
+    /// (data set, method entry, setting) of every cell group the spec expands
+    /// (`spec::expand::planned_groups`): a published number with no cells is "not run yet" only
+    /// where the spec plans some, else a miss at a setting the spec does not run.
+    pub planned: &'a BTreeSet<(String, String, String)>,
 }
 
 /// How well an experiment reproduced its paper; written as `score.json` beside the page.

@@ -6,7 +6,7 @@ use crate::results::{mean_over_datasets, paired_aggregate, Aggregate, CellRecord
 use crate::runner::{is_labels_only, PROBABILITY_METRICS};
 use crate::spec::{MissClass, PaperValue, TableSpec};
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One paper value held against one run summary. A paper value without a setting on a
 /// gridded method entry is held against every setting of that entry (one comparison each).
@@ -24,6 +24,9 @@ struct Comparison<'a> {
     /// Cells stored for this (data set, entry, setting): with no run summary, none means not
     /// run yet, some mean a miss (every cell failed, or none reports the metric).
     stored: usize,
+    /// The spec expands cells at this (data set, entry, setting): without any stored, the
+    /// number is not run yet; outside the spec's grid it never will be.
+    planned: bool,
 }
 
 impl Comparison<'_> {
@@ -33,9 +36,18 @@ impl Comparison<'_> {
 
     /// No result to compare because nothing was computed for it yet (a partial run).
     fn not_run(&self) -> bool {
-        self.run.is_none() && self.stored == 0
+        self.run.is_none() && self.stored == 0 && self.planned
+    }
+
+    /// No result because the spec runs no cell at this data set, entry and setting.
+    fn outside_grid(&self) -> bool {
+        self.run.is_none() && self.stored == 0 && !self.planned
     }
 }
+
+/// What a cell shows for a published number at a setting (or on a data set) the spec never
+/// runs: a miss, never "not run yet".
+const NOT_IN_GRID: &str = "never run by this spec";
 
 /// A run's mean and its spread over the splits; one split has no spread to show.
 fn run_mean_sd(a: &Aggregate) -> String {
@@ -151,7 +163,12 @@ fn columns(spec: &TableSpec, methods: &[String], cells: &[CellRecord]) -> Vec<(S
 /// once: against the entry it names, at its setting (or the entry's only one); its `also`
 /// variants, the other settings of a gridded entry it names no setting of, and values marked
 /// `scored: false` are compared and shown but not scored.
-fn compare<'a>(spec: &'a TableSpec, cells: &[CellRecord], aggregates: &BTreeMap<GroupKey, Aggregate>) -> Vec<Comparison<'a>> {
+fn compare<'a>(
+    spec: &'a TableSpec,
+    cells: &[CellRecord],
+    planned: &BTreeSet<(String, String, String)>,
+    aggregates: &BTreeMap<GroupKey, Aggregate>,
+) -> Vec<Comparison<'a>> {
     let mut out = Vec::new();
     for paper in spec.paper.iter().filter(|p| !spec.paper_only.contains(&p.method) && !spec.paper_only_datasets.contains_key(&p.dataset)) {
         for method in std::iter::once(&paper.method).chain(&paper.also) {
@@ -191,7 +208,11 @@ fn compare<'a>(spec: &'a TableSpec, cells: &[CellRecord], aggregates: &BTreeMap<
                     spec.paired_with.as_ref().is_some_and(|b| !cells.iter().any(|c| &c.method == b && c.dataset == key.dataset));
                 let stored = if base_missing { 0 } else { stored };
                 let scored = paper.scored && method == &paper.method && one_target;
-                out.push(Comparison { paper, method: method.clone(), scored, setting, run, outcome, stored });
+                // A mean row is planned where any data set is.
+                let planned = planned.iter().any(|(d, m, s)| {
+                    (is_mean || d == &key.dataset) && m == &key.method && (s == &key.setting || settings_equal(s, &key.setting))
+                });
+                out.push(Comparison { paper, method: method.clone(), scored, setting, run, outcome, stored, planned });
             }
         }
     }
@@ -268,6 +289,9 @@ fn cell_view(
             (true, false, false) => "mismatch",
             (true, false, true) => "notrun",
         };
+        if c.outside_grid() {
+            view.n = NOT_IN_GRID.into();
+        }
         match view.class {
             "mismatch" => view.miss = Some(miss_text(p)),
             "notrun" => view.miss = Some("not run yet".into()),
@@ -325,7 +349,7 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
     });
     let aggregates = with_mean.as_ref().unwrap_or(aggregates);
     let row_datasets: Vec<String> = datasets.iter().cloned().chain(with_mean.as_ref().map(|_| MEAN_OVER_DATASETS.to_string())).collect();
-    let comparisons = compare(spec, input.cells, aggregates);
+    let comparisons = compare(spec, input.cells, input.planned, aggregates);
 
     // One row per (dataset, metric); the dataset's name spans its metrics' rows.
     let row = |dataset: &String, i: usize, metric: &String, cells: Vec<CellView>| RowView {
@@ -404,6 +428,14 @@ pub fn build(spec: &TableSpec, input: &ReportInput, aggregates: &BTreeMap<GroupK
                     },
                     text: format!("{what}: run {} vs paper {} (tolerance ±{} = {rule})", run_mean_sd(&r), mean_sd(p.mean, p.sd), num(*tol))
                         + &if c.scored && !*ok { format!(" ({})", miss_text(p)) } else { String::new() },
+                },
+                _ if c.outside_grid() => OutsideView {
+                    class: if c.scored { "mismatch" } else { "variant" },
+                    text: format!(
+                        "{what}: paper {}, {NOT_IN_GRID}{}",
+                        mean_sd(p.mean, p.sd),
+                        if c.scored { format!(" ({})", miss_text(p)) } else { String::new() }
+                    ),
                 },
                 _ if c.not_run() => OutsideView {
                     class: if c.scored { "notrun" } else { "variant" },

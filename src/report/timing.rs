@@ -127,7 +127,16 @@ mod tests {
             cell("ep", 0, "", 7.0),
         ];
         let (manifest, datasets, methods) = (Manifest::default(), vec!["iris".to_string()], vec!["sep".to_string(), "ep".to_string()]);
-        let input = ReportInput { manifest: &manifest, tables: &[], figures: &[], datasets: &datasets, methods: &methods, cells: &cells };
+        let planned = Default::default();
+        let input = ReportInput {
+            manifest: &manifest,
+            tables: &[],
+            figures: &[],
+            datasets: &datasets,
+            methods: &methods,
+            cells: &cells,
+            planned: &planned,
+        };
         let view = build(&input);
         // Numeric setting order (4 before 100), then the entry without a grid.
         assert_eq!(view.columns, ["sep [settings.inducing=4]", "sep [settings.inducing=100]", "ep"]);

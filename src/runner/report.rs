@@ -11,6 +11,7 @@ use crate::spec::Spec;
 pub fn report(spec: &Spec, manifest: &Manifest, cells: &[CellRecord], opts: &RunOptions) -> anyhow::Result<()> {
     let _render = Store::new(&opts.results_root, spec.name()).render_lock()?;
     let methods = spec.method_names();
+    let planned = crate::spec::expand::planned_groups(spec).map_err(|e| anyhow::anyhow!("{}: {e}", spec.name()))?;
     let input = ReportInput {
         manifest,
         tables: &spec.raw.tables,
@@ -18,6 +19,7 @@ pub fn report(spec: &Spec, manifest: &Manifest, cells: &[CellRecord], opts: &Run
         datasets: &spec.raw.datasets,
         methods: &methods,
         cells,
+        planned: &planned,
     };
     render_experiment(&input, &opts.reports_root.join(spec.name()))?;
     render_index(&opts.reports_root)?;

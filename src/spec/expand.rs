@@ -1,7 +1,7 @@
 //! Expanding a checked spec into cells: dataset x split x method entry x grid point.
 use super::{HyperSpec, MethodEntry, Spec};
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One unit of work. Its `key` hashes its canonical description (dataset, split protocol and
 /// seed, split, method entry as run on the dataset, source cell, crate version), the numerics
@@ -90,6 +90,21 @@ pub(crate) fn set_path(root: &mut serde_json::Value, path: &str, v: serde_json::
         cur = obj.entry(part.to_string()).or_insert(serde_json::Value::Null);
     }
     Ok(())
+}
+
+/// (data set, method entry, setting) of every cell group the spec expands, computed yet or
+/// not: a report tells a published number this run has not reached yet from one at a setting
+/// (or on a data set) the spec never runs.
+pub fn planned_groups(spec: &Spec) -> Result<BTreeSet<(String, String, String)>, String> {
+    let mut out = BTreeSet::new();
+    for m in &spec.raw.methods {
+        for (setting, _) in grid_points(m)? {
+            for dataset in spec.raw.datasets.iter().filter(|d| m.runs_on(d)) {
+                out.insert((dataset.clone(), m.name.clone(), setting.clone()));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// All cells, ordered by dataset, method entry (spec order), grid point and split.
