@@ -276,6 +276,40 @@ fn every_method_refuses_per_class_kernels_of_the_wrong_count() {
     }
 }
 
+/// `fit` refuses whatever `supports` refuses, with the same message (the trait's `fit` checks
+/// before it trains): over both policies, two and three classes, a shared and a per-class
+/// kernel, every refusal `mcgp check` would give is also the fit's.
+#[test]
+fn every_fit_refuses_what_its_method_does_not_support() {
+    let mut refusals = 0;
+    for &(method, _) in METHODS {
+        for n_classes in [2, 3] {
+            let (x, y) = blobs(4, n_classes, 47);
+            let problem = Problem { x: &x, y: &y, n_classes };
+            for kernel in ["{ lengthscale: 1.0 }", "{ lengthscale: 1.0, per_class: true }"] {
+                let kernels = kernel_set(kernel, n_classes);
+                for hyper in [HyperPolicy::Fixed, HyperPolicy::Learn] {
+                    let m = build(method, &quick_settings(method)).unwrap();
+                    let Err(why) = m.supports(&problem.shape(), &kernels, hyper) else { continue };
+                    let mut rng = Pcg64::seed_from_u64(1);
+                    let mut ctx = FitContext::new(&mut rng, None);
+                    match m.fit(&problem, &kernels, hyper, &mut ctx) {
+                        Err(FitError::Unsupported(e)) => assert_eq!(e, why, "{method}, {n_classes} classes, {kernel}, {hyper:?}"),
+                        other => panic!(
+                            "{method}, {n_classes} classes, {kernel}, {hyper:?}: supports refused ({why}), fit gave {:?}",
+                            other.err()
+                        ),
+                    }
+                    refusals += 1;
+                }
+            }
+        }
+    }
+    // gibbs_mnp and mc_mnp refuse learning, the two-class-only and shared-kernel-only methods
+    // refuse the rest: the test must have met some.
+    assert!(refusals >= 4, "only {refusals} refusals met");
+}
+
 /// `Method::progress` says what a fit does with a budget and a checkpoint schedule (`mcgp
 /// check` refuses them where it says neither): fitted with an iteration budget of one and a
 /// checkpoint at every iteration, each method stops at the budget exactly where it says so and

@@ -22,7 +22,7 @@ impl Problem<'_> {
         ProblemShape { n_classes: self.n_classes, n_features: self.x.ncols(), n_train: self.x.nrows() }
     }
 
-    /// What every method's `fit` needs of its input, checked first by each of them: one label
+    /// What every method's `fit` needs of its input, checked first by `Method::fit`: one label
     /// per row, each a class index below `n_classes`, at least one row. The runner's problems
     /// pass by construction (the loaders check the files); programmatic callers get this error
     /// instead of an index panic deep inside a method.
@@ -134,7 +134,17 @@ pub trait Method: Send + Sync {
         Progress::default()
     }
 
-    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError>;
+    /// Fit on `problem`: first `Problem::check` and this method's own `supports` for the
+    /// problem's shape, kernels and policy, then `train`. Every caller (the runner, selection's
+    /// inner fits, tests) comes through here, so no method trains on input it refuses.
+    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        problem.check(self.name())?;
+        self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
+        self.train(problem, kernels, hyper, ctx)
+    }
+
+    /// The fit itself, on a problem `fit` has checked. Call `fit`, not this.
+    fn train(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError>;
 }
 
 /// See `Method::progress`.

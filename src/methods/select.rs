@@ -202,11 +202,8 @@ impl Method for Select {
         self.points[0].method.progress(shape, hyper)
     }
 
-    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+    fn train(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         let n = problem.y.len();
-        if n < self.folds {
-            return Err(FitError::Unsupported(format!("settings.select.folds: {} folds of {n} training rows", self.folds)));
-        }
         let fold = fold_assignment(n, self.folds, ctx.rng);
         // One seed for the inner fits, each of which gets its own stream from it.
         let seed: u64 = ctx.rng.random();
@@ -527,7 +524,7 @@ mod tests {
         fn name(&self) -> &'static str {
             "nan"
         }
-        fn fit(&self, problem: &Problem, kernels: &KernelSet, _: HyperPolicy, _: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
+        fn train(&self, problem: &Problem, kernels: &KernelSet, _: HyperPolicy, _: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
             Ok(Box::new(NanModel(kernels.clone(), problem.n_classes)))
         }
     }

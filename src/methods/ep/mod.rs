@@ -300,9 +300,7 @@ impl Method for Ep {
         crate::methods::Progress::both(true)
     }
 
-    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
-        problem.check(self.name())?;
-        self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
+    fn train(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         fit::train(self, problem, kernels, hyper, ctx)
     }
 }

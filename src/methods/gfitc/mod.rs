@@ -251,9 +251,7 @@ impl Method for Gfitc {
         crate::methods::Progress::both(hyper == HyperPolicy::Learn || self.params.learn_inducing)
     }
 
-    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
-        problem.check(self.name())?;
-        self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
+    fn train(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         let p = &self.params;
         let (x, y, c) = (problem.x, problem.y, problem.n_classes);
         let n = x.nrows();

@@ -83,8 +83,7 @@ impl Method for GibbsMnp {
         super::shared_sqexp(kernels, "gibbs_mnp").map(|_| ())
     }
 
-    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
-        problem.check(self.name())?;
+    fn train(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         let kernel = super::shared_sqexp(kernels, "gibbs_mnp").map_err(FitError::Unsupported)?;
         Ok(Box::new(self.fit_model(problem, kernel, hyper, ctx)?))
     }

@@ -76,8 +76,7 @@ impl Method for Importance {
         self.klmnl.progress(shape, hyper)
     }
 
-    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
-        problem.check(self.name())?;
+    fn train(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         let kernel = super::shared_sqexp(kernels, self.name()).map_err(FitError::Unsupported)?;
         Ok(Box::new(self.fit_model(problem, kernel, hyper, ctx)?))
     }

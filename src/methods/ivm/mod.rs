@@ -412,9 +412,7 @@ impl Method for Ivm {
         crate::methods::Progress { budget: true, checkpoints: shape.n_classes == 2 }
     }
 
-    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
-        problem.check(self.name())?;
-        self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
+    fn train(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         let n_classes = problem.n_classes;
         let kernel = kernels.class(0);
         let sign = |c: usize| move |&k: &usize| if k == c { 1.0 } else { -1.0 };

@@ -312,9 +312,13 @@ impl Method for IvmMultiway {
         crate::methods::Progress::both(true)
     }
 
-    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
-        problem.check(self.name())?;
-        self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
+    fn train(
+        &self,
+        problem: &Problem,
+        kernels: &KernelSet,
+        _hyper: HyperPolicy,
+        ctx: &mut FitContext,
+    ) -> Result<Box<dyn Fitted>, FitError> {
         let (x, y, c) = (problem.x, problem.y, problem.n_classes);
         let lik = self.likelihood(c);
         let sel = self.select(kernels, x, y, &lik, ctx, |k, mw, ctx| {

@@ -92,8 +92,7 @@ impl Method for Klmnl {
         super::Progress { budget: hyper == HyperPolicy::Learn, checkpoints: false }
     }
 
-    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
-        problem.check(self.name())?;
+    fn train(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         let kernel = super::shared_sqexp(kernels, "klmnl").map_err(FitError::Unsupported)?;
         Ok(Box::new(self.fit_model(problem, kernel, hyper, ctx)?))
     }

@@ -84,8 +84,7 @@ impl Method for KlmnlSparse {
         super::shared_sqexp(kernels, "klmnl_sparse").map(|_| ())
     }
 
-    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
-        problem.check(self.name())?;
+    fn train(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         let kernel = super::shared_sqexp(kernels, "klmnl_sparse").map_err(FitError::Unsupported)?;
         Ok(Box::new(self.fit_model(problem, kernel, hyper, ctx)?))
     }

@@ -153,9 +153,7 @@ impl Method for Laplace {
         crate::methods::Progress::both(hyper == HyperPolicy::Learn)
     }
 
-    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
-        problem.check(self.name())?;
-        self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
+    fn train(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         let kernel = kernels.class(0);
         match self.params.likelihood {
             LaplaceLikelihood::Logit => Ok(Box::new(self.fit_model(problem, kernel, hyper, ctx)?)),

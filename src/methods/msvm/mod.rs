@@ -134,9 +134,13 @@ impl Method for Msvm {
         super::Progress { budget: true, checkpoints: false }
     }
 
-    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
-        problem.check(self.name())?;
-        self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
+    fn train(
+        &self,
+        problem: &Problem,
+        kernels: &KernelSet,
+        _hyper: HyperPolicy,
+        ctx: &mut FitContext,
+    ) -> Result<Box<dyn Fitted>, FitError> {
         let (x, y, q) = (problem.x, problem.y, problem.n_classes);
         let kernel = kernels.class(0);
         let k = kernel.gram(x);

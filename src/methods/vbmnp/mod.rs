@@ -94,9 +94,7 @@ impl Method for Vbmnp {
         super::Progress { budget: true, checkpoints: false }
     }
 
-    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
-        problem.check(self.name())?;
-        self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
+    fn train(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         let kernel = super::shared_sqexp(kernels, "vbmnp").map_err(FitError::Unsupported)?;
         let p = &self.params;
         if p.binary_model == BinaryModel::Probit {

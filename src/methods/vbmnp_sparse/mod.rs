@@ -96,9 +96,13 @@ impl Method for VbmnpSparse {
         super::shared_sqexp(kernels, "vbmnp_sparse").map(|_| ())
     }
 
-    fn fit(&self, problem: &Problem, kernels: &KernelSet, hyper: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
-        problem.check(self.name())?;
-        self.supports(&problem.shape(), kernels, hyper).map_err(FitError::Unsupported)?;
+    fn train(
+        &self,
+        problem: &Problem,
+        kernels: &KernelSet,
+        _hyper: HyperPolicy,
+        ctx: &mut FitContext,
+    ) -> Result<Box<dyn Fitted>, FitError> {
         let kernel = super::shared_sqexp(kernels, "vbmnp_sparse").map_err(FitError::Unsupported)?;
         let (x, y, K) = (problem.x, problem.y, problem.n_classes);
         let phi = phi_from_kernel(kernel);
