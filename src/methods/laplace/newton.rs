@@ -125,6 +125,42 @@ pub(super) fn curvature(K: &Mat<f64>, pi: &[f64], n_classes: usize) -> Result<(V
     Ok((E, M, half_log_det))
 }
 
+/// One full Newton step of the multinomial-logit mode search from a (f = K a): the new a.
+pub(super) fn newton_step(K: &Mat<f64>, y: &[usize], n_classes: usize, a: &[f64], f: &[f64]) -> Result<Vec<f64>, FitError> {
+    let (n, nc) = (K.nrows(), K.nrows() * n_classes);
+    let pi = class_probs(f, n, n_classes);
+    let (E, M, _) = curvature(K, &pi, n_classes)?;
+    // The Newton step in a solves for the change, (I + W K) da = g with g = y - pi - a the
+    // gradient of Psi w.r.t. f: the iterate a + da is GPML's a = (I + W K)^{-1} (W f + y - pi)
+    // (Alg. 3.3 line 10), but the solve's error is relative to the step, not to the new a.
+    // The Woodbury solve below goes through D_c = diag(pi_c) and sum_c E_c, whose difference
+    // makes W: with saturated class probabilities (large signal variances) it loses most
+    // digits, and solving for the whole a there spoilt the direction near the mode, so
+    // Newton ran to `max_newton_iters` at Psi's noise floor (benches/PROFILE.md, session 65).
+    let g: Vec<f64> = (0..nc).map(|k| if y[k % n] == k / n { 1.0 } else { 0.0 } - pi[k] - a[k]).collect();
+    // c = E K g;  da = g - c + E R M^{-T} M^{-1} R^T c.
+    let mut cvec = vec![0.0; nc];
+    let mut rtc = vec![0.0; n];
+    for c in 0..n_classes {
+        let kg = matvec(K.as_ref(), &g[c * n..(c + 1) * n]);
+        let ec = matvec(E[c].as_ref(), &kg);
+        for i in 0..n {
+            cvec[c * n + i] = ec[i];
+            rtc[i] += ec[i];
+        }
+    }
+    let s = M.solve_vec(&rtc);
+    let mut a_new = vec![0.0; nc];
+    for c in 0..n_classes {
+        let es = matvec(E[c].as_ref(), &s);
+        for i in 0..n {
+            let k = c * n + i;
+            a_new[k] = a[k] + g[k] - cvec[k] + es[i];
+        }
+    }
+    Ok(a_new)
+}
+
 /// Newton's method for the posterior mode (GPML Alg. 3.3): `newton_ascent` with the
 /// multinomial-logit step.
 ///
@@ -133,40 +169,7 @@ pub(super) fn curvature(K: &Mat<f64>, pi: &[f64], n_classes: usize) -> Result<(V
 pub(super) fn find_mode(K: &Mat<f64>, y: &[usize], n_classes: usize, params: &LaplaceParams, warm: &[&[f64]]) -> Result<Mode, FitError> {
     let n = K.nrows();
     let nc = n * n_classes;
-    let step = |f: &[f64]| -> Result<Vec<f64>, FitError> {
-        let pi = class_probs(f, n, n_classes);
-        let (E, M, _) = curvature(K, &pi, n_classes)?;
-        // b = W f + y - pi, with (W f)_i = pi_i o f_i - pi_i (pi_i . f_i).
-        let mut b = vec![0.0; nc];
-        for i in 0..n {
-            let pf: f64 = (0..n_classes).map(|c| pi[c * n + i] * f[c * n + i]).sum();
-            for c in 0..n_classes {
-                let k = c * n + i;
-                b[k] = pi[k] * (f[k] - pf) + if y[i] == c { 1.0 } else { 0.0 } - pi[k];
-            }
-        }
-        // c = E K b;  a = b - c + E R M^{-T} M^{-1} R^T c.
-        let mut cvec = vec![0.0; nc];
-        let mut rtc = vec![0.0; n];
-        for c in 0..n_classes {
-            let kb = matvec(K.as_ref(), &b[c * n..(c + 1) * n]);
-            let ec = matvec(E[c].as_ref(), &kb);
-            for i in 0..n {
-                cvec[c * n + i] = ec[i];
-                rtc[i] += ec[i];
-            }
-        }
-        let s = M.solve_vec(&rtc);
-        let mut a_new = vec![0.0; nc];
-        for c in 0..n_classes {
-            let es = matvec(E[c].as_ref(), &s);
-            for i in 0..n {
-                let k = c * n + i;
-                a_new[k] = b[k] - cvec[k] + es[i];
-            }
-        }
-        Ok(a_new)
-    };
+    let step = |a: &[f64], f: &[f64]| newton_step(K, y, n_classes, a, f);
     let ascent = newton_ascent(nc, |a| block_matvec(K, a, n_classes), |a, f| objective(a, f, y, n, n_classes), step, params, warm)?;
     let (f, a, psi) = (ascent.f, ascent.a, ascent.psi);
     let pi = class_probs(&f, n, n_classes);
@@ -198,7 +201,7 @@ pub(super) struct Ascent {
 }
 
 /// Damped Newton ascent on Psi(f) = -1/2 a^T f + log p(y | f), f = K a, shared by both
-/// likelihoods: `step(f)` returns the full Newton step's a (GPML Alg. 3.1 line 7 or 3.3
+/// likelihoods: `step(a, f)` returns the full Newton step's a (GPML Alg. 3.1 line 7 or 3.3
 /// line 10), which is halved towards the current a (f = K a is linear) whenever it would
 /// lower Psi. Starts from the best of f = 0 and f = K a for the candidates a in `warm` (the
 /// first of equals).
@@ -213,7 +216,7 @@ pub(super) fn newton_ascent(
     dim: usize,
     kmul: impl Fn(&[f64]) -> Vec<f64>,
     objective: impl Fn(&[f64], &[f64]) -> f64,
-    mut step: impl FnMut(&[f64]) -> Result<Vec<f64>, FitError>,
+    mut step: impl FnMut(&[f64], &[f64]) -> Result<Vec<f64>, FitError>,
     params: &LaplaceParams,
     warm: &[&[f64]],
 ) -> Result<Ascent, FitError> {
@@ -230,7 +233,7 @@ pub(super) fn newton_ascent(
     let (mut iters, mut converged) = (0, false);
     for _ in 0..params.max_newton_iters {
         iters += 1;
-        let mut a_new = step(&f)?;
+        let mut a_new = step(&a, &f)?;
         let mut f_new = kmul(&a_new);
         let mut psi_new = objective(&a_new, &f_new);
         // NaN (a step into a non-finite region) is never a small change.

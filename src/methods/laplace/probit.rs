@@ -77,7 +77,7 @@ fn factor_b(K: &Mat<f64>, sW: &[f64]) -> Result<Chol, FitError> {
 /// Newton's method for the mode (GPML Alg. 3.1) through the shared damped ascent.
 fn find_mode(K: &Mat<f64>, t: &[f64], params: &LaplaceParams, warm: Option<&[f64]>) -> Result<ProbitMode, FitError> {
     let n = K.nrows();
-    let step = |f: &[f64]| -> Result<Vec<f64>, FitError> {
+    let step = |_a: &[f64], f: &[f64]| -> Result<Vec<f64>, FitError> {
         let (g, W) = grad_and_w(f, t);
         let sW: Vec<f64> = W.iter().map(|w| w.sqrt()).collect();
         let L = factor_b(K, &sW)?;
