@@ -173,7 +173,6 @@ fn fit_and_score(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&
     }
     let policy = cell.entry.hyper.policy();
     let problem = Problem { x: x_train, y: y_train, n_classes: data.n_classes() };
-    method.supports(&problem.shape(), &kernels, policy)?;
 
     let mut rng = Pcg64::seed_from_u64(cell.seed);
     let deadline = spec.raw.timeout_seconds.map(|t| Instant::now() + Duration::from_secs_f64(t));
