@@ -3,7 +3,7 @@
 //! alternating fixed point of q(n_i^c) = Po(gamma_c) and q(lambda_i) = Ga(alpha, C), and the PG
 //! expectations theta_c = gamma_c tanh(b_c/2) / (2 b_c), theta~ = tanh(b_y/2) / (2 b_y).
 use super::PoissonRate;
-use crate::likelihoods::polya_gamma::{log_cosh, pg_mean};
+use crate::likelihoods::polya_gamma::{log_cosh, pg_kl, pg_mean};
 use statrs::function::gamma::{digamma, ln_gamma};
 
 /// Local variational parameters of one point.
@@ -111,12 +111,12 @@ pub(crate) fn bound(m: &[f64], v: &[f64], y: usize, l: &Local) -> f64 {
         total += -g * ln2 - 0.5 * g * m[k] - 0.5 * l.theta[k] * s2;
         // E_{q(lambda)} KL(Po(gamma) || Po(lambda)).
         total -= expected_poisson_kl(g, mean_log_lambda, mean_lambda);
-        // E_{q(n)} KL(PG(n, b) || PG(n, 0)) = gamma log cosh(b/2) - b^2/2 theta.
-        total -= g * log_cosh(0.5 * l.tilt[k]) - 0.5 * l.tilt[k] * l.tilt[k] * l.theta[k];
+        // E_{q(n)} KL(PG(n, b) || PG(n, 0)) = gamma log cosh(b/2) - b^2/2 theta: linear in n,
+        // so the KL at n = gamma (theta = E[PG(gamma, b)], as `update` sets it).
+        total -= pg_kl(g, l.tilt[k]);
     }
     // KL(PG(1, d) || PG(1, 0)) of the observed class's omega~.
-    let d = l.tilt[y];
-    total -= log_cosh(0.5 * d) - 0.5 * d * d * l.theta_tilde;
+    total -= pg_kl(1.0, l.tilt[y]);
     // Entropy of Ga(alpha, beta) (the prior on lambda is the improper flat one).
     total + alpha - beta.ln() + ln_gamma(alpha) + (1.0 - alpha) * psi
 }
