@@ -312,13 +312,7 @@ impl Method for IvmMultiway {
         crate::methods::Progress::both(true)
     }
 
-    fn train(
-        &self,
-        problem: &Problem,
-        kernels: &KernelSet,
-        _hyper: HyperPolicy,
-        ctx: &mut FitContext,
-    ) -> Result<Box<dyn Fitted>, FitError> {
+    fn train(&self, problem: &Problem, kernels: &KernelSet, _: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         let (x, y, c) = (problem.x, problem.y, problem.n_classes);
         let lik = self.likelihood(c);
         let sel = self.select(kernels, x, y, &lik, ctx, |k, mw, ctx| {

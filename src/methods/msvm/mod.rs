@@ -134,13 +134,7 @@ impl Method for Msvm {
         super::Progress { budget: true, checkpoints: false }
     }
 
-    fn train(
-        &self,
-        problem: &Problem,
-        kernels: &KernelSet,
-        _hyper: HyperPolicy,
-        ctx: &mut FitContext,
-    ) -> Result<Box<dyn Fitted>, FitError> {
+    fn train(&self, problem: &Problem, kernels: &KernelSet, _: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         let (x, y, q) = (problem.x, problem.y, problem.n_classes);
         let kernel = kernels.class(0);
         let k = kernel.gram(x);

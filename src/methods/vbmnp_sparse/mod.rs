@@ -96,13 +96,7 @@ impl Method for VbmnpSparse {
         super::shared_sqexp(kernels, "vbmnp_sparse").map(|_| ())
     }
 
-    fn train(
-        &self,
-        problem: &Problem,
-        kernels: &KernelSet,
-        _hyper: HyperPolicy,
-        ctx: &mut FitContext,
-    ) -> Result<Box<dyn Fitted>, FitError> {
+    fn train(&self, problem: &Problem, kernels: &KernelSet, _: HyperPolicy, ctx: &mut FitContext) -> Result<Box<dyn Fitted>, FitError> {
         let kernel = super::shared_sqexp(kernels, "vbmnp_sparse").map_err(FitError::Unsupported)?;
         let (x, y, K) = (problem.x, problem.y, problem.n_classes);
         let phi = phi_from_kernel(kernel);
