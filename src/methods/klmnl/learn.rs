@@ -133,6 +133,7 @@ impl Klmnl {
                 ctx.record(k, &[("log_zh", *v)]);
             }
         }
+        diagnostics.jitter = (fit.stats.max_jitter > 0.0).then_some(fit.stats.max_jitter);
         diagnostics.number("sweeps", fit.stats.sweeps as f64).number("converged", f64::from(u8::from(fit.stats.converged)));
         if fit.stats.stopped_at_floor {
             diagnostics.note("stopped_at_floor", "b - g-bar stalled above b_tol with the bound flat");

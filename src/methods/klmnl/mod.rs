@@ -68,9 +68,7 @@ use steps::*;
 /// are recomputed. `tests/numerics_versions.rs` fails when the output changes without a bump.
 /// 3: the C x C eigendecompositions by nalgebra instead of a cyclic Jacobi, and one S-step
 /// round per datum and sweep instead of up to five (with `SHARED_NUMERICS_VERSION` 2).
-/// 4: the V-space mix is not taken where K needs jitter to factor (its log-determinant from
-/// the jittered factor was off by about -j tr(W)).
-pub const NUMERICS_VERSION: u32 = 4;
+pub const NUMERICS_VERSION: u32 = 3;
 
 /// Version of the pieces of this method that `klmnl_sparse` runs too (the per-datum terms and
 /// their jitter search, the S-sweep, the accept rule, `FitStats`' stopping rule). Bump it with

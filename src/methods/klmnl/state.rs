@@ -45,6 +45,8 @@ pub struct FitStats {
     /// Sweeps in a row whose full V^fx proposal (S re-optimised at it) was rejected.
     pub full_v_rejections: usize,
     pub bound_trace: Vec<f64>,
+    /// Largest diagonal jitter added to factor K for the V mix (0 when none was needed).
+    pub max_jitter: f64,
     /// Sweeps in a row, up to the last, that moved the bound by at most tol.
     pub flat_sweeps: usize,
 }

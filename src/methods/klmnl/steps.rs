@@ -219,11 +219,9 @@ pub(super) fn v_mix_step(
     // The mix works in K's whitened coordinates. Where K is too ill-conditioned for them (a
     // nearly singular K^c), A = I - L_K^T T L_K may not factor: then the mix is not taken, which
     // keeps the state (the bound stays monotone) and leaves the next sweep's steps to move V.
-    // Likewise where K itself needs jitter to factor (duplicated inputs): with L_K L_K^T =
-    // K + jI, log |K^{-1} V^cc| from L_K is off by about -j tr(W), which near convergence is
-    // larger than the accept test's tolerance, so the mix would be taken or refused on an error.
     if lk.is_none() {
-        let Ok(l) = Chol::factor(pr.k.as_ref(), "K") else { return Ok((cur, 0.0)) };
+        let Ok(l) = Chol::factor_with_jitter(pr.k.as_ref(), "K") else { return Ok((cur, 0.0)) };
+        stats.max_jitter = stats.max_jitter.max(l.jitter());
         *lk = Some(l);
     }
     let lkc = lk.as_ref().expect("just set");

@@ -411,36 +411,6 @@ fn v_mix_step_stops_where_the_dense_bound_is_stationary_along_the_mix() {
     assert!((&dense_v(&st.v.t.dense()) - &vm).norm_max() < 1e-10);
 }
 
-/// With a duplicated input K is singular and its Cholesky factor would need jitter: L_K L_K^T =
-/// K + jI puts an error of about -j tr(W) on the mix's log |K^{-1} V^cc|, more than the accept
-/// test's tolerance near convergence. The mix is then not taken and the state stays as it was;
-/// the same start without the duplicate takes an interior step (as in the test above).
-#[test]
-fn v_mix_step_is_not_taken_where_k_needs_jitter() {
-    let (mut x, mut y) = toy(8, 3, 5);
-    let kern = SqExp { log_variance: 1.0, log_lengthscales: vec![0.0], learn_variance: true };
-    let mix_from_start = |x: &Array2<f64>, y: &[usize]| {
-        let pr = Prior::new(kern.gram(x), eye(3), y).unwrap();
-        let mut st = init_state(&pr, &default_w(y.len(), 3, 1.0), 0.5).unwrap();
-        let m = m_of(&pr, &st.b);
-        let mut stats = FitStats::default();
-        s_steps(&pr, &mut st, &m, &mut stats).unwrap();
-        let (cur, _) = bound(&pr, &st, &m).unwrap();
-        let w = current_w(&pr, &st).unwrap();
-        let before = st.v.t.dense();
-        let (val, eta) = v_mix_step(&pr, &mut st, &m, cur, w, &mut None, &mut stats).unwrap();
-        (cur, val, eta, (&st.v.t.dense() - &before).norm_max(), pr.k.clone())
-    };
-    let (cur, val, eta, _, _) = mix_from_start(&x, &y);
-    assert!(eta > 0.01 && val > cur, "without the duplicate the mix moves: eta = {eta}");
-    let row6 = x.row(6).to_owned();
-    x.row_mut(7).assign(&row6);
-    y[7] = y[6];
-    let (cur, val, eta, moved, k) = mix_from_start(&x, &y);
-    assert!(Chol::factor(k.as_ref(), "K").is_err() && Chol::factor_with_jitter(k.as_ref(), "K").unwrap().jitter() > 0.0);
-    assert!(eta == 0.0 && val == cur && moved == 0.0, "eta {eta}, {cur} -> {val}, state moved by {moved}");
-}
-
 #[test]
 fn hyper_gradient_matches_finite_differences_of_the_optimised_bound() {
     let (x, y) = toy(7, 3, 9);
