@@ -788,7 +788,7 @@ fn a_numerics_bump_recomputes_exactly_that_method_and_its_dependants() {
     let (ok, stdout_err, stdout) = mcgp_in(&dir, &["status", spec], &bump);
     assert!(ok, "{stdout_err}");
     assert!(stdout.contains("8 cells: 4 stored, 0 missing, 4 stale"), "{stdout}");
-    assert!(stdout.contains("stale: iris kl split 0: numerics klmnl=3 -> klmnl=3+test-bump"), "{stdout}");
+    assert!(stdout.contains("stale: iris kl split 0: numerics klmnl=4 -> klmnl=4+test-bump"), "{stdout}");
     assert!(stdout.contains("stale: iris lap-from-kl split 1: the spec entry, the split or the source cell changed"), "{stdout}");
     // A fresh clone holds only the committed archive: the same cells are stale there.
     let fresh = dir.join("fresh");
