@@ -54,6 +54,7 @@ pub fn cell_record(dataset: &str, method: &str, split: usize, setting: &str) -> 
         wall_seconds: 0.0,
         cpu_seconds: 0.0,
         commit: None,
+        machine: None,
         numerics: None,
         data_hash: None,
         timed_out: false,

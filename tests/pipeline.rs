@@ -107,6 +107,10 @@ fn quickstart_is_bit_identical_on_one_and_two_threads() {
     let b = cells_without_timing(&two.join("results/quickstart"));
     assert_eq!(a.len(), 60);
     assert_same_cells(&a, &b);
+    // Every cell and the manifest name the machine they ran on (the report reads times by it).
+    let machine = manifest(&one.join("results/quickstart"))["machine"].as_str().map(str::to_string);
+    assert!(machine.as_deref().is_some_and(|m| m.ends_with(" CPU") || m.ends_with(" CPUs")), "{machine:?}");
+    assert!(a.values().chain(b.values()).all(|c| c["machine"].as_str() == machine.as_deref()), "a cell without the run's machine");
 }
 
 /// `one_cell_at_a_time` only changes the order cells run in: the same cells, bit for bit, with

@@ -39,6 +39,7 @@ fn cell(dataset: &str, split: usize, method: &str, setting: &str) -> CellRecord 
         wall_seconds: 1.0,
         cpu_seconds: 1.0,
         commit: None,
+        machine: None,
         numerics: None,
         data_hash: None,
         timed_out: false,
@@ -253,6 +254,7 @@ fn manifest() -> Manifest {
         crate_version: "0.1.0".into(),
         rustc: "rustc 1.95.0".into(),
         host: "testhost".into(),
+        machine: "Test CPU (TestVendor family 1 model 2, AVX2), 2 CPUs".into(),
         threads: 2,
         started: "2025-01-01T00:00:00Z".into(),
         finished: "2025-01-01T00:05:00Z".into(),
@@ -1005,4 +1007,35 @@ fn provenance_names_the_commits_the_cells_were_computed_at() {
     let expected = format!("aaaaaaa ({} cells), bbbbbbb (1 cell), not recorded (1 cell)", n - 2);
     let at = html.find("Cells computed at").map(|i| &html[i..(i + 300).min(html.len())]);
     assert!(at.is_some_and(|a| a.contains(&expected)), "expected {expected:?} in the provenance, got {at:?}");
+}
+
+#[test]
+fn provenance_names_the_machines_the_cells_ran_on() {
+    // Times are the machine's: a resumed run, shards and reuse mix cells from several, and
+    // records before the field existed have none. Each machine is listed with its cell count.
+    let mut cells = synthetic_cells();
+    let n = cells.len();
+    assert!(n >= 4);
+    for (i, c) in cells.iter_mut().enumerate() {
+        c.machine = match i {
+            0 | 1 => None,
+            2 => Some("CPU B (family 25 model 1, AVX2), 2 CPUs".into()),
+            _ => Some("CPU A (family 25 model 17, AVX-512), 2 CPUs".into()),
+        };
+    }
+    let reports = tempfile::tempdir().unwrap();
+    let out = reports.path().join("synthetic");
+    render_synthetic(&cells, &out);
+    let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+    let expected = format!(
+        "CPU A (family 25 model 17, AVX-512), 2 CPUs ({} cells), not recorded (2 cells), CPU B (family 25 model 1, AVX2), 2 CPUs (1 cell)",
+        n - 3
+    );
+    let at = html.find("<th>Cells computed on</th>").map(|i| &html[i..(i + 400).min(html.len())]);
+    assert!(at.is_some_and(|a| a.contains(&expected)), "expected {expected:?} in the provenance, got {at:?}");
+    // The run's own machine goes with its host.
+    assert!(
+        html.contains("testhost (2 threads; Test CPU (TestVendor family 1 model 2, AVX2), 2 CPUs)"),
+        "the host row names the run's machine"
+    );
 }

@@ -294,14 +294,24 @@ fn score_view(matched: usize, compared: usize) -> ScoreView {
 /// manifest's commit is the last unsharded run's, while shards and reuse bring cells computed by
 /// other code (with the same numerics, or their keys would differ).
 fn cell_commits(cells: &[CellRecord]) -> String {
+    counted(cells.iter().map(|c| c.commit.as_deref().map(|h| h.chars().take(7).collect())))
+}
+
+/// The machines the cells were computed on, most cells first: their times are those machines'
+/// (a resumed run, shards and reuse mix them).
+fn cell_machines(cells: &[CellRecord]) -> String {
+    counted(cells.iter().map(|c| c.machine.clone()))
+}
+
+/// Each distinct value with its count, most first, then by value; None as "not recorded".
+fn counted(values: impl Iterator<Item = Option<String>>) -> String {
     let mut counts: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
-    for c in cells {
-        let commit = c.commit.as_deref().map_or("not recorded".to_string(), |h| h.chars().take(7).collect());
-        *counts.entry(commit).or_default() += 1;
+    for v in values {
+        *counts.entry(v.unwrap_or_else(|| "not recorded".to_string())).or_default() += 1;
     }
     let mut counts: Vec<(String, usize)> = counts.into_iter().collect();
     counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    counts.iter().map(|(commit, n)| format!("{commit} ({n} cell{})", if *n == 1 { "" } else { "s" })).collect::<Vec<_>>().join(", ")
+    counts.iter().map(|(value, n)| format!("{value} ({n} cell{})", if *n == 1 { "" } else { "s" })).collect::<Vec<_>>().join(", ")
 }
 
 fn provenance(m: &Manifest, records: &[CellRecord]) -> Vec<KeyValue> {
@@ -316,6 +326,7 @@ fn provenance(m: &Manifest, records: &[CellRecord]) -> Vec<KeyValue> {
     [
         ("Git commit (this report's run)", commit),
         ("Cells computed at", cell_commits(records)),
+        ("Cells computed on", cell_machines(records)),
         ("Spec", format!("{} (blake3 {})", m.spec_path, m.spec_hash)),
         ("mcgp version", m.crate_version.clone()),
         ("rustc", m.rustc.clone()),
@@ -326,7 +337,8 @@ fn provenance(m: &Manifest, records: &[CellRecord]) -> Vec<KeyValue> {
             if m.threads == 0 {
                 format!("{} (report rendered from stored cells, no run)", m.host)
             } else {
-                format!("{} ({} threads)", m.host, m.threads)
+                let machine = if m.machine.is_empty() { String::new() } else { format!("; {}", m.machine) };
+                format!("{} ({} threads{machine})", m.host, m.threads)
             },
         ),
         ("Started", m.started.clone()),

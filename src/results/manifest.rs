@@ -16,6 +16,10 @@ pub struct Manifest {
     pub crate_version: String,
     pub rustc: String,
     pub host: String,
+    /// The machine of the run (`provenance::machine`); empty where no run is described (a
+    /// manifest `mcgp report` wrote) and in manifests before 2026-12-03.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub machine: String,
     pub threads: usize,
     /// RFC 3339 UTC.
     pub started: String,

@@ -84,6 +84,10 @@ pub struct CellRecord {
     /// The git commit of the code that computed it (`+dirty` with uncommitted changes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
+    /// The machine that computed it (`provenance::machine`: CPU, family and model, vector
+    /// instructions, CPUs), to read its times by; None in records before 2026-12-03.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
     /// The method's numerics version and the data's content hash, as in the key (to tell why a
     /// stored cell is stale).
     #[serde(default, skip_serializing_if = "Option::is_none")]

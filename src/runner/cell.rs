@@ -58,6 +58,7 @@ pub fn run_cell(spec: &Spec, cell: &Cell, prepared: &Prepared, source: Option<&C
         wall_seconds: 0.0,
         cpu_seconds: 0.0,
         commit: commit.map(str::to_string),
+        machine: Some(super::provenance::machine().to_string()),
         numerics: Some(cell.numerics.clone()),
         data_hash: Some(cell.data_hash.clone()),
         timed_out: false,

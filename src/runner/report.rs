@@ -106,6 +106,7 @@ pub fn report_only(spec: &Spec, registry: &Registry, opts: &RunOptions, wait: bo
                 fresh.crate_version = m.crate_version;
                 fresh.rustc = m.rustc;
                 fresh.host = m.host;
+                fresh.machine = m.machine;
                 fresh.started = m.started;
                 fresh.finished = m.finished;
                 fresh.wall_seconds = m.wall_seconds;
@@ -188,6 +189,8 @@ pub(super) fn manifest(
         crate_version: crate::VERSION.to_string(),
         rustc: provenance::RUSTC.to_string(),
         host: gethostname::gethostname().to_string_lossy().into_owned(),
+        // A manifest of no run (threads 0, `mcgp report`) names no machine: its cells name theirs.
+        machine: if threads == 0 { String::new() } else { provenance::machine().to_string() },
         threads,
         started,
         finished: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
