@@ -22,6 +22,8 @@ use rand::SeedableRng;
 use std::time::Instant;
 
 fn main() {
+    // Times are the machine's: name it, as every stored cell does.
+    println!("machine: {}", mcgp::runner::machine());
     let registry = Registry::load(&default_data_dir()).expect("data registry");
     let data = registry.load_dataset("glass").expect("glass");
     // The first 128 rows of a fixed permutation (60% of 214), standardised.

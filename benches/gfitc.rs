@@ -18,6 +18,8 @@ use rand::SeedableRng;
 use rand_pcg::Pcg64;
 
 fn main() {
+    // Times are the machine's: name it, as every stored cell does.
+    println!("machine: {}", mcgp::runner::machine());
     faer::set_global_parallelism(faer::Par::Seq);
     let registry = Registry::load(&default_data_dir()).expect("registry");
     let data = registry.load_dataset("satimage").expect("satimage");

@@ -16,6 +16,8 @@ use rand::SeedableRng;
 use std::time::Instant;
 
 fn main() {
+    // Times are the machine's: name it, as every stored cell does.
+    println!("machine: {}", mcgp::runner::machine());
     faer::set_global_parallelism(faer::Par::Seq);
     let registry = Registry::load(&default_data_dir()).expect("registry");
     let glass = registry.load_dataset("glass").expect("glass");

@@ -12,6 +12,8 @@ use rand::SeedableRng;
 use std::time::Instant;
 
 fn main() {
+    // Times are the machine's: name it, as every stored cell does.
+    println!("machine: {}", mcgp::runner::machine());
     faer::set_global_parallelism(faer::Par::Seq);
     let c: String = std::env::args().skip(1).find(|a| !a.starts_with('-')).unwrap_or_else(|| "2".into());
     let registry = Registry::load(&default_data_dir()).expect("registry");

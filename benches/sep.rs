@@ -21,6 +21,8 @@ use rand::{RngExt, SeedableRng};
 use rand_pcg::Pcg64;
 
 fn main() {
+    // Times are the machine's: name it, as every stored cell does.
+    println!("machine: {}", mcgp::runner::machine());
     faer::set_global_parallelism(faer::Par::Seq);
     let (n, d, c, m) = (4000, 784, 10, 200);
     let mut rng = Pcg64::seed_from_u64(1);

@@ -68,6 +68,8 @@ struct Case<'a> {
 }
 
 pub fn run(bench: &DenseBench) {
+    // Times are the machine's: name it, as every stored cell does.
+    println!("machine: {}", mcgp::runner::machine());
     faer::set_global_parallelism(faer::Par::Seq);
     let registry = Registry::load(&default_data_dir()).expect("registry");
     // The default settings; MCGP_BENCH_SETTINGS (JSON) overrides them for experiments.

@@ -13,6 +13,7 @@ pub mod shard;
 mod status;
 
 pub use cell::{is_labels_only, run_cell, PROBABILITY_METRICS};
+pub use provenance::machine;
 use report::{cell_ids, manifest, reused_count, CellCounts, CodeVersion};
 pub use report::{report, report_only};
 use scheduler::{progress_bar, ProgressLog, Scheduler};
