@@ -986,53 +986,55 @@ fn a_labels_only_method_shows_no_probabilities_in_a_likelihood_row() {
     assert!(!html.contains("no result"), "no cell of this table is missing a result");
 }
 
-#[test]
-fn provenance_names_the_commits_the_cells_were_computed_at() {
-    // The manifest's commit is the last unsharded run's; cells reused or computed by shards
-    // carry their own. The report lists each commit with its cell count, most cells first.
+/// The synthetic report's provenance row `key` (its header and value) and the whole page, for
+/// cells edited by `edit` (given each cell's index).
+fn provenance_row(key: &str, edit: impl Fn(usize, &mut CellRecord)) -> (String, String) {
     let mut cells = synthetic_cells();
-    let n = cells.len();
-    assert!(n >= 4);
+    assert!(cells.len() >= 4);
     for (i, c) in cells.iter_mut().enumerate() {
-        c.commit = match i {
-            0 => Some("bbbbbbb22222222".into()),
-            1 => None,
-            _ => Some("aaaaaaa11111111".into()),
-        };
+        edit(i, c);
     }
     let reports = tempfile::tempdir().unwrap();
     let out = reports.path().join("synthetic");
     render_synthetic(&cells, &out);
     let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+    let row = html.find(&format!("<th>{key}</th>")).map(|i| html[i..].split("</tr>").next().unwrap().to_string()).unwrap_or_default();
+    (row, html)
+}
+
+#[test]
+fn provenance_names_the_commits_the_cells_were_computed_at() {
+    // The manifest's commit is the last unsharded run's; cells reused or computed by shards
+    // carry their own. The report lists each commit with its cell count, most cells first.
+    let n = synthetic_cells().len();
+    let (row, _) = provenance_row("Cells computed at", |i, c| {
+        c.commit = match i {
+            0 => Some("bbbbbbb22222222".into()),
+            1 => None,
+            _ => Some("aaaaaaa11111111".into()),
+        }
+    });
     let expected = format!("aaaaaaa ({} cells), bbbbbbb (1 cell), not recorded (1 cell)", n - 2);
-    let at = html.find("Cells computed at").map(|i| &html[i..(i + 300).min(html.len())]);
-    assert!(at.is_some_and(|a| a.contains(&expected)), "expected {expected:?} in the provenance, got {at:?}");
+    assert!(row.contains(&expected), "expected {expected:?} in the provenance, got {row:?}");
 }
 
 #[test]
 fn provenance_names_the_machines_the_cells_ran_on() {
     // Times are the machine's: a resumed run, shards and reuse mix cells from several, and
     // records before the field existed have none. Each machine is listed with its cell count.
-    let mut cells = synthetic_cells();
-    let n = cells.len();
-    assert!(n >= 4);
-    for (i, c) in cells.iter_mut().enumerate() {
+    let n = synthetic_cells().len();
+    let (row, html) = provenance_row("Cells computed on", |i, c| {
         c.machine = match i {
             0 | 1 => None,
             2 => Some("CPU B (family 25 model 1, AVX2), 2 CPUs".into()),
             _ => Some("CPU A (family 25 model 17, AVX-512), 2 CPUs".into()),
-        };
-    }
-    let reports = tempfile::tempdir().unwrap();
-    let out = reports.path().join("synthetic");
-    render_synthetic(&cells, &out);
-    let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+        }
+    });
     let expected = format!(
         "CPU A (family 25 model 17, AVX-512), 2 CPUs ({} cells), not recorded (2 cells), CPU B (family 25 model 1, AVX2), 2 CPUs (1 cell)",
         n - 3
     );
-    let at = html.find("<th>Cells computed on</th>").map(|i| &html[i..(i + 400).min(html.len())]);
-    assert!(at.is_some_and(|a| a.contains(&expected)), "expected {expected:?} in the provenance, got {at:?}");
+    assert!(row.contains(&expected), "expected {expected:?} in the provenance, got {row:?}");
     // The run's own machine goes with its host.
     assert!(
         html.contains("testhost (2 threads; Test CPU (TestVendor family 1 model 2, AVX2), 2 CPUs)"),
