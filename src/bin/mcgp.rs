@@ -228,7 +228,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             opts.shard = shard;
             opts.shard_plan = shard_plan;
             if let Some(shard) = shard {
-                eprintln!("running {} ({}), shard {shard}", spec.name(), spec.file);
+                eprintln!("running {} ({}), shard {shard}, on {}", spec.name(), spec.file, runner::machine());
                 let summary = runner::run(&spec, &registry, &opts)?;
                 let m = &summary.manifest;
                 eprintln!(
@@ -237,7 +237,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 );
                 return Ok(if summary.failed() > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS });
             }
-            eprintln!("running {} ({})", spec.name(), spec.file);
+            eprintln!("running {} ({}) on {}", spec.name(), spec.file, runner::machine());
             let summary = runner::run(&spec, &registry, &opts)?;
             let m = &summary.manifest;
             eprintln!(
