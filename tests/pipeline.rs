@@ -794,6 +794,21 @@ fn a_numerics_bump_recomputes_exactly_that_method_and_its_dependants() {
     assert!(stdout.contains("8 cells: 4 stored, 0 missing, 4 stale"), "{stdout}");
     assert!(stdout.contains("stale: iris kl split 0: numerics klmnl=4 -> klmnl=4+test-bump"), "{stdout}");
     assert!(stdout.contains("stale: iris lap-from-kl split 1: the spec entry, the split or the source cell changed"), "{stdout}");
+    // What their rerun costs: the CPU seconds of the stale records, summed (printed to 0.1 s).
+    let stale_cpu: f64 = std::fs::read_dir(dir.join("results/mixed/cells"))
+        .unwrap()
+        .flatten()
+        .map(|e| serde_json::from_slice::<Value>(&std::fs::read(e.path()).unwrap()).unwrap())
+        .filter(|c| ["kl", "lap-from-kl"].contains(&c["method"].as_str().unwrap()))
+        .map(|c| c["cpu_seconds"].as_f64().unwrap())
+        .sum();
+    let printed: f64 = stdout
+        .split("4 stale (their stored records took ")
+        .nth(1)
+        .and_then(|t| t.split(" CPU s").next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no stale CPU in {stdout}"));
+    assert!(stale_cpu > 0.0 && (printed - stale_cpu).abs() <= 0.051, "printed {printed}, the stale records took {stale_cpu}");
     // A fresh clone holds only the committed archive: the same cells are stale there.
     let fresh = dir.join("fresh");
     std::fs::create_dir_all(fresh.join("results/mixed")).unwrap();

@@ -273,12 +273,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let status = runner::status(&spec, &registry, &opts)?;
             writeln!(
                 std::io::stdout(),
-                "{}: {} cells: {} stored, {} missing, {} stale{}",
+                "{}: {} cells: {} stored, {} missing, {} stale{}{}",
                 spec.file,
                 status.total,
                 status.current,
                 status.missing,
                 status.stale.len(),
+                if status.stale.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (their stored records took {:.1} CPU s, on the machines the records name)", status.stale_cpu_seconds)
+                },
                 if status.reusable > 0 {
                     format!(" ({} of the cells not stored here are stored by other experiments; a run reuses them)", status.reusable)
                 } else {
@@ -291,23 +296,25 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let width = status.by_entry.iter().map(|e| e.entry.len() + e.dataset.len() + 1).max().unwrap_or(0).max(13);
             writeln!(
                 std::io::stdout(),
-                "  {:<width$} {:>8} {:>6} {:>7} {:>5} {:>8}",
+                "  {:<width$} {:>8} {:>6} {:>7} {:>5} {:>11} {:>8}",
                 "entry/dataset",
                 "computed",
                 "failed",
                 "missing",
                 "stale",
+                "stale CPU s",
                 "reusable"
             )?;
             for e in &status.by_entry {
                 writeln!(
                     std::io::stdout(),
-                    "  {:<width$} {:>8} {:>6} {:>7} {:>5} {:>8}",
+                    "  {:<width$} {:>8} {:>6} {:>7} {:>5} {:>11.1} {:>8}",
                     format!("{}/{}", e.entry, e.dataset),
                     e.ok,
                     e.failed,
                     e.missing,
                     e.stale,
+                    e.stale_cpu_seconds,
                     e.reusable
                 )?;
             }

@@ -19,6 +19,9 @@ pub struct StatusReport {
     pub reusable: usize,
     /// Cells with a record only under an older key: "dataset entry [setting] split k: why".
     pub stale: Vec<String>,
+    /// The CPU seconds the stale cells' stored records took: about what recomputing them costs
+    /// on the machines that computed them (a numerics bump's rerun, planned before it starts).
+    pub stale_cpu_seconds: f64,
     /// Counts per method entry and dataset, in the spec's order.
     pub by_entry: Vec<EntryStatus>,
 }
@@ -37,6 +40,8 @@ pub struct EntryStatus {
     pub missing: usize,
     /// Of the missing, stored under an older key.
     pub stale: usize,
+    /// The CPU seconds those stale records took.
+    pub stale_cpu_seconds: f64,
     /// Of the missing, stored by another experiment under the same key.
     pub reusable: usize,
 }
@@ -66,8 +71,15 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
         }
     }
     let others = store.others()?;
-    let mut report =
-        StatusReport { total: prepared.cells.len(), current: 0, missing: 0, reusable: 0, stale: Vec::new(), by_entry: Vec::new() };
+    let mut report = StatusReport {
+        total: prepared.cells.len(),
+        current: 0,
+        missing: 0,
+        reusable: 0,
+        stale: Vec::new(),
+        stale_cpu_seconds: 0.0,
+        by_entry: Vec::new(),
+    };
     let mut by_entry: BTreeMap<(&str, &str), EntryStatus> = BTreeMap::new();
     for cell in &prepared.cells {
         let counts = by_entry.entry((cell.entry.name.as_str(), cell.dataset.as_str())).or_insert_with(|| EntryStatus {
@@ -97,6 +109,8 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
             continue;
         };
         counts.stale += 1;
+        counts.stale_cpu_seconds += rec.cpu_seconds;
+        report.stale_cpu_seconds += rec.cpu_seconds;
         let why = match (&rec.numerics, &rec.data_hash) {
             (None, _) | (_, None) => "stored before code and data versions were recorded".to_string(),
             (Some(n), _) if n != &cell.numerics => format!("numerics {n} -> {}", cell.numerics),
