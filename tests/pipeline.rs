@@ -816,6 +816,21 @@ fn a_numerics_bump_recomputes_exactly_that_method_and_its_dependants() {
     let (ok, stdout_err, stdout) = mcgp_in(&fresh, &["status", spec], &bump);
     assert!(ok, "{stdout_err}");
     assert!(stdout.contains("8 cells: 4 stored, 0 missing, 4 stale"), "archive only: {stdout}");
+    // There a laplace bump also has kl computed again first (lap-from-kl needs its handoff
+    // vectors, which the archive leaves out), as the run then does; the checkout's cell files
+    // keep the vectors, so there nothing is computed again.
+    let bump_laplace = [("MCGP_TEST_BUMP_NUMERICS", "laplace")];
+    let (ok, stdout_err, stdout) = mcgp_in(&fresh, &["status", spec], &bump_laplace);
+    assert!(ok, "{stdout_err}");
+    assert!(stdout.contains("8 cells: 4 stored, 0 missing, 4 stale"), "{stdout}");
+    assert!(stdout.contains("and 2 stored cells a run computes again first"), "{stdout}");
+    let (ok, _, stdout) = mcgp_in(&dir, &["status", spec], &bump_laplace);
+    assert!(ok && stdout.contains("4 stale") && !stdout.contains("computes again"), "{stdout}");
+    let fresh_run = dir.join("fresh-run");
+    std::fs::create_dir_all(fresh_run.join("results/mixed")).unwrap();
+    std::fs::copy(dir.join("results/mixed/cells.jsonl.zst"), fresh_run.join("results/mixed/cells.jsonl.zst")).unwrap();
+    let (ok, stderr, _) = mcgp_in(&fresh_run, &["run", spec], &bump_laplace);
+    assert!(ok && computed_count(&stderr) == 6, "the 4 stale cells and kl's 2: {stderr}");
     let (ok, stderr, _) = mcgp_in(&dir, &["run", spec], &bump);
     assert!(ok, "{stderr}");
     assert_eq!(computed_count(&stderr), 4, "{stderr}");

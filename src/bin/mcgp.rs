@@ -290,6 +290,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     String::new()
                 }
             )?;
+            if status.sources_again > 0 {
+                writeln!(
+                    std::io::stdout(),
+                    "  and {} stored cells a run computes again first (archived without the handoff vectors their missing or stale dependants need; their records took {:.1} CPU s)",
+                    status.sources_again,
+                    status.sources_again_cpu_seconds
+                )?;
+            }
             for s in &status.stale {
                 writeln!(std::io::stdout(), "  stale: {s}")?;
             }

@@ -22,6 +22,11 @@ pub struct StatusReport {
     /// The CPU seconds the stale cells' stored records took: about what recomputing them costs
     /// on the machines that computed them (a numerics bump's rerun, planned before it starts).
     pub stale_cpu_seconds: f64,
+    /// Stored cells that a run computes again before their missing or stale dependants: the
+    /// archive leaves out the handoff vectors those need (a fresh clone has only the archive).
+    pub sources_again: usize,
+    /// The CPU seconds those sources' records took.
+    pub sources_again_cpu_seconds: f64,
     /// Counts per method entry and dataset, in the spec's order.
     pub by_entry: Vec<EntryStatus>,
 }
@@ -78,8 +83,13 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
         reusable: 0,
         stale: Vec::new(),
         stale_cpu_seconds: 0.0,
+        sources_again: 0,
+        sources_again_cpu_seconds: 0.0,
         by_entry: Vec::new(),
     };
+    // Stored cells without their handoff vectors (archived only), with the CPU they took.
+    let mut without_vectors: BTreeMap<&str, f64> = BTreeMap::new();
+    let mut to_compute: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
     let mut by_entry: BTreeMap<(&str, &str), EntryStatus> = BTreeMap::new();
     for cell in &prepared.cells {
         let counts = by_entry.entry((cell.entry.name.as_str(), cell.dataset.as_str())).or_insert_with(|| EntryStatus {
@@ -92,6 +102,9 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
         let stored =
             if current.contains(&cell.key) { store.read_usable_cell(&cell.key)? } else { store.read_cell(&cell.key).ok().flatten() };
         if let Some(rec) = stored {
+            if rec.handoff.vectors_dropped {
+                without_vectors.insert(cell.key.as_str(), rec.cpu_seconds);
+            }
             report.current += 1;
             match rec.status {
                 Status::Ok => counts.ok += 1,
@@ -100,6 +113,7 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
             continue;
         }
         counts.missing += 1;
+        to_compute.insert(cell.key.as_str());
         if super::stored_elsewhere(&others, cell)?.is_some() {
             counts.reusable += 1;
             report.reusable += 1;
@@ -119,6 +133,26 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
         };
         let setting = if cell.setting.is_empty() { String::new() } else { format!(" [{}]", cell.setting) };
         report.stale.push(format!("{} {}{setting} split {}: {why}", cell.dataset, cell.entry.name, cell.split));
+    }
+    // As a run decides (`runner::run`): a source of a cell to compute that is stored without
+    // its vectors is computed again, which may in turn need its own source's; to a fixed point.
+    loop {
+        let again: Vec<&str> = prepared
+            .cells
+            .iter()
+            .filter(|c| to_compute.contains(c.key.as_str()))
+            .filter_map(|c| c.depends_on.as_deref())
+            .filter(|d| without_vectors.contains_key(d) && !to_compute.contains(d))
+            .collect();
+        if again.is_empty() {
+            break;
+        }
+        for d in again {
+            if to_compute.insert(d) {
+                report.sources_again += 1;
+                report.sources_again_cpu_seconds += without_vectors[d];
+            }
+        }
     }
     // In the spec's order: datasets, then method entries.
     for dataset in &spec.raw.datasets {
