@@ -428,8 +428,8 @@ methods:
         "{stdout}"
     );
     let row = |entry: &str| stdout.lines().find(|l| l.trim_start().starts_with(entry)).unwrap_or_else(|| panic!("{stdout}")).to_string();
-    assert_eq!(row("learned/iris").split_whitespace().collect::<Vec<_>>(), ["learned/iris", "0", "0", "3", "0", "3"]);
-    assert_eq!(row("other/iris").split_whitespace().collect::<Vec<_>>(), ["other/iris", "0", "0", "3", "0", "0"]);
+    assert_eq!(row("learned/iris").split_whitespace().collect::<Vec<_>>(), ["learned/iris", "0", "0", "3", "0", "0.0", "3"]);
+    assert_eq!(row("other/iris").split_whitespace().collect::<Vec<_>>(), ["other/iris", "0", "0", "3", "0", "0.0", "0"]);
     let out = run(&dir, &second, &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let m = manifest(&dir.join("results/second"));

@@ -81,7 +81,10 @@ fn shards_one_after_another_then_a_report_give_the_tables_of_a_plain_run() {
     let (code, stdout_err, stdout) = mcgp_at(&sharded, &["status", spec]);
     assert_eq!(code, Some(0), "{stdout_err}");
     assert!(stdout.contains("16 cells: 16 stored, 0 missing, 0 stale"), "{stdout}");
-    assert!(stdout.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["mc-mnl-kl/wine", "1", "0", "0", "0", "0"]), "{stdout}");
+    assert!(
+        stdout.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["mc-mnl-kl/wine", "1", "0", "0", "0", "0.0", "0"]),
+        "{stdout}"
+    );
 
     let (code, stderr, _) = mcgp_at(&sharded, &["report", spec]);
     assert_eq!(code, Some(0), "{stderr}");
