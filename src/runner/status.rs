@@ -113,10 +113,12 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
             continue;
         }
         counts.missing += 1;
-        to_compute.insert(cell.key.as_str());
         if super::stored_elsewhere(&others, cell)?.is_some() {
             counts.reusable += 1;
             report.reusable += 1;
+        } else {
+            // Computed by a run (a reusable one is taken as stored, and needs no source).
+            to_compute.insert(cell.key.as_str());
         }
         let Some(rec) = older.get(&(cell.dataset.clone(), cell.entry.name.clone(), cell.setting.clone(), cell.split)) else {
             report.missing += 1;
