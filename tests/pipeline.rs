@@ -1442,3 +1442,32 @@ fn the_summary_line_counts_the_cpu_of_this_run_only() {
     let line = first.lines().find(|l| l.contains(" computed, ")).unwrap_or_else(|| panic!("{first}"));
     assert!(line.starts_with("12 cells: 12 computed") && !line.contains(" 0.0 s CPU computing"), "{line}");
 }
+
+/// `mcgp status` on several specs sums what recomputing their stale cells costs, a cell they
+/// share (the same key in both experiments' stores) counted once.
+#[test]
+fn status_of_several_specs_counts_a_shared_stale_cell_once() {
+    let dir = workdir("status-several");
+    let text = "name: NAME\nseed: 3\ndatasets: [iris]\nsplits: { protocol: random, train_fraction: 0.6, repeats: 2 }\nmethods:\n\
+                \x20 - { name: kl, method: klmnl, kernel: { lengthscale: 2.0 } }\n";
+    let (a, b) = (dir.join("a.yaml"), dir.join("b.yaml"));
+    std::fs::write(&a, text.replace("NAME", "first")).unwrap();
+    std::fs::write(&b, text.replace("NAME", "second")).unwrap();
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    for spec in [a, b] {
+        let (ok, stderr, _) = mcgp_in(&dir, &["run", spec], &[]);
+        assert!(ok, "{stderr}");
+    }
+    let (ok, stderr, stdout) = mcgp_in(&dir, &["status", a, b], &[("MCGP_TEST_BUMP_NUMERICS", "klmnl")]);
+    assert!(ok, "{stderr}");
+    let number_after = |text: &str, lead: &str| -> Vec<f64> {
+        text.split(lead).skip(1).filter_map(|t| t.split(" CPU s").next().and_then(|n| n.parse().ok())).collect()
+    };
+    let per_spec = number_after(&stdout, "2 stale (their stored records took ");
+    let total = number_after(
+        &stdout,
+        "2 specs: 2 distinct cells to compute again (stale, or sources archived without their handoff vectors), whose stored records took ",
+    );
+    assert!(per_spec.len() == 2 && per_spec[0] > 0.0 && per_spec[0] == per_spec[1], "{stdout}");
+    assert!(total.len() == 1 && (total[0] - per_spec[0]).abs() <= 0.051, "the shared cells once: {stdout}");
+}

@@ -100,9 +100,12 @@ enum Command {
         #[command(flatten)]
         paths: Paths,
     },
-    /// Which of a spec's cells are stored, missing, or stored for older code or data (stale).
+    /// Which of a spec's cells are stored, missing, or stored for older code or data (stale);
+    /// with several specs, also what recomputing their stale cells costs in all (a cell they
+    /// share counted once).
     Status {
-        spec: PathBuf,
+        #[arg(required = true, num_args = 1..)]
+        specs: Vec<PathBuf>,
         #[command(flatten)]
         paths: Paths,
     },
@@ -266,64 +269,25 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Status { spec, paths } => {
+        Command::Status { specs, paths } => {
             let registry = registry(&paths)?;
-            let spec = load_spec(Some(&spec), &registry)?;
-            let opts = options(&paths, &registry, None, false, false, false);
-            let status = runner::status(&spec, &registry, &opts)?;
-            writeln!(
-                std::io::stdout(),
-                "{}: {} cells: {} stored, {} missing, {} stale{}{}",
-                spec.file,
-                status.total,
-                status.current,
-                status.missing,
-                status.stale.len(),
-                if status.stale.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (their stored records took {:.1} CPU s, on the machines the records name)", status.stale_cpu_seconds)
-                },
-                if status.reusable > 0 {
-                    format!(" ({} of the cells not stored here are stored by other experiments; a run reuses them)", status.reusable)
-                } else {
-                    String::new()
+            let mut again: std::collections::BTreeMap<String, f64> = std::collections::BTreeMap::new();
+            for spec in &specs {
+                let spec = load_spec(Some(spec), &registry)?;
+                let opts = options(&paths, &registry, None, false, false, false);
+                let status = runner::status(&spec, &registry, &opts)?;
+                print_status(&spec.file, &status)?;
+                for (key, cpu) in &status.again {
+                    again.entry(key.clone()).or_insert(*cpu);
                 }
-            )?;
-            if status.sources_again > 0 {
+            }
+            if specs.len() > 1 {
                 writeln!(
                     std::io::stdout(),
-                    "  and {} stored cells a run computes again first (archived without the handoff vectors their missing or stale dependants need; their records took {:.1} CPU s)",
-                    status.sources_again,
-                    status.sources_again_cpu_seconds
-                )?;
-            }
-            for s in &status.stale {
-                writeln!(std::io::stdout(), "  stale: {s}")?;
-            }
-            let width = status.by_entry.iter().map(|e| e.entry.len() + e.dataset.len() + 1).max().unwrap_or(0).max(13);
-            writeln!(
-                std::io::stdout(),
-                "  {:<width$} {:>8} {:>6} {:>7} {:>5} {:>11} {:>8}",
-                "entry/dataset",
-                "computed",
-                "failed",
-                "missing",
-                "stale",
-                "stale CPU s",
-                "reusable"
-            )?;
-            for e in &status.by_entry {
-                writeln!(
-                    std::io::stdout(),
-                    "  {:<width$} {:>8} {:>6} {:>7} {:>5} {:>11.1} {:>8}",
-                    format!("{}/{}", e.entry, e.dataset),
-                    e.ok,
-                    e.failed,
-                    e.missing,
-                    e.stale,
-                    e.stale_cpu_seconds,
-                    e.reusable
+                    "{} specs: {} distinct cells to compute again (stale, or sources archived without their handoff vectors), whose stored records took {:.1} CPU s",
+                    specs.len(),
+                    again.len(),
+                    again.values().sum::<f64>()
                 )?;
             }
             Ok(ExitCode::SUCCESS)
@@ -406,4 +370,65 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// One spec's `mcgp status`: the counts, the stale cells with their reasons, and a row per
+/// method entry and dataset.
+fn print_status(file: &str, status: &runner::StatusReport) -> std::io::Result<()> {
+    writeln!(
+        std::io::stdout(),
+        "{}: {} cells: {} stored, {} missing, {} stale{}{}",
+        file,
+        status.total,
+        status.current,
+        status.missing,
+        status.stale.len(),
+        if status.stale.is_empty() {
+            String::new()
+        } else {
+            format!(" (their stored records took {:.1} CPU s, on the machines the records name)", status.stale_cpu_seconds)
+        },
+        if status.reusable > 0 {
+            format!(" ({} of the cells not stored here are stored by other experiments; a run reuses them)", status.reusable)
+        } else {
+            String::new()
+        }
+    )?;
+    if status.sources_again > 0 {
+        writeln!(
+            std::io::stdout(),
+            "  and {} stored cells a run computes again first (archived without the handoff vectors their missing or stale dependants need; their records took {:.1} CPU s)",
+            status.sources_again,
+            status.sources_again_cpu_seconds
+        )?;
+    }
+    for s in &status.stale {
+        writeln!(std::io::stdout(), "  stale: {s}")?;
+    }
+    let width = status.by_entry.iter().map(|e| e.entry.len() + e.dataset.len() + 1).max().unwrap_or(0).max(13);
+    writeln!(
+        std::io::stdout(),
+        "  {:<width$} {:>8} {:>6} {:>7} {:>5} {:>11} {:>8}",
+        "entry/dataset",
+        "computed",
+        "failed",
+        "missing",
+        "stale",
+        "stale CPU s",
+        "reusable"
+    )?;
+    for e in &status.by_entry {
+        writeln!(
+            std::io::stdout(),
+            "  {:<width$} {:>8} {:>6} {:>7} {:>5} {:>11.1} {:>8}",
+            format!("{}/{}", e.entry, e.dataset),
+            e.ok,
+            e.failed,
+            e.missing,
+            e.stale,
+            e.stale_cpu_seconds,
+            e.reusable
+        )?;
+    }
+    Ok(())
 }

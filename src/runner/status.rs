@@ -27,6 +27,10 @@ pub struct StatusReport {
     pub sources_again: usize,
     /// The CPU seconds those sources' records took.
     pub sources_again_cpu_seconds: f64,
+    /// The stale cells and the sources computed again, by their current key, with the CPU
+    /// seconds their stored records took: the keys let the costs of several specs be summed
+    /// without counting a cell they share twice.
+    pub again: BTreeMap<String, f64>,
     /// Counts per method entry and dataset, in the spec's order.
     pub by_entry: Vec<EntryStatus>,
 }
@@ -85,6 +89,7 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
         stale_cpu_seconds: 0.0,
         sources_again: 0,
         sources_again_cpu_seconds: 0.0,
+        again: BTreeMap::new(),
         by_entry: Vec::new(),
     };
     // Stored cells without their handoff vectors (archived only), with the CPU they took.
@@ -127,6 +132,7 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
         counts.stale += 1;
         counts.stale_cpu_seconds += rec.cpu_seconds;
         report.stale_cpu_seconds += rec.cpu_seconds;
+        report.again.insert(cell.key.clone(), rec.cpu_seconds);
         let why = match (&rec.numerics, &rec.data_hash) {
             (None, _) | (_, None) => "stored before code and data versions were recorded".to_string(),
             (Some(n), _) if n != &cell.numerics => format!("numerics {n} -> {}", cell.numerics),
@@ -153,6 +159,7 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
             if to_compute.insert(d) {
                 report.sources_again += 1;
                 report.sources_again_cpu_seconds += without_vectors[d];
+                report.again.insert(d.to_string(), without_vectors[d]);
             }
         }
     }
