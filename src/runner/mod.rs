@@ -376,37 +376,7 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
         (opts.datasets.is_empty() || opts.datasets.contains(&c.dataset))
             && (opts.entries.is_empty() || opts.entries.contains(&c.entry.name))
     };
-    // The unstored sources of wanted cells (up their chains) are computed too: with --entries a
-    // source may belong to an entry that was not named. A cell to compute (wanted, or such a
-    // source) whose source is an archived record without its handoff vectors has that source
-    // computed again first; to a fixed point, as that may make a further source needed.
-    let by_key: BTreeMap<&str, &Cell> = prepared.cells.iter().map(|c| (c.key.as_str(), c)).collect();
-    let mut sources_needed = std::collections::BTreeSet::new();
-    loop {
-        sources_needed.clear();
-        for cell in prepared.cells.iter().filter(|c| !done.contains_key(&c.key) && wanted(c)) {
-            let mut source = cell.depends_on.as_deref();
-            while let Some(d) = source.filter(|d| !done.contains_key(*d)) {
-                if !sources_needed.insert(d.to_string()) {
-                    break;
-                }
-                source = by_key.get(d).and_then(|c| c.depends_on.as_deref());
-            }
-        }
-        let without_vectors: Vec<String> = prepared
-            .cells
-            .iter()
-            .filter(|c| !done.contains_key(&c.key) && (wanted(c) || sources_needed.contains(&c.key)))
-            .filter_map(|c| c.depends_on.clone())
-            .filter(|d| done.get(d).is_some_and(|r| r.handoff.vectors_dropped))
-            .collect();
-        if without_vectors.is_empty() {
-            break;
-        }
-        for d in without_vectors {
-            done.remove(&d);
-        }
-    }
+    let sources_needed = sources_to_compute(&prepared.cells, &mut done, wanted);
     let selected = |c: &Cell| wanted(c) || sources_needed.contains(&c.key);
     let cached = done.len();
     let pending: Vec<&Cell> = prepared.cells.iter().filter(|c| !done.contains_key(&c.key) && selected(c)).collect();
@@ -543,6 +513,44 @@ fn relabel(rec: &mut CellRecord, cell: &Cell) -> bool {
         rec.setting = cell.setting.clone();
     }
     changed
+}
+/// The sources a run computes beside the `wanted` cells that `done` does not hold. The unstored
+/// sources of those cells are computed too, up their chains (with --entries a source may belong
+/// to an entry that was not named). A cell to compute (wanted, or such a source) whose source is
+/// an archived record without its handoff vectors has that source removed from `done` and
+/// computed again first; to a fixed point, as that may make a further source needed.
+/// (`mcgp status` counts what a run will compute with the same function.)
+pub(super) fn sources_to_compute(
+    cells: &[Cell],
+    done: &mut BTreeMap<String, CellRecord>,
+    wanted: impl Fn(&Cell) -> bool,
+) -> std::collections::BTreeSet<String> {
+    let by_key: BTreeMap<&str, &Cell> = cells.iter().map(|c| (c.key.as_str(), c)).collect();
+    let mut sources_needed = std::collections::BTreeSet::new();
+    loop {
+        sources_needed.clear();
+        for cell in cells.iter().filter(|c| !done.contains_key(&c.key) && wanted(c)) {
+            let mut source = cell.depends_on.as_deref();
+            while let Some(d) = source.filter(|d| !done.contains_key(*d)) {
+                if !sources_needed.insert(d.to_string()) {
+                    break;
+                }
+                source = by_key.get(d).and_then(|c| c.depends_on.as_deref());
+            }
+        }
+        let without_vectors: Vec<String> = cells
+            .iter()
+            .filter(|c| !done.contains_key(&c.key) && (wanted(c) || sources_needed.contains(&c.key)))
+            .filter_map(|c| c.depends_on.clone())
+            .filter(|d| done.get(d).is_some_and(|r| r.handoff.vectors_dropped))
+            .collect();
+        if without_vectors.is_empty() {
+            return sources_needed;
+        }
+        for d in without_vectors {
+            done.remove(&d);
+        }
+    }
 }
 
 /// The record another experiment's store holds for `cell` that a run may take instead of

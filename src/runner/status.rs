@@ -92,9 +92,8 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
         again: BTreeMap::new(),
         by_entry: Vec::new(),
     };
-    // Stored cells without their handoff vectors (archived only), with the CPU they took.
-    let mut without_vectors: BTreeMap<&str, f64> = BTreeMap::new();
-    let mut to_compute: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    // What a run would take as done: the stored cells, and those another experiment stores.
+    let mut done: BTreeMap<String, CellRecord> = BTreeMap::new();
     let mut by_entry: BTreeMap<(&str, &str), EntryStatus> = BTreeMap::new();
     for cell in &prepared.cells {
         let counts = by_entry.entry((cell.entry.name.as_str(), cell.dataset.as_str())).or_insert_with(|| EntryStatus {
@@ -107,23 +106,19 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
         let stored =
             if current.contains(&cell.key) { store.read_usable_cell(&cell.key)? } else { store.read_cell(&cell.key).ok().flatten() };
         if let Some(rec) = stored {
-            if rec.handoff.vectors_dropped {
-                without_vectors.insert(cell.key.as_str(), rec.cpu_seconds);
-            }
             report.current += 1;
             match rec.status {
                 Status::Ok => counts.ok += 1,
                 Status::Failed => counts.failed += 1,
             }
+            done.insert(cell.key.clone(), rec);
             continue;
         }
         counts.missing += 1;
-        if super::stored_elsewhere(&others, cell)?.is_some() {
+        if let Some(rec) = super::stored_elsewhere(&others, cell)? {
             counts.reusable += 1;
             report.reusable += 1;
-        } else {
-            // Computed by a run (a reusable one is taken as stored, and needs no source).
-            to_compute.insert(cell.key.as_str());
+            done.insert(cell.key.clone(), rec);
         }
         let Some(rec) = older.get(&(cell.dataset.clone(), cell.entry.name.clone(), cell.setting.clone(), cell.split)) else {
             report.missing += 1;
@@ -142,26 +137,14 @@ pub fn status(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Re
         let setting = if cell.setting.is_empty() { String::new() } else { format!(" [{}]", cell.setting) };
         report.stale.push(format!("{} {}{setting} split {}: {why}", cell.dataset, cell.entry.name, cell.split));
     }
-    // As a run decides (`runner::run`): a source of a cell to compute that is stored without
-    // its vectors is computed again, which may in turn need its own source's; to a fixed point.
-    loop {
-        let again: Vec<&str> = prepared
-            .cells
-            .iter()
-            .filter(|c| to_compute.contains(c.key.as_str()))
-            .filter_map(|c| c.depends_on.as_deref())
-            .filter(|d| without_vectors.contains_key(d) && !to_compute.contains(d))
-            .collect();
-        if again.is_empty() {
-            break;
-        }
-        for d in again {
-            if to_compute.insert(d) {
-                report.sources_again += 1;
-                report.sources_again_cpu_seconds += without_vectors[d];
-                report.again.insert(d.to_string(), without_vectors[d]);
-            }
-        }
+    // The stored sources a run computes again (archived without the handoff vectors a cell it
+    // computes needs), decided as the run decides.
+    let stored_cpu: BTreeMap<String, f64> = done.iter().map(|(k, r)| (k.clone(), r.cpu_seconds)).collect();
+    super::sources_to_compute(&prepared.cells, &mut done, |_| true);
+    for (key, cpu) in stored_cpu.into_iter().filter(|(k, _)| !done.contains_key(k)) {
+        report.sources_again += 1;
+        report.sources_again_cpu_seconds += cpu;
+        report.again.insert(key, cpu);
     }
     // In the spec's order: datasets, then method entries.
     for dataset in &spec.raw.datasets {
