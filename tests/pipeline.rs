@@ -585,13 +585,24 @@ fn checkpoints_trace_test_scores_off_the_clock_without_changing_the_fit() {
         assert_eq!(ckpt, want, "split {}", a["split"]);
         assert!(b["trace"].as_array().unwrap().iter().any(|p| p["name"] == "test_nll"));
     }
-    // Training times of the checkpoints (read with time) never go backwards.
-    for cell in std::fs::read_dir(dir.join("results/scored/cells")).unwrap() {
-        let v: Value = serde_json::from_slice(&std::fs::read(cell.unwrap().path()).unwrap()).unwrap();
+    // Training times of the checkpoints (read with time) never go backwards and never pass the
+    // training time, which leaves out the scoring: that is counted apart, in time_checkpoints.
+    let raw = |exp: &str| -> Vec<Value> {
+        std::fs::read_dir(dir.join("results").join(exp).join("cells"))
+            .unwrap()
+            .map(|cell| serde_json::from_slice(&std::fs::read(cell.unwrap().path()).unwrap()).unwrap())
+            .filter(|v: &Value| v["method"] == "learned")
+            .collect()
+    };
+    for v in raw("scored") {
         let t: Vec<f64> =
             v["trace"].as_array().unwrap().iter().filter(|p| p["name"] == "test_error").map(|p| p["time"].as_f64().unwrap()).collect();
         assert!(t.windows(2).all(|w| w[0] <= w[1]), "{t:?}");
+        let train = v["metrics"]["time_train"].as_f64().unwrap();
+        assert!(t.iter().all(|&ti| ti <= train), "checkpoint times {t:?} past time_train {train}");
+        assert!(v["metrics"]["time_checkpoints"].as_f64().unwrap() > 0.0, "scoring off the clock is counted: {}", v["metrics"]);
     }
+    assert!(raw("small").iter().all(|v| v["metrics"].get("time_checkpoints").is_none()), "no checkpoints, no scoring time");
     // A budget of 3 evaluations is a normal stop at the best of those three.
     for c in &budget {
         assert_eq!(c["status"], "ok");
@@ -640,7 +651,7 @@ fn stored_non_finite_values_and_cut_short_records_do_not_block_a_resumed_run() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("not a valid cell record") && stderr.contains("computed again"), "{stderr}");
-    assert!(stderr.contains("1 computed"), "only the cut-short cell is recomputed: {stderr}");
+    assert_eq!(computed_count(&stderr), 1, "only the cut-short cell is recomputed: {stderr}");
     let summary = std::fs::read_to_string(dir.join("results/small/summary.csv")).unwrap();
     let row = |metric: &str| summary.lines().find(|l| l.starts_with(&format!("iris,fixed,\"\",{metric},"))).unwrap().to_string();
     // 3 splits: 2 finite values and 1 left out, and said so.
@@ -940,7 +951,7 @@ fn edited_data_and_timeouts_are_recomputed() {
     let (_, stderr, _) = mcgp_in(&dir, &["run", timed, "--data", data.to_str().unwrap(), "--keep-failed"], &[]);
     assert_eq!(computed_count(&stderr), 0, "--keep-failed keeps them: {stderr}");
     let (_, stderr, _) = mcgp_in(&dir, &["run", timed, "--data", data.to_str().unwrap()], &[]);
-    assert!(computed_count(&stderr) >= 1 && computed_count(&stderr) <= failed, "timeouts retried: {stderr}");
+    assert_eq!(computed_count(&stderr), failed, "every timed-out cell is retried: {stderr}");
 }
 
 #[test]
@@ -1108,8 +1119,18 @@ fn twenty_random_kills_and_resumes_end_with_the_tables_of_an_uninterrupted_run()
     let calm = workdir("kills-calm");
     assert!(run(&calm, &spec, &[]).status.success());
     let dir = workdir("kills");
+    let cells_dir = dir.join("results").join(name).join("cells");
+    let total = cells_without_timing(&calm.join("results").join(name)).len();
+    let stored = || {
+        std::fs::read_dir(&cells_dir)
+            .map_or(0, |d| d.filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json")).count())
+    };
     let mut rng = rand_pcg::Pcg64::seed_from_u64(20);
+    // (killed while running, cells stored after the kill), per attempt.
+    let mut attempts = Vec::new();
     for _ in 0..20 {
+        // The whole spec computes in about 0.3 s: a pause after each stored cell stretches a
+        // run past the kill window, so that kills land while cells are still being computed.
         let mut child = mcgp()
             .arg("run")
             .arg(&spec)
@@ -1117,12 +1138,15 @@ fn twenty_random_kills_and_resumes_end_with_the_tables_of_an_uninterrupted_run()
             .arg(dir.join("results"))
             .arg("--reports")
             .arg(dir.join("reports"))
+            .env("MCGP_TEST_PAUSE_AFTER_CELL_SECONDS", "0.02")
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(rng.random_range(20..400)));
+        let running = child.try_wait().unwrap().is_none();
         child.kill().ok(); // SIGKILL
         child.wait().unwrap();
+        attempts.push((running, stored()));
         if dir.join("results").exists() {
             // Anything a reader opens after a kill parses (temporaries aside, cleaned by the next run).
             for sub in [dir.join("results").join(name), dir.join("reports").join(name)] {
@@ -1133,8 +1157,15 @@ fn twenty_random_kills_and_resumes_end_with_the_tables_of_an_uninterrupted_run()
             }
         }
     }
+    // The kills hit runs under way, and several of them left a partial store that the next
+    // attempt resumed (the stored count never falls: no finished cell is lost or recomputed).
+    let partial = attempts.iter().filter(|&&(running, n)| running && n > 0 && n < total).count();
+    assert!(partial >= 3, "kills with some but not all of {total} cells stored: {attempts:?}");
+    assert!(attempts.windows(2).all(|w| w[0].1 <= w[1].1), "{attempts:?}");
     let out = run(&dir, &spec, &[]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(computed_count(&stderr), total - attempts.last().unwrap().1, "the last run computes only what no attempt stored");
     assert_all_readable(&dir.join("results").join(name));
     assert_all_readable(&dir.join("reports").join(name));
     assert_same_cells(&cells_without_timing(&dir.join("results").join(name)), &cells_without_timing(&calm.join("results").join(name)));
