@@ -192,6 +192,37 @@ fn sparse_methods_split_across_threads_with_the_same_bits() {
     }
 }
 
+/// The IVMs' parallel work (the learning gradient's solves and products, the multi-way
+/// scoring of every point, split in chunks of 64) only splits on problems of some hundreds of
+/// points: same bits on one thread and on two at such a size.
+#[test]
+fn ivms_split_across_threads_with_the_same_bits() {
+    let (x, y) = blobs(200, 3, 25);
+    let (x_test, _) = blobs(10, 3, 26);
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let kernels = kernel_set("{ lengthscale: 1.0, variance: 2.0 }", 3);
+    let settings = |method: &str| match method {
+        "ivm" => serde_json::json!({ "active_size": 40, "outer_iters": 2, "inner_iters": 3 }),
+        "ivm_multiway" => serde_json::json!({ "active_total": 30 }),
+        _ => unreachable!(),
+    };
+    for method in ["ivm", "ivm_multiway"] {
+        let m = build(method, &settings(method)).unwrap();
+        let policy =
+            if m.supports(&problem.shape(), &kernels, HyperPolicy::Learn).is_ok() { HyperPolicy::Learn } else { HyperPolicy::Fixed };
+        let once = |threads: usize| -> Vec<u64> {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| {
+                let mut rng = Pcg64::seed_from_u64(5);
+                let mut ctx = FitContext::new(&mut rng, None);
+                let fitted = m.fit(&problem, &kernels, policy, &mut ctx).unwrap();
+                bits(&fitted.predict(&x_test, &mut Pcg64::seed_from_u64(6)).unwrap())
+            })
+        };
+        assert_eq!(once(1), once(2), "{method} ({policy:?}): one thread vs two");
+    }
+}
+
 #[test]
 fn an_iteration_budget_is_a_normal_stop_with_a_usable_model() {
     let (x, y) = blobs(6, 3, 31);

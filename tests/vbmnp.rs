@@ -14,8 +14,9 @@ fn fit(name: &str, settings: serde_json::Value, x: &Array2<f64>, y: &[usize], ke
 
 /// The paper's claim (§6.2, Figures 3–4, Table 1) on a tiny problem: at the same fixed kernel
 /// the VB predictive probabilities agree with the Gibbs sampler's (exact up to Monte Carlo
-/// error). VB is an approximation, so the allowance is the Gibbs Monte Carlo error (batch
-/// means over 4000 kept draws) plus a small approximation margin of 0.03.
+/// error). VB is an approximation, so the allowance is the Gibbs Monte Carlo error (4 standard
+/// errors from the spread of 4 independent chains of 1000 kept draws) plus an approximation
+/// margin of 0.015 (VB's largest gap here is 0.009).
 #[test]
 fn gibbs_sampler_and_vb_agree_on_a_tiny_problem() {
     let xs = [-2.0, -1.6, -1.1, -0.7, -0.3, 0.0, 0.2, 0.6, 0.9, 1.3, 1.8, 2.2];
@@ -43,7 +44,7 @@ fn gibbs_sampler_and_vb_agree_on_a_tiny_problem() {
             let se = sd / 2.0;
             let diff = (p_vb[[j, k]] - mean).abs();
             max_diff = max_diff.max(diff);
-            assert!(diff < 4.0 * se + 0.03, "point {j} class {k}: VB {} vs Gibbs {mean} (se {se})", p_vb[[j, k]]);
+            assert!(diff < 4.0 * se + 0.015, "point {j} class {k}: VB {} vs Gibbs {mean} (se {se})", p_vb[[j, k]]);
         }
         assert!((p_vb.row(j).sum() - 1.0).abs() < 1e-12);
     }
