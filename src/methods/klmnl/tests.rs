@@ -696,3 +696,98 @@ fn the_predictive_bound_stays_below_e_log_softmax_when_v_needs_jitter() {
     // And it is a useful bound, not far below.
     assert!(h + m[0] > mean - 0.1, "(24) {} far below E log softmax {mean}", h + m[0]);
 }
+
+/// log |det A| from the diagonal of a dense LU factor (an oracle that uses no symmetry).
+fn log_abs_det(a: &Mat<f64>) -> f64 {
+    a.partial_piv_lu().U().diagonal().column_vector().iter().map(|u| u.abs().ln()).sum()
+}
+
+/// Checks one test point's log of (24) against the mathematics, given its latent predictive
+/// N(m, V) recomputed densely by the caller: (a) the (24) probabilities of the C classes sum to
+/// at most one (each is a lower bound on a probability); (b) each lies below E log softmax(f)_c
+/// under N(m, V) by Monte Carlo (5 SE), and within 0.1 nats of it (the bound is tight, notes
+/// D§13: 0.01-0.02 nats per datum); (c) (24) - m^c is one number for every class, the optimum
+/// over (b, S) of C/2 + 1/2 log|S V| - 1/2 tr(S V) - log sum_c g^c: the optimiser's (b, S)
+/// satisfy the stationarity conditions b = g-bar (Lemma 26) and -S V S + S + A = 0 (Lemma 27),
+/// where this concave function is at its maximum, and there its value, from explicit inverses
+/// and determinants, is (24) - m^c.
+pub(crate) fn check_eq24_against_the_mathematics(point: usize, log_p24: &[f64], m: &[f64], v: &Mat<f64>, rng: &mut Pcg64) {
+    let c = m.len();
+    let mass: f64 = log_p24.iter().map(|l| l.exp()).sum();
+    assert!(mass <= 1.0, "point {point}: the (24) probabilities sum to {mass}");
+    // (b) E log softmax(f)_c by Monte Carlo, the draws shared by the classes.
+    let lv = Chol::factor(sym(v).as_ref(), "V_*").unwrap();
+    let draws = 100_000;
+    let (mut s1, mut s2) = (vec![0.0; c], vec![0.0; c]);
+    for _ in 0..draws {
+        let z: Vec<f64> = (0..c).map(|_| rng.sample::<f64, _>(StandardNormal)).collect();
+        let f: Vec<f64> = (0..c).map(|p| m[p] + (0..=p).map(|q| lv.l()[(p, q)] * z[q]).sum::<f64>()).collect();
+        let lse = log_sum_exp(&f);
+        for k in 0..c {
+            s1[k] += f[k] - lse;
+            s2[k] += (f[k] - lse).powi(2);
+        }
+    }
+    for k in 0..c {
+        let ell = s1[k] / draws as f64;
+        let se = ((s2[k] / draws as f64 - ell * ell) / draws as f64).sqrt();
+        let gap = ell - log_p24[k];
+        assert!(gap >= -5.0 * se && gap < 0.1, "point {point}, class {k}: (24) {} vs E log softmax {ell} (se {se})", log_p24[k]);
+    }
+    // (c) the per-datum optimum, one for every class.
+    let h = log_p24[0] - m[0];
+    for k in 1..c {
+        assert!((log_p24[k] - m[k] - h).abs() < 1e-12 * h.abs().max(1.0), "point {point}: (24) - m^c varies over the classes");
+    }
+    let (_, b, s) = optimise_datum(m, v).unwrap();
+    let s_inv = s.partial_piv_lu().inverse();
+    let diff = |k: usize| -> Vec<f64> { (0..c).map(|p| b[p] - if p == k { 1.0 } else { 0.0 }).collect() };
+    let quad = |d: &[f64]| -> f64 { (0..c).map(|p| (0..c).map(|q| d[p] * s_inv[(p, q)] * d[q]).sum::<f64>()).sum() };
+    let lg: Vec<f64> = (0..c).map(|k| m[k] + 0.5 * quad(&diff(k))).collect();
+    let lse = log_sum_exp(&lg);
+    let gbar: Vec<f64> = lg.iter().map(|l| (l - lse).exp()).collect();
+    for k in 0..c {
+        assert!((b[k] - gbar[k]).abs() < 1e-8, "point {point}: b {b:?} is not g-bar {gbar:?}");
+    }
+    let a = Mat::from_fn(c, c, |p, q| (0..c).map(|k| gbar[k] * diff(k)[p] * diff(k)[q]).sum::<f64>());
+    let residual = -(&s * v * &s) + &s + &a;
+    assert!(residual.norm_max() < 1e-7 * s.norm_max(), "point {point}: -S V S + S + A = {residual:?}");
+    let sv = &s * v;
+    let tr_sv: f64 = (0..c).map(|p| sv[(p, p)]).sum();
+    let dense = 0.5 * c as f64 + 0.5 * log_abs_det(&sv) - 0.5 * tr_sv - lse;
+    assert!((dense - h).abs() < 1e-9 * h.abs().max(1.0), "point {point}: (24) - m^c = {h}, h at the optimiser {dense}");
+}
+
+/// The predictive lower bound (24) by value, at test points near the data and away from it:
+/// q(f_*|y) recomputed from the fitted m, V = K - K T K and explicit K^{-1} (Chai §2.3.3:
+/// m_* = K_*^T K^{-1} m, V_* = K_** - K_*^T K^{-1} K_* + K_*^T K^{-1} V K^{-1} K_*), and (24)
+/// checked against it by `check_eq24_against_the_mathematics`.
+#[test]
+fn the_predictive_lower_bound_24_is_the_tight_bound_on_e_log_softmax() {
+    let (x, y) = toy(12, 3, 21);
+    let kern = SqExp { log_variance: 0.5, log_lengthscales: vec![0.0], learn_variance: true };
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let mut r = rng(7);
+    let model =
+        KlmnlParams::default().check().unwrap().fit_model(&problem, &kern, HyperPolicy::Fixed, &mut FitContext::new(&mut r, None)).unwrap();
+    let (k, c) = (model.prior_covariance(), 3);
+    let nc = k.nrows();
+    let kinv = k.partial_piv_lu().inverse();
+    let v = k - k * model.t_matrix() * k;
+    let xt = Array2::from_shape_fn((5, 2), |(j, d)| if d == 0 { 0.8 * j as f64 - 0.6 } else { 0.5 - 0.4 * j as f64 });
+    let ks = kern.cross(&x, &xt);
+    let cache = model.predictive_logs(&xt).unwrap();
+    let (means, covs) = model.latent_predictive(&xt);
+    for j in 0..xt.nrows() {
+        let kj = Mat::from_fn(nc, c, |p, q| if p % c == q { ks[(p / c, j)] } else { 0.0 });
+        let kinv_kj = &kinv * &kj;
+        let m: Vec<f64> = (0..c).map(|q| (0..nc).map(|p| kinv_kj[(p, q)] * model.posterior_mean()[p]).sum()).collect();
+        let vs = eye(c) * faer::Scale(kern.diag(&xt)[j]) - kj.transpose() * &kinv_kj + kinv_kj.transpose() * &v * &kinv_kj;
+        // The model's stable form (K_*^T alpha, K_** - K_*^T T K_*) is the same q(f_*|y).
+        for q in 0..c {
+            assert!((means[j][q] - m[q]).abs() < 1e-8, "point {j}: mean {:?} vs {m:?}", means[j]);
+        }
+        assert!((&covs[j] - &vs).norm_max() < 1e-8, "point {j}: V_* {:?} vs {vs:?}", covs[j]);
+        check_eq24_against_the_mathematics(j, &cache.log_p24[j], &m, &sym(&vs), &mut r);
+    }
+}

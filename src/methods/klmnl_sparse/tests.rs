@@ -607,3 +607,31 @@ fn after_a_loose_growth_the_final_set_is_fitted_to_the_full_tolerance() {
         assert!((a - b).abs() <= 1e-12 * b.abs(), "{hyper:?}: final fit {a} vs a fresh tight fit {b}");
     }
 }
+
+/// The sparse model's predictive lower bound (24) by value: q(f_*|y) projected from explicit m,
+/// V of q(z) with solves by the explicit K (notes D§4.2), and (24) from `predict` checked
+/// against it as the dense model's is (sums to at most one, a tight lower bound on E log
+/// softmax by Monte Carlo, the per-datum optimum at its stationary point).
+#[test]
+fn the_predictive_lower_bound_24_is_the_tight_bound_on_e_log_softmax() {
+    let (x, y) = problem(12, 3, 95);
+    let kern = kernel(0.4, 0.1);
+    let m = KlmnlSparseParams { sites: 9, start: Some(3), delta: Some(3), noise: 1e-3, ..Default::default() }.check().unwrap();
+    let mut r = Pcg64::seed_from_u64(6);
+    let model =
+        m.fit_model(&Problem { x: &x, y: &y, n_classes: 3 }, &kern, HyperPolicy::Fixed, &mut FitContext::new(&mut r, None)).unwrap();
+    let (pr, st) = (&model.pr, &model.fit.st);
+    let (mz, vz) = explicit_m_v(pr, st);
+    let lk = Chol::factor(pr.lk.reconstruct().as_ref(), "K").unwrap();
+    let xt = Array2::from_shape_fn((5, 2), |(j, d)| if d == 0 { 0.7 * j as f64 - 1.2 } else { 0.9 - 0.45 * j as f64 });
+    let ks = kern.cross(&x, &xt);
+    let p24 = model.predict(&xt, &mut r).unwrap().log_class_values["log_pred24"].clone();
+    for j in 0..xt.nrows() {
+        let kz = Mat::from_fn(pr.s, 3, |a, q| if pr.sites[a].1 == q { ks[(pr.sites[a].0, j)] } else { 0.0 });
+        let kinv_kz = lk.solve(kz.as_ref());
+        let mean = matvec(kinv_kz.transpose(), &mz);
+        let cov = eye(3) * faer::Scale(kern.diag(&xt)[j]) - kz.transpose() * &kinv_kz + kinv_kz.transpose() * &vz * &kinv_kz;
+        let row: Vec<f64> = (0..3).map(|q| p24[(j, q)]).collect();
+        crate::methods::klmnl::tests::check_eq24_against_the_mathematics(j, &row, &mean, &sym(&cov), &mut r);
+    }
+}
