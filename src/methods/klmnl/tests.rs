@@ -1,4 +1,5 @@
 //! KL-MNL against closed forms, brute-force quadrature, dense references and finite differences.
+use super::datum::{b_slope, s_fixed_point, s_slope};
 use super::learn::inner_params;
 use super::*;
 use crate::methods::FromSettings;
@@ -789,5 +790,80 @@ fn the_predictive_lower_bound_24_is_the_tight_bound_on_e_log_softmax() {
         }
         assert!((&covs[j] - &vs).norm_max() < 1e-8, "point {j}: V_* {:?} vs {vs:?}", covs[j]);
         check_eq24_against_the_mathematics(j, &cache.log_p24[j], &m, &sym(&vs), &mut r);
+    }
+}
+
+/// The line searches' slopes are the derivatives of the bound along their directions (central
+/// differences), from a state two sweeps into a fit (away from the optimum, so that every slope
+/// is far from zero), for K^c = I and a rotated K^c: the joint b slope (App. C.2) along the
+/// Newton direction of eq. 65 with m = K (y - b) moving along; per datum, the b slope (§3.1)
+/// along b_step's Newton direction and a random one, and the S slope (App. C.1) along the
+/// fixed point's direction S^fx - S.
+#[test]
+fn the_line_search_slopes_are_the_derivatives_of_the_bound() {
+    let (x, y) = toy(9, 3, 4);
+    let kern = SqExp { log_variance: 0.7, log_lengthscales: vec![0.2], learn_variance: true };
+    let (c, e) = (3, 1e-5);
+    let close = |slope: f64, fd: f64| (fd - slope).abs() < 1e-6 * (1.0 + fd.abs());
+    let mut r = rng(8);
+    for kc in [eye(3), rotated_kc(&[0.3, 1.0, 1.7], 5)] {
+        let pr = Prior::new(kern.gram(&x), kc, &y).unwrap();
+        let fit = fit_variational(&pr, &KlmnlParams { max_sweeps: 2, ..KlmnlParams::default() }, None, None).unwrap();
+        let (st, m) = (&fit.st, &fit.m);
+        let (_, terms) = bound(&pr, st, m).unwrap();
+        let d = newton_direction(&pr, &st.b, &terms).unwrap();
+        let kd = matvec(pr.k.as_ref(), &d);
+        let along = |eta: f64| {
+            let b2: Vec<f64> = st.b.iter().zip(&d).map(|(b, d)| b + eta * d).collect();
+            let m2: Vec<f64> = m.iter().zip(&kd).map(|(m, kd)| m - eta * kd).collect();
+            let (v, t) = bound_at(&pr, &st.v, &st.s, &b2, &m2).unwrap();
+            (v, b2, t)
+        };
+        for eta in [0.0, 0.3, 0.8] {
+            let fd = (along(eta + e).0 - along(eta - e).0) / (2.0 * e);
+            let (_, b2, t2) = along(eta);
+            let slope = joint_b_slope(&pr, &terms, &b2, &t2, &d);
+            assert!(close(slope, fd), "joint b at eta {eta}: slope {slope} vs fd {fd}");
+            assert!(eta > 0.0 || fd > 1e-3, "the joint Newton direction ascends at eta = 0: {fd}");
+        }
+        // b slopes far from zero, whose sign a flip would change beyond the tolerance.
+        let mut steep_b = 0;
+        for i in [0, 4, 8] {
+            let r_i = i * c..(i + 1) * c;
+            let (mi, bi, vi, si) = (&m[r_i.clone()], &st.b[r_i], &st.v.blocks[i], &st.s[i]);
+            let lv = chol(vi, "V_i").unwrap();
+            let h_at = |b: &[f64], s: &Mat<f64>| datum_terms(mi, vi, lv.log_det(), b, s, pr.basis()).unwrap();
+            let t0 = h_at(bi, si);
+            // b_step's direction -[I + (G - g g^T) S^{-1}]^{-1} (b - g-bar), and a random one.
+            let dmat = Mat::from_fn(c, c, |p, q| if p == q { t0.gbar[p] } else { 0.0 } - t0.gbar[p] * t0.gbar[q]);
+            let rhs = Mat::from_fn(c, 1, |p, _| t0.gbar[p] - bi[p]);
+            let newton = (eye(c) + &dmat * &t0.s_inv).partial_piv_lu().solve(&rhs);
+            let random: Vec<f64> = (0..c).map(|_| r.sample::<f64, _>(StandardNormal)).collect();
+            for dir in [(0..c).map(|p| newton[(p, 0)]).collect::<Vec<f64>>(), random] {
+                let at = |eta: f64| -> Vec<f64> { bi.iter().zip(&dir).map(|(b, d)| b + eta * d).collect() };
+                for eta in [0.0, 0.5, 1.0] {
+                    let fd = (h_at(&at(eta + e), si).h_core - h_at(&at(eta - e), si).h_core) / (2.0 * e);
+                    let slope = b_slope(&h_at(&at(eta), si), &at(eta), &dir);
+                    assert!(close(slope, fd), "datum {i}, b at eta {eta}: slope {slope} vs fd {fd}");
+                    steep_b += usize::from(eta == 0.0 && fd.abs() > 1e-3);
+                }
+            }
+            // S^fx - S (an ascent direction, App. C.1; near the S optimum after the sweeps'
+            // S-steps, so flat) and a random positive semi-definite one (S + eta Delta stays PD).
+            let fixed_point = &s_fixed_point(&lv, &t0.a_in_basis).unwrap() - si;
+            let random = random_spd(c, &mut r, 0.5 * si.norm_max());
+            for (k, delta) in [fixed_point, random].iter().enumerate() {
+                let se = |eta: f64| si + delta * faer::Scale(eta);
+                for eta in [0.0, 0.5, 1.0] {
+                    let fd = (h_at(bi, &se(eta + e)).h_core - h_at(bi, &se(eta - e)).h_core) / (2.0 * e);
+                    let slope = s_slope(vi, &h_at(bi, &se(eta)), delta);
+                    assert!(close(slope, fd), "datum {i}, S direction {k} at eta {eta}: slope {slope} vs fd {fd}");
+                    if eta == 0.0 {
+                        assert!(if k == 0 { fd > 0.0 } else { fd.abs() > 1e-4 }, "datum {i}, S direction {k}: slope {fd} at eta = 0");
+                    }
+                }
+            }
+        }
+        assert!(steep_b >= 3, "only {steep_b} of the b slopes at eta = 0 are far from zero");
     }
 }
