@@ -98,6 +98,13 @@ fn bound_chain_j9_j10_le_max_h_le_expected_loglik_le_upper() {
         let upper = m[y] - log_sum_exp(&m);
         // Monte Carlo l = E log softmax(f)_y, f ~ N(m, V)
         let lv = Chol::factor(v.as_ref(), "V").unwrap();
+        // The relaxations of D§2.2 exactly: h(y; q, b = y, S = V^{-1}) is Jensen's (9) and
+        // h(y; q, b = 0, S = V^{-1}) is (10).
+        let v_inv = lv.solve(eye(c).as_ref());
+        let h_at = |b: &[f64]| datum_terms(&m, &v, lv.log_det(), b, &v_inv, Basis::CLASS).unwrap().h_core + m[y];
+        let (h9, h10) = (h_at(&ey(y)), h_at(&vec![0.0; c]));
+        assert!((h9 - j9).abs() < 1e-12 * j9.abs().max(1.0), "trial {trial}: h(b = y, S = V^-1) {h9} vs (9) {j9}");
+        assert!((h10 - j10).abs() < 1e-12 * j10.abs().max(1.0), "trial {trial}: h(b = 0, S = V^-1) {h10} vs (10) {j10}");
         let ns = 400_000;
         let (mut s1, mut s2) = (0.0, 0.0);
         for _ in 0..ns {
