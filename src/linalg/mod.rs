@@ -628,6 +628,12 @@ mod tests {
             assert!((p[i] - q[i]).abs() < 1e-12);
         }
         assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        // softmax(1, 2, 0) = (e, e^2, 1) / (e + e^2 + 1), written out.
+        let e = std::f64::consts::E;
+        let want = [e / (e + e * e + 1.0), e * e / (e + e * e + 1.0), 1.0 / (e + e * e + 1.0)];
+        for i in 0..3 {
+            assert!((q[i] - want[i]).abs() < 1e-15, "softmax(1, 2, 0) = {q:?} vs {want:?}");
+        }
         assert_eq!(argmax(&[0.1, 0.5, 0.5]), 1);
     }
 

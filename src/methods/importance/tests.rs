@@ -222,7 +222,10 @@ fn zero_weights_count_as_zero_wherever_they_come() {
         let ess = w.iter().sum::<f64>().powi(2) / w.iter().map(|v| v * v).sum::<f64>();
         let pbar = w.iter().zip(&ps).map(|(v, p)| v * p).sum::<f64>() / w.iter().sum::<f64>();
         let (log_p, log_sd, log_ub, got_ess) = acc.summary();
-        let want = [mean.ln(), sd.ln(), (mean + Z999 * sd / n.sqrt()).ln(), ess, pbar];
+        // The bound p-hat + z sigma-hat / sqrt(n) with z = 3.09, Chai's 99.9% one-sided normal
+        // quantile (App. F) as printed, Phi^{-1}(0.999) = 3.090232306167813 to his rounding
+        // (the full quantile would move log UB by about 1e-4 here, far beyond the tolerance).
+        let want = [mean.ln(), sd.ln(), (mean + 3.09 * sd / n.sqrt()).ln(), ess, pbar];
         let got = [log_p, log_sd, log_ub, got_ess, acc.pred[0] / acc.sum];
         for (g, w) in got.iter().zip(&want) {
             assert!((g - w).abs() < 1e-13 * w.abs().max(1.0), "zeros at {zeros_at:?}: {got:?} vs {want:?}");
@@ -444,4 +447,79 @@ fn the_predictive_conditional_is_the_dense_gaussian_conditional() {
         }
         assert_eq!(n, 4);
     }
+}
+
+/// log Z_B by Monte Carlo (notes D§6.4) on n = 3, C = 2 against quadrature. -KL(q || p) from
+/// explicit inverses and determinants plus sum_i E_{N(m_i, V_i)} log softmax(f_i)_{y_i} by a
+/// 40 x 40 Gauss-Hermite product rule over the whitened f_i is log Z_B; the estimate lies within
+/// 4 SE of it (SE = (UB - estimate) / 3.09 from the two reported numbers) and below the
+/// reported bound. And log Z_h <= log Z_B <= log Z, with log Z = log int prod_i
+/// sigma(s_i (f_i^1 - f_i^2)) N(f; 0, K) df (s_i = +-1 by the label) by a 3-D Gauss-Hermite
+/// rule over the class differences, N(0, (K^c_11 + K^c_22 - 2 K^c_12) Kx).
+#[test]
+fn z_b_matches_quadrature_and_lies_between_z_h_and_z() {
+    use crate::likelihoods::factorised::NormalRule;
+    use faer::linalg::solvers::DenseSolveCore;
+    let (n, c) = (3, 2);
+    let x = Array2::from_shape_vec((n, 1), vec![-0.8, 0.1, 0.9]).unwrap();
+    let y = vec![0, 1, 1];
+    let kernel = SqExp { log_variance: 1.5f64.ln(), log_lengthscales: vec![0.0], learn_variance: false };
+    let settings = serde_json::json!({ "n_samples": 20_000, "z_b": true });
+    let method = ImportanceParams::from_settings(&settings).unwrap().check(Lik::Logit).unwrap();
+    let mut rng = Pcg64::seed_from_u64(5);
+    let model = method
+        .fit_model(&Problem { x: &x, y: &y, n_classes: c }, &kernel, HyperPolicy::Fixed, &mut FitContext::new(&mut rng, None))
+        .unwrap();
+    let (ub, hat) = (model.extra["log_zb_ub"], model.extra["log_zb_hat"]);
+    let km = &model.km;
+    let (k, m) = (km.prior_covariance(), km.posterior_mean());
+    let v = k - k * km.t_matrix() * k;
+    let p = n * c;
+    let kinv = k.partial_piv_lu().inverse();
+    let log_det = |a: &Mat<f64>| -> f64 { a.partial_piv_lu().U().diagonal().column_vector().iter().map(|u| u.abs().ln()).sum() };
+    let kinv_v = &kinv * &v;
+    let tr: f64 = (0..p).map(|i| kinv_v[(i, i)]).sum();
+    let mkm: f64 = (0..p).map(|i| (0..p).map(|j| m[i] * kinv[(i, j)] * m[j]).sum::<f64>()).sum();
+    let neg_kl = -0.5 * (tr + mkm - p as f64 + log_det(k) - log_det(&v));
+    let rule = NormalRule::gauss_hermite(40);
+    let mut ell = 0.0;
+    for i in 0..n {
+        let (v00, v01, v11) = (v[(2 * i, 2 * i)], v[(2 * i, 2 * i + 1)], v[(2 * i + 1, 2 * i + 1)]);
+        let (l00, l10) = (v00.sqrt(), v01 / v00.sqrt());
+        let l11 = (v11 - l10 * l10).sqrt();
+        for (za, wa) in rule.nodes.iter().zip(&rule.weights) {
+            for (zb, wb) in rule.nodes.iter().zip(&rule.weights) {
+                let f = [m[2 * i] + l00 * za, m[2 * i + 1] + l10 * za + l11 * zb];
+                ell += wa * wb * (f[y[i]] - log_sum_exp(&f));
+            }
+        }
+    }
+    let log_zb = neg_kl + ell;
+    let se = (ub - hat) / 3.09;
+    assert!(ub >= hat && se > 0.0, "UB {ub} vs estimate {hat}");
+    assert!((hat - log_zb).abs() < 4.0 * se, "estimate {hat} vs quadrature {log_zb} (se {se})");
+    // log Z by quadrature over g = (f_i^1 - f_i^2)_i ~ N(0, s2 Kx).
+    let kc = km.kc();
+    let s2 = kc[(0, 0)] + kc[(1, 1)] - 2.0 * kc[(0, 1)];
+    let kx = kernel.gram(&x);
+    let lg = Chol::factor((kx * faer::Scale(s2)).as_ref(), "Sigma_g").unwrap();
+    let lg = lg.l();
+    let sign: Vec<f64> = y.iter().map(|&yi| if yi == 0 { 1.0 } else { -1.0 }).collect();
+    let mut z = 0.0;
+    for (a, wa) in rule.nodes.iter().zip(&rule.weights) {
+        for (b, wb) in rule.nodes.iter().zip(&rule.weights) {
+            for (cc, wc) in rule.nodes.iter().zip(&rule.weights) {
+                let u = [*a, *b, *cc];
+                let lik: f64 = (0..n)
+                    .map(|i| {
+                        let g: f64 = (0..=i).map(|j| lg[(i, j)] * u[j]).sum();
+                        -log_sum_exp(&[0.0, -sign[i] * g])
+                    })
+                    .sum();
+                z += wa * wb * wc * lik.exp();
+            }
+        }
+    }
+    let log_z = z.ln();
+    assert!(km.log_zh() <= log_zb && log_zb <= log_z, "log Z_h {} <= log Z_B {log_zb} <= log Z {log_z}", km.log_zh());
 }

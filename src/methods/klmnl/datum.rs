@@ -93,11 +93,7 @@ pub(crate) fn s_step(
     let phi = |eta: f64| -> f64 {
         let se = s + &delta * faer::Scale(eta);
         match datum_terms(m, v, ldv, b, &se, basis) {
-            Ok(t) => {
-                let si = &t.s_inv_in_basis;
-                let g = -v + si + si * &t.a_in_basis * si;
-                0.5 * trace_prod(g.as_ref(), delta.as_ref())
-            }
+            Ok(t) => s_slope(v, &t, &delta),
             Err(_) => -1.0,
         }
     };
@@ -107,6 +103,14 @@ pub(crate) fn s_step(
         Ok(t) if accept(t.h_core, cur.h_core) => Ok((se, t, true)),
         _ => Ok((s.clone(), cur, true)),
     }
+}
+
+/// dh/deta along S + eta Delta at the S whose terms are t: 1/2 tr[(-V + S^-1 + S^-1 A S^-1) Delta]
+/// (App. C.1), with V, Delta in the basis of t.
+pub(super) fn s_slope(v: &Mat<f64>, t: &DatumTerms, delta: &Mat<f64>) -> f64 {
+    let si = &t.s_inv_in_basis;
+    let g = -v + si + si * &t.a_in_basis * si;
+    0.5 * trace_prod(g.as_ref(), delta.as_ref())
 }
 
 /// The S-step (61) for every datum at its (m_i, V_i) (the sparse method passes (m_fi, V_fi),
@@ -164,11 +168,7 @@ pub(super) fn b_step(
     let phi = |eta: f64| -> f64 {
         let be = at(eta);
         match datum_terms(m, v, ldv, &be, s, Basis::CLASS) {
-            Ok(t) => {
-                let diff: Vec<f64> = (0..c).map(|i| be[i] - t.gbar[i]).collect();
-                let g = matvec(t.s_inv.as_ref(), &diff);
-                -(0..c).map(|i| g[i] * d[i]).sum::<f64>()
-            }
+            Ok(t) => b_slope(&t, &be, &d),
             Err(_) => -1.0,
         }
     };
@@ -180,6 +180,15 @@ pub(super) fn b_step(
     } else {
         Ok((b.to_vec(), cur))
     }
+}
+
+/// dh/deta along b + eta d at be, whose terms are t: grad_b h . d with grad_b h =
+/// -S^{-1} (b - g-bar) (Sec. 3.1).
+pub(super) fn b_slope(t: &DatumTerms, be: &[f64], d: &[f64]) -> f64 {
+    let c = be.len();
+    let diff: Vec<f64> = (0..c).map(|i| be[i] - t.gbar[i]).collect();
+    let g = matvec(t.s_inv.as_ref(), &diff);
+    -(0..c).map(|i| g[i] * d[i]).sum::<f64>()
 }
 
 /// max over (b, S) of h_core for q = N(m, V) (one datum): the per-datum optimiser used by the

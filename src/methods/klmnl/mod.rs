@@ -29,7 +29,7 @@ mod prior;
 mod state;
 mod steps;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use datum::{optimise_datum, optimise_datum_jitter, theorem10_per_datum};
 pub use kc::{kc_init, kc_of};

@@ -105,11 +105,7 @@ pub(super) fn joint_b_step(
     // phi(eta) = grad_b log Z_h . d with grad_b = -(K + S^{-1}) (b - g-bar)   (App. C.2)
     let phi = |eta: f64| -> f64 {
         match eval(eta) {
-            Ok((_, b2, _, t)) => {
-                let r2: Vec<f64> = (0..nc).map(|k| b2[k] - t[k / c].gbar[k % c]).collect();
-                let g = p_times(pr, terms, &r2);
-                -(0..nc).map(|k| g[k] * d[k]).sum::<f64>()
-            }
+            Ok((_, b2, _, t)) => joint_b_slope(pr, terms, &b2, &t, &d),
             Err(_) => -1.0,
         }
     };
@@ -122,6 +118,16 @@ pub(super) fn joint_b_step(
         }
     }
     Ok(cur)
+}
+
+/// The slope of the bound along the joint b direction d at b2 (m = K (y - b2)), whose per-datum
+/// terms are t2: grad_b log Z_h . d with grad_b = -(K + S^{-1}) (b2 - g-bar(b2)) (App. C.2).
+/// S^{-1} comes from `terms`, any terms of the same S.
+pub(super) fn joint_b_slope(pr: &Prior, terms: &[DatumTerms], b2: &[f64], t2: &[DatumTerms], d: &[f64]) -> f64 {
+    let (nc, c) = (pr.n * pr.c, pr.c);
+    let r2: Vec<f64> = (0..nc).map(|k| b2[k] - t2[k / c].gbar[k % c]).collect();
+    let g = p_times(pr, terms, &r2);
+    -(0..nc).map(|k| g[k] * d[k]).sum::<f64>()
 }
 
 /// The V-step: V^fx = (K^{-1} + W)^{-1} with W_i = S_i - V_i^{-1} (eq. 28, E.2.1); if the bound

@@ -1,4 +1,5 @@
 //! KL-MNL against closed forms, brute-force quadrature, dense references and finite differences.
+use super::datum::{b_slope, s_fixed_point, s_slope};
 use super::learn::inner_params;
 use super::*;
 use crate::methods::FromSettings;
@@ -97,6 +98,13 @@ fn bound_chain_j9_j10_le_max_h_le_expected_loglik_le_upper() {
         let upper = m[y] - log_sum_exp(&m);
         // Monte Carlo l = E log softmax(f)_y, f ~ N(m, V)
         let lv = Chol::factor(v.as_ref(), "V").unwrap();
+        // The relaxations of D§2.2 exactly: h(y; q, b = y, S = V^{-1}) is Jensen's (9) and
+        // h(y; q, b = 0, S = V^{-1}) is (10).
+        let v_inv = lv.solve(eye(c).as_ref());
+        let h_at = |b: &[f64]| datum_terms(&m, &v, lv.log_det(), b, &v_inv, Basis::CLASS).unwrap().h_core + m[y];
+        let (h9, h10) = (h_at(&ey(y)), h_at(&vec![0.0; c]));
+        assert!((h9 - j9).abs() < 1e-12 * j9.abs().max(1.0), "trial {trial}: h(b = y, S = V^-1) {h9} vs (9) {j9}");
+        assert!((h10 - j10).abs() < 1e-12 * j10.abs().max(1.0), "trial {trial}: h(b = 0, S = V^-1) {h10} vs (10) {j10}");
         let ns = 400_000;
         let (mut s1, mut s2) = (0.0, 0.0);
         for _ in 0..ns {
@@ -695,4 +703,174 @@ fn the_predictive_bound_stays_below_e_log_softmax_when_v_needs_jitter() {
     assert!(h + m[0] <= mean + 5.0 * se, "(24) {} above E log softmax {mean} +- {se}", h + m[0]);
     // And it is a useful bound, not far below.
     assert!(h + m[0] > mean - 0.1, "(24) {} far below E log softmax {mean}", h + m[0]);
+}
+
+/// log |det A| from the diagonal of a dense LU factor (an oracle that uses no symmetry).
+fn log_abs_det(a: &Mat<f64>) -> f64 {
+    a.partial_piv_lu().U().diagonal().column_vector().iter().map(|u| u.abs().ln()).sum()
+}
+
+/// Checks one test point's log of (24) against the mathematics, given its latent predictive
+/// N(m, V) recomputed densely by the caller: (a) the (24) probabilities of the C classes sum to
+/// at most one (each is a lower bound on a probability); (b) each lies below E log softmax(f)_c
+/// under N(m, V) by Monte Carlo (5 SE), and within 0.1 nats of it (the bound is tight, notes
+/// D§13: 0.01-0.02 nats per datum); (c) (24) - m^c is one number for every class, the optimum
+/// over (b, S) of C/2 + 1/2 log|S V| - 1/2 tr(S V) - log sum_c g^c: the optimiser's (b, S)
+/// satisfy the stationarity conditions b = g-bar (Lemma 26) and -S V S + S + A = 0 (Lemma 27),
+/// where this concave function is at its maximum, and there its value, from explicit inverses
+/// and determinants, is (24) - m^c.
+pub(crate) fn check_eq24_against_the_mathematics(point: usize, log_p24: &[f64], m: &[f64], v: &Mat<f64>, rng: &mut Pcg64) {
+    let c = m.len();
+    let mass: f64 = log_p24.iter().map(|l| l.exp()).sum();
+    assert!(mass <= 1.0, "point {point}: the (24) probabilities sum to {mass}");
+    // (b) E log softmax(f)_c by Monte Carlo, the draws shared by the classes.
+    let lv = Chol::factor(sym(v).as_ref(), "V_*").unwrap();
+    let draws = 100_000;
+    let (mut s1, mut s2) = (vec![0.0; c], vec![0.0; c]);
+    for _ in 0..draws {
+        let z: Vec<f64> = (0..c).map(|_| rng.sample::<f64, _>(StandardNormal)).collect();
+        let f: Vec<f64> = (0..c).map(|p| m[p] + (0..=p).map(|q| lv.l()[(p, q)] * z[q]).sum::<f64>()).collect();
+        let lse = log_sum_exp(&f);
+        for k in 0..c {
+            s1[k] += f[k] - lse;
+            s2[k] += (f[k] - lse).powi(2);
+        }
+    }
+    for k in 0..c {
+        let ell = s1[k] / draws as f64;
+        let se = ((s2[k] / draws as f64 - ell * ell) / draws as f64).sqrt();
+        let gap = ell - log_p24[k];
+        assert!(gap >= -5.0 * se && gap < 0.1, "point {point}, class {k}: (24) {} vs E log softmax {ell} (se {se})", log_p24[k]);
+    }
+    // (c) the per-datum optimum, one for every class.
+    let h = log_p24[0] - m[0];
+    for k in 1..c {
+        assert!((log_p24[k] - m[k] - h).abs() < 1e-12 * h.abs().max(1.0), "point {point}: (24) - m^c varies over the classes");
+    }
+    let (_, b, s) = optimise_datum(m, v).unwrap();
+    let s_inv = s.partial_piv_lu().inverse();
+    let diff = |k: usize| -> Vec<f64> { (0..c).map(|p| b[p] - if p == k { 1.0 } else { 0.0 }).collect() };
+    let quad = |d: &[f64]| -> f64 { (0..c).map(|p| (0..c).map(|q| d[p] * s_inv[(p, q)] * d[q]).sum::<f64>()).sum() };
+    let lg: Vec<f64> = (0..c).map(|k| m[k] + 0.5 * quad(&diff(k))).collect();
+    let lse = log_sum_exp(&lg);
+    let gbar: Vec<f64> = lg.iter().map(|l| (l - lse).exp()).collect();
+    for k in 0..c {
+        assert!((b[k] - gbar[k]).abs() < 1e-8, "point {point}: b {b:?} is not g-bar {gbar:?}");
+    }
+    let a = Mat::from_fn(c, c, |p, q| (0..c).map(|k| gbar[k] * diff(k)[p] * diff(k)[q]).sum::<f64>());
+    let residual = -(&s * v * &s) + &s + &a;
+    assert!(residual.norm_max() < 1e-7 * s.norm_max(), "point {point}: -S V S + S + A = {residual:?}");
+    let sv = &s * v;
+    let tr_sv: f64 = (0..c).map(|p| sv[(p, p)]).sum();
+    let dense = 0.5 * c as f64 + 0.5 * log_abs_det(&sv) - 0.5 * tr_sv - lse;
+    assert!((dense - h).abs() < 1e-9 * h.abs().max(1.0), "point {point}: (24) - m^c = {h}, h at the optimiser {dense}");
+}
+
+/// The predictive lower bound (24) by value, at test points near the data and away from it:
+/// q(f_*|y) recomputed from the fitted m, V = K - K T K and explicit K^{-1} (Chai §2.3.3:
+/// m_* = K_*^T K^{-1} m, V_* = K_** - K_*^T K^{-1} K_* + K_*^T K^{-1} V K^{-1} K_*), and (24)
+/// checked against it by `check_eq24_against_the_mathematics`.
+#[test]
+fn the_predictive_lower_bound_24_is_the_tight_bound_on_e_log_softmax() {
+    let (x, y) = toy(12, 3, 21);
+    let kern = SqExp { log_variance: 0.5, log_lengthscales: vec![0.0], learn_variance: true };
+    let problem = Problem { x: &x, y: &y, n_classes: 3 };
+    let mut r = rng(7);
+    let model =
+        KlmnlParams::default().check().unwrap().fit_model(&problem, &kern, HyperPolicy::Fixed, &mut FitContext::new(&mut r, None)).unwrap();
+    let (k, c) = (model.prior_covariance(), 3);
+    let nc = k.nrows();
+    let kinv = k.partial_piv_lu().inverse();
+    let v = k - k * model.t_matrix() * k;
+    let xt = Array2::from_shape_fn((5, 2), |(j, d)| if d == 0 { 0.8 * j as f64 - 0.6 } else { 0.5 - 0.4 * j as f64 });
+    let ks = kern.cross(&x, &xt);
+    let cache = model.predictive_logs(&xt).unwrap();
+    let (means, covs) = model.latent_predictive(&xt);
+    for j in 0..xt.nrows() {
+        let kj = Mat::from_fn(nc, c, |p, q| if p % c == q { ks[(p / c, j)] } else { 0.0 });
+        let kinv_kj = &kinv * &kj;
+        let m: Vec<f64> = (0..c).map(|q| (0..nc).map(|p| kinv_kj[(p, q)] * model.posterior_mean()[p]).sum()).collect();
+        let vs = eye(c) * faer::Scale(kern.diag(&xt)[j]) - kj.transpose() * &kinv_kj + kinv_kj.transpose() * &v * &kinv_kj;
+        // The model's stable form (K_*^T alpha, K_** - K_*^T T K_*) is the same q(f_*|y).
+        for q in 0..c {
+            assert!((means[j][q] - m[q]).abs() < 1e-8, "point {j}: mean {:?} vs {m:?}", means[j]);
+        }
+        assert!((&covs[j] - &vs).norm_max() < 1e-8, "point {j}: V_* {:?} vs {vs:?}", covs[j]);
+        check_eq24_against_the_mathematics(j, &cache.log_p24[j], &m, &sym(&vs), &mut r);
+    }
+}
+
+/// The line searches' slopes are the derivatives of the bound along their directions (central
+/// differences), from a state two sweeps into a fit (away from the optimum, so that every slope
+/// is far from zero), for K^c = I and a rotated K^c: the joint b slope (App. C.2) along the
+/// Newton direction of eq. 65 with m = K (y - b) moving along; per datum, the b slope (§3.1)
+/// along b_step's Newton direction and a random one, and the S slope (App. C.1) along the
+/// fixed point's direction S^fx - S.
+#[test]
+fn the_line_search_slopes_are_the_derivatives_of_the_bound() {
+    let (x, y) = toy(9, 3, 4);
+    let kern = SqExp { log_variance: 0.7, log_lengthscales: vec![0.2], learn_variance: true };
+    let (c, e) = (3, 1e-5);
+    let close = |slope: f64, fd: f64| (fd - slope).abs() < 1e-6 * (1.0 + fd.abs());
+    let mut r = rng(8);
+    for kc in [eye(3), rotated_kc(&[0.3, 1.0, 1.7], 5)] {
+        let pr = Prior::new(kern.gram(&x), kc, &y).unwrap();
+        let fit = fit_variational(&pr, &KlmnlParams { max_sweeps: 2, ..KlmnlParams::default() }, None, None).unwrap();
+        let (st, m) = (&fit.st, &fit.m);
+        let (_, terms) = bound(&pr, st, m).unwrap();
+        let d = newton_direction(&pr, &st.b, &terms).unwrap();
+        let kd = matvec(pr.k.as_ref(), &d);
+        let along = |eta: f64| {
+            let b2: Vec<f64> = st.b.iter().zip(&d).map(|(b, d)| b + eta * d).collect();
+            let m2: Vec<f64> = m.iter().zip(&kd).map(|(m, kd)| m - eta * kd).collect();
+            let (v, t) = bound_at(&pr, &st.v, &st.s, &b2, &m2).unwrap();
+            (v, b2, t)
+        };
+        for eta in [0.0, 0.3, 0.8] {
+            let fd = (along(eta + e).0 - along(eta - e).0) / (2.0 * e);
+            let (_, b2, t2) = along(eta);
+            let slope = joint_b_slope(&pr, &terms, &b2, &t2, &d);
+            assert!(close(slope, fd), "joint b at eta {eta}: slope {slope} vs fd {fd}");
+            assert!(eta > 0.0 || fd > 1e-3, "the joint Newton direction ascends at eta = 0: {fd}");
+        }
+        // b slopes far from zero, whose sign a flip would change beyond the tolerance.
+        let mut steep_b = 0;
+        for i in [0, 4, 8] {
+            let r_i = i * c..(i + 1) * c;
+            let (mi, bi, vi, si) = (&m[r_i.clone()], &st.b[r_i], &st.v.blocks[i], &st.s[i]);
+            let lv = chol(vi, "V_i").unwrap();
+            let h_at = |b: &[f64], s: &Mat<f64>| datum_terms(mi, vi, lv.log_det(), b, s, pr.basis()).unwrap();
+            let t0 = h_at(bi, si);
+            // b_step's direction -[I + (G - g g^T) S^{-1}]^{-1} (b - g-bar), and a random one.
+            let dmat = Mat::from_fn(c, c, |p, q| if p == q { t0.gbar[p] } else { 0.0 } - t0.gbar[p] * t0.gbar[q]);
+            let rhs = Mat::from_fn(c, 1, |p, _| t0.gbar[p] - bi[p]);
+            let newton = (eye(c) + &dmat * &t0.s_inv).partial_piv_lu().solve(&rhs);
+            let random: Vec<f64> = (0..c).map(|_| r.sample::<f64, _>(StandardNormal)).collect();
+            for dir in [(0..c).map(|p| newton[(p, 0)]).collect::<Vec<f64>>(), random] {
+                let at = |eta: f64| -> Vec<f64> { bi.iter().zip(&dir).map(|(b, d)| b + eta * d).collect() };
+                for eta in [0.0, 0.5, 1.0] {
+                    let fd = (h_at(&at(eta + e), si).h_core - h_at(&at(eta - e), si).h_core) / (2.0 * e);
+                    let slope = b_slope(&h_at(&at(eta), si), &at(eta), &dir);
+                    assert!(close(slope, fd), "datum {i}, b at eta {eta}: slope {slope} vs fd {fd}");
+                    steep_b += usize::from(eta == 0.0 && fd.abs() > 1e-3);
+                }
+            }
+            // S^fx - S (an ascent direction, App. C.1; near the S optimum after the sweeps'
+            // S-steps, so flat) and a random positive semi-definite one (S + eta Delta stays PD).
+            let fixed_point = &s_fixed_point(&lv, &t0.a_in_basis).unwrap() - si;
+            let random = random_spd(c, &mut r, 0.5 * si.norm_max());
+            for (k, delta) in [fixed_point, random].iter().enumerate() {
+                let se = |eta: f64| si + delta * faer::Scale(eta);
+                for eta in [0.0, 0.5, 1.0] {
+                    let fd = (h_at(bi, &se(eta + e)).h_core - h_at(bi, &se(eta - e)).h_core) / (2.0 * e);
+                    let slope = s_slope(vi, &h_at(bi, &se(eta)), delta);
+                    assert!(close(slope, fd), "datum {i}, S direction {k} at eta {eta}: slope {slope} vs fd {fd}");
+                    if eta == 0.0 {
+                        assert!(if k == 0 { fd > 0.0 } else { fd.abs() > 1e-4 }, "datum {i}, S direction {k}: slope {fd} at eta = 0");
+                    }
+                }
+            }
+        }
+        assert!(steep_b >= 3, "only {steep_b} of the b slopes at eta = 0 are far from zero");
+    }
 }

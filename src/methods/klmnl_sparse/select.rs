@@ -269,7 +269,13 @@ pub(super) fn d2(pr: &SparsePrior, fz: &Frozen, q: usize) -> f64 {
 
 /// d3 (eq. 43): d2's objective on the data subsample `rows`, its data terms weighted n / |S|.
 pub(super) fn d3(pr: &SparsePrior, fz: &Frozen, q: usize, rows: &[usize]) -> f64 {
-    Objective::new(pr, fz, q, rows, pr.n() as f64 / rows.len() as f64).score()
+    d3_objective(pr, fz, q, rows).score()
+}
+
+/// The objective d3 maximises: d2's on the subsample `rows`, weighted n / |S| so that its mean
+/// over all subsets of one size is d2's objective (the tests check this unbiasedness).
+pub(super) fn d3_objective(pr: &SparsePrior, fz: &Frozen, q: usize, rows: &[usize]) -> Objective {
+    Objective::new(pr, fz, q, rows, pr.n() as f64 / rows.len() as f64)
 }
 
 /// k distinct entries of `from`, uniformly (a partial Fisher-Yates shuffle on the cell's RNG).

@@ -270,9 +270,9 @@ fn d2_is_nonnegative_and_a_lower_bound_on_the_gain() {
             let s = d2(&pr, &fz, q);
             assert!(s >= -1e-10, "seed {seed}, site {q}: d2 = {s}");
             positive += usize::from(s > 1e-6);
-            let rows = [0usize, 3, 7];
-            let s3 = d3(&pr, &fz, q, &rows);
-            assert!(s3 >= -1e-10 && s3.is_finite(), "seed {seed}, site {q}: d3 = {s3}");
+            // d3 on every datum is d2: the weight n / |S| is then exactly 1.
+            let all: Vec<usize> = (0..10).collect();
+            assert_eq!(d3(&pr, &fz, q, &all), s, "seed {seed}, site {q}: d3 over all data vs d2");
             if q % 4 == 0 {
                 let mut aug = sites.clone();
                 aug.push((q / 3, q % 3));
@@ -283,6 +283,45 @@ fn d2_is_nonnegative_and_a_lower_bound_on_the_gain() {
             }
         }
         assert!(positive > 5, "seed {seed}: d2 is informative ({positive} positive)");
+    }
+}
+
+/// Eq. 43's weight n / |S| makes the subsampled objective unbiased: at any fixed (mu, nu) the
+/// mean of d3's objective F + G over all C(10, 3) subsets of the data is d2's (every datum
+/// lies in C(9, 2) of them, and (n / |S|) C(9, 2) / C(10, 3) = 1). Each d3 maximises its own
+/// subset's objective, so their mean is at least d2 (a mean of maxima is at least the maximum
+/// of the mean).
+#[test]
+fn d3_is_an_unbiased_subsample_of_d2s_objective() {
+    let (x, y) = problem(10, 3, 21);
+    let kern = kernel(0.8, -0.1);
+    let sites = random_sites(10, 3, 6, 31);
+    let pr = prior(&x, &y, &kern, 3, 1e-6, sites.clone());
+    let fit = fit_variational(&pr, &tight(), None, None).unwrap();
+    let fz = frozen(&pr, &fit.st).unwrap();
+    let taken: Vec<usize> = sites.iter().map(|&(i, k)| i * 3 + k).collect();
+    let subsets: Vec<Vec<usize>> = (0..10).flat_map(|a| (a + 1..10).flat_map(move |b| (b + 1..10).map(move |c| vec![a, b, c]))).collect();
+    assert_eq!(subsets.len(), 120);
+    let all: Vec<usize> = (0..10).collect();
+    for q in (0..30).filter(|q| !taken.contains(q)).step_by(3) {
+        let full = Objective::new(&pr, &fz, q, &all, 1.0);
+        let kappa = candidate(&pr, q, &[]).kappa;
+        // nu >= kappa keeps every 1 - (kappa - nu) beta_i positive: in the domain of every subset.
+        for (mu, nu) in [(0.4, 1.3 * kappa), (-1.3, 2.0 * kappa), (2.0, kappa)] {
+            let want = full.f(mu).0 + full.g(nu).expect("nu in the domain").0;
+            let mean = subsets
+                .iter()
+                .map(|rows| {
+                    let sub = d3_objective(&pr, &fz, q, rows);
+                    sub.f(mu).0 + sub.g(nu).expect("nu in the domain").0
+                })
+                .sum::<f64>()
+                / 120.0;
+            assert!((mean - want).abs() < 1e-10 * (1.0 + want.abs()), "site {q} at ({mu}, {nu}): subset mean {mean} vs full {want}");
+        }
+        let mean_d3 = subsets.iter().map(|rows| d3(&pr, &fz, q, rows)).sum::<f64>() / 120.0;
+        let s2 = d2(&pr, &fz, q);
+        assert!(mean_d3 >= s2 - 1e-10 * (1.0 + s2.abs()), "site {q}: mean d3 {mean_d3} below d2 {s2}");
     }
 }
 
@@ -605,5 +644,33 @@ fn after_a_loose_growth_the_final_set_is_fitted_to_the_full_tolerance() {
         .collect();
     for (hyper, a, b) in gaps {
         assert!((a - b).abs() <= 1e-12 * b.abs(), "{hyper:?}: final fit {a} vs a fresh tight fit {b}");
+    }
+}
+
+/// The sparse model's predictive lower bound (24) by value: q(f_*|y) projected from explicit m,
+/// V of q(z) with solves by the explicit K (notes D§4.2), and (24) from `predict` checked
+/// against it as the dense model's is (sums to at most one, a tight lower bound on E log
+/// softmax by Monte Carlo, the per-datum optimum at its stationary point).
+#[test]
+fn the_predictive_lower_bound_24_is_the_tight_bound_on_e_log_softmax() {
+    let (x, y) = problem(12, 3, 95);
+    let kern = kernel(0.4, 0.1);
+    let m = KlmnlSparseParams { sites: 9, start: Some(3), delta: Some(3), noise: 1e-3, ..Default::default() }.check().unwrap();
+    let mut r = Pcg64::seed_from_u64(6);
+    let model =
+        m.fit_model(&Problem { x: &x, y: &y, n_classes: 3 }, &kern, HyperPolicy::Fixed, &mut FitContext::new(&mut r, None)).unwrap();
+    let (pr, st) = (&model.pr, &model.fit.st);
+    let (mz, vz) = explicit_m_v(pr, st);
+    let lk = Chol::factor(pr.lk.reconstruct().as_ref(), "K").unwrap();
+    let xt = Array2::from_shape_fn((5, 2), |(j, d)| if d == 0 { 0.7 * j as f64 - 1.2 } else { 0.9 - 0.45 * j as f64 });
+    let ks = kern.cross(&x, &xt);
+    let p24 = model.predict(&xt, &mut r).unwrap().log_class_values["log_pred24"].clone();
+    for j in 0..xt.nrows() {
+        let kz = Mat::from_fn(pr.s, 3, |a, q| if pr.sites[a].1 == q { ks[(pr.sites[a].0, j)] } else { 0.0 });
+        let kinv_kz = lk.solve(kz.as_ref());
+        let mean = matvec(kinv_kz.transpose(), &mz);
+        let cov = eye(3) * faer::Scale(kern.diag(&xt)[j]) - kz.transpose() * &kinv_kz + kinv_kz.transpose() * &vz * &kinv_kz;
+        let row: Vec<f64> = (0..3).map(|q| p24[(j, q)]).collect();
+        crate::methods::klmnl::tests::check_eq24_against_the_mathematics(j, &row, &mean, &sym(&cov), &mut r);
     }
 }
