@@ -53,6 +53,49 @@ const RECORDED_VARIANTS: &[(&str, &str, &str, &str)] = &[
     // Below C = 1 the solver's stopping tests scale with C (msvm=2): the default fixed problem
     // runs at C = 1 and does not see them.
     ("msvm", r#"{ "c": 0.05 }"#, "msvm=2", "518029b09dbaf1c5"),
+    // The other three machines of chai2012-table4 (the default above is Weston-Watkins): each
+    // has its own block bounds, margin and (MSVM2) slack term in the solver.
+    ("msvm", r#"{ "formulation": "cs" }"#, "msvm=2", "c4264a133af61ce4"),
+    ("msvm", r#"{ "formulation": "llw" }"#, "msvm=2", "61b9e7defca24eb5"),
+    ("msvm", r#"{ "formulation": "msvm2" }"#, "msvm=2", "c8796e4bb223c861"),
+    // The cross-validated grid selection wrapping a method (`select:`, chai2012-table4,
+    // gr2006-table2): its fold permutation, the grid's order and the refit are numbers too.
+    (
+        "msvm",
+        r#"{ "formulation": "cs", "select": { "grid": { "settings.c": [0.1, 1, 10], "kernel.lengthscale": [0.5, 1.5] }, "folds": 3, "metric": "error" } }"#,
+        "msvm=2",
+        "1b94fc6174fc8bac",
+    ),
+    // ivm-table3-cv-nll: the selection by validation NLL, on the multi-way IVM.
+    (
+        "ivm_multiway",
+        r#"{ "select": { "grid": { "kernel.lengthscale": [0.8, 1.6], "kernel.variance": [1, 4] }, "folds": 3, "metric": "nll" } }"#,
+        "ivm_multiway=1",
+        "64c38e31cc7dde2d",
+    ),
+    // ivm-table3-quadrature: a finer softmax product rule than the default 3 nodes per axis.
+    ("ivm_multiway", r#"{ "quadrature_points": 5 }"#, "ivm_multiway=1", "1da864ca79a230b5"),
+    // The IVM's settings paths of ivm-fig1, -table1-*, -table2 and -table4* (the default above
+    // learns with the constant strategy, greedy info-gain selection and the paper's priors).
+    ("ivm", r#"{ "strategy": "hybrid" }"#, "ivm=2", "abb8434bde1252c6"),
+    ("ivm", r#"{ "strategy": "exact" }"#, "ivm=2", "0828760eed10614c"),
+    ("ivm", r#"{ "strategy": "exact", "line_search": "decrease" }"#, "ivm=2", "c7d6ba55c3abe691"),
+    // (ivm-fig1's stop_on_failed_line_search is not pinned: no line search fails on this
+    // problem, with any strategy, so its print is the one without it.)
+    ("ivm", r#"{ "lbfgs_first_step": "unit_length" }"#, "ivm=2", "998baab30ad13b31"),
+    ("ivm", r#"{ "keep_lbfgs_memory": true }"#, "ivm=2", "bdc70d8740edfdb6"),
+    ("ivm", r#"{ "hyper_prior": "none" }"#, "ivm=2", "8b7017edde908831"),
+    ("ivm", r#"{ "learn_bias": false }"#, "ivm=2", "25f5790bf5345cb4"),
+    ("ivm", r#"{ "criterion": "entropy" }"#, "ivm=2", "fc75d721c78a6f5b"),
+    // 5 candidates of the 17 to 24 non-active points: the draws come from the fit's generator.
+    ("ivm", r#"{ "selection": "randomized", "candidates": 5 }"#, "ivm=2", "40a05f7c4db86383"),
+    // The memory-bounded schedule narrows here: B / d_final = 80 / 8 = 10, and after the first
+    // block of 2 the room is 80 / (2 + 2) = 20 < the 22 non-active points.
+    ("ivm", r#"{ "selection": "schedule", "block": 2, "memory_entries": 80, "keep_best": 0.5 }"#, "ivm=2", "40861930a0dc5218"),
+    // Virtual informative vectors on the toy problem's 2 features read as 1 x 2 images: the
+    // up and down shifts are all background, left and right move one pixel; 10 points are then
+    // reselected among the 24 + 4 x 8 rows.
+    ("ivm", r#"{ "virtual_vectors": { "image": [1, 2], "background": -1.0, "active_size": 10 } }"#, "ivm=2", "11a1c59858248d48"),
 ];
 
 /// Methods that run on two classes only (so far): their fixed problem keeps classes 0 and 1.

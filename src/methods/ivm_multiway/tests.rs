@@ -77,6 +77,23 @@ fn included(before: &Multiway, after: &Multiway) -> (usize, usize) {
     (c, *after.states[c].active.last().unwrap())
 }
 
+/// Every number of one class's representation and its site index, as bits: what an inclusion
+/// into another class must leave alone.
+fn class_bits(mw: &Multiway, c: usize) -> Vec<u64> {
+    let st = &mw.states[c];
+    let l = st.chol.l();
+    let mut bits: Vec<u64> = st.active.iter().map(|&i| i as u64).collect();
+    bits.extend(st.rows.iter().flatten().map(|&r| r as u64));
+    bits.extend(mw.site_of[c].iter().map(|s| s.map_or(u64::MAX, |p| p as u64)));
+    bits.extend([st.floor_hits as u64, st.chol.jitter().to_bits(), l.nrows() as u64]);
+    bits.extend((0..l.nrows()).flat_map(|r| (0..l.ncols()).map(move |k| l[(r, k)].to_bits())));
+    for v in [&st.pi, &st.b, &st.beta, &st.h, &st.a, &st.kdiag].into_iter().chain(&st.m_cols) {
+        bits.push(v.len() as u64);
+        bits.extend(v.iter().map(|x| x.to_bits()));
+    }
+    bits
+}
+
 /// Eq. 7 with pi > 0: cavity times site has exactly the tilted mean and variance; clipped
 /// (tilted variance above the cavity's): pi = 0 and the mean is still matched.
 #[test]
@@ -115,7 +132,8 @@ fn eq7_site_reproduces_the_tilted_marginal() {
 /// After every inclusion: each class's incremental representation equals its recomputation
 /// from its active set and sites and the dense posterior; the class that grew has, at the
 /// included point, exactly the tilted marginal computed before the inclusion from the joint
-/// cavity (eq. 7 with pi > 0); and the included pair has the lowest Delta of all pairs (and
+/// cavity (eq. 7 with pi > 0) while every other class's representation is unchanged bit for
+/// bit; and the included pair has the lowest Delta of all pairs (and
 /// the highest is a different pair, so an argmax would fail).
 #[test]
 fn inclusions_match_recomputation_tilted_moments_and_lowest_delta() {
@@ -152,6 +170,12 @@ fn inclusions_match_recomputation_tilted_moments_and_lowest_delta() {
                 }
                 // The included pair: tilted marginal reproduced, lowest Delta.
                 let (c, j) = included(&prev, mw);
+                // Factorised: only class c's representation moves; every other class's is the
+                // same to the bit (its sites, factor, stubs and marginals).
+                assert_eq!(mw.total(), prev.total() + 1, "{what}: one pair per inclusion");
+                for k in (0..3).filter(|&k| k != c) {
+                    assert!(class_bits(mw, k) == class_bits(&prev, k), "{what}: class {k} changed when u_{j},{c} was included");
+                }
                 let (hc, ac) = prev.cavity(j).unwrap();
                 // The cavity, independently: each class's dense posterior without point j's site
                 // (the full posterior where j is not active in that class).

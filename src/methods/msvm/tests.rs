@@ -38,6 +38,50 @@ fn tight(c: f64) -> SolverSettings {
     SolverSettings { c, tol: 1e-11, max_sweeps: 2_000_000 }
 }
 
+/// The margin m of the machines' constraints as MSVMpack defines them (Lauer & Guermeur 2011;
+/// the table in `formulation.rs`): h_y - h_k >= 1 - xi for WW and CS, -h_k >= 1/(Q-1) - xi for
+/// LLW and MSVM2 (whose outputs sum to zero). Written out here so that the QP oracle and the KKT
+/// check do not take it from the code under test.
+fn constraint_margin(form: Formulation, q: usize) -> f64 {
+    match form {
+        Formulation::Ww | Formulation::Cs => 1.0,
+        Formulation::Llw | Formulation::Msvm2 => 1.0 / (q as f64 - 1.0),
+    }
+}
+
+/// MSVM2's c_M (Guermeur & Monfrini 2011, MSVMpack): M = I + c_M 1 1^T ((Q-1) x per datum)
+/// with c_M = (sqrt(Q) - 1)/(Q - 1), the square root of I + 1 1^T
+/// (`msvm2_m_is_the_square_root_of_i_plus_ones` checks that numerically).
+fn msvm2_c_m(q: usize) -> f64 {
+    let q = q as f64;
+    (q.sqrt() - 1.0) / (q - 1.0)
+}
+
+/// (I + c_M 1 1^T)^2 = I + 1 1^T for the x blocks of MSVM2's M, entry by entry, and
+/// its inverse is I - (c_M / sqrt(Q)) 1 1^T (the form the KKT check's stationarity in xi uses);
+/// the code's constants are these.
+#[test]
+fn msvm2_m_is_the_square_root_of_i_plus_ones() {
+    for q in 2..=7 {
+        let (c, r) = (msvm2_c_m(q), q - 1);
+        let m = Mat::from_fn(r, r, |i, j| if i == j { 1.0 } else { 0.0 } + c);
+        let m_inv = Mat::from_fn(r, r, |i, j| if i == j { 1.0 } else { 0.0 } - c / (q as f64).sqrt());
+        let square = &m * &m;
+        let identity = &m * &m_inv;
+        for i in 0..r {
+            for j in 0..r {
+                let delta = if i == j { 1.0 } else { 0.0 };
+                assert!((square[(i, j)] - (delta + 1.0)).abs() < 1e-14, "Q = {q}: M^2[{i},{j}] = {}", square[(i, j)]);
+                assert!((identity[(i, j)] - delta).abs() < 1e-14, "Q = {q}: (M M^-1)[{i},{j}] = {}", identity[(i, j)]);
+            }
+        }
+        assert_eq!(Formulation::c_m(q), c, "Q = {q}");
+        for form in ALL {
+            assert_eq!(form.margin(q), constraint_margin(form, q), "{form:?}, Q = {q}");
+        }
+    }
+}
+
 /// The primal of `form` as a QP over z = [w_1..w_Q (n each), b (Q), xi], solved by Clarabel:
 /// (optimal value, the kernel part h - b [n][Q] at the training points: w is unique, while the
 /// bias may be an interval when many multipliers sit at their bounds).
@@ -71,10 +115,10 @@ fn primal_qp(form: Formulation, k: &Mat<f64>, y: &[usize], q: usize, c: f64) -> 
         row[j] = 1.0;
     }
     let mut qv = vec![0.0; nz];
-    let margin = form.margin(q);
+    let margin = constraint_margin(form, q);
     if form == Formulation::Msvm2 {
         // C xi^T M xi = 1/2 xi^T (2 C M) xi, M_i = I + c_M 1 1^T per datum.
-        let cm = Formulation::c_m(q);
+        let cm = msvm2_c_m(q);
         for i in 0..n {
             for k in (0..q).filter(|&k| k != y[i]) {
                 for l2 in (0..q).filter(|&l2| l2 != y[i]) {
@@ -154,7 +198,7 @@ fn primal_qp(form: Formulation, k: &Mat<f64>, y: &[usize], q: usize, c: f64) -> 
 /// feasibility per constraint, dual feasibility (bounds), and stationarity in b (sum beta = 0).
 fn kkt_violation(form: Formulation, sol: &DualSolution, y: &[usize], c: f64) -> f64 {
     let q = sol.bias.len();
-    let m = form.margin(q);
+    let m = constraint_margin(form, q);
     let mut worst = objectives(form, sol, y, c).infeasibility;
     for (i, (a, f)) in sol.alpha.iter().zip(&sol.f).enumerate() {
         let h: Vec<f64> = f.iter().zip(&sol.bias).map(|(f, b)| f + b).collect();
@@ -192,7 +236,7 @@ fn kkt_violation(form: Formulation, sol: &DualSolution, y: &[usize], c: f64) -> 
             }
             Formulation::Msvm2 => {
                 // xi = M^{-1} alpha / (2C) (stationarity in xi); -h_k >= m - xi_k, equality where alpha_k > 0.
-                let cm = Formulation::c_m(q);
+                let cm = msvm2_c_m(q);
                 let s: f64 = others.iter().map(|&k| a[k]).sum();
                 for &k in &others {
                     let xi = (a[k] - cm / (q as f64).sqrt() * s) / (2.0 * c);

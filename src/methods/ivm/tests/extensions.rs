@@ -1,5 +1,6 @@
 //! End-to-end fits, c against the rest and virtual informative vectors.
 use super::*;
+use ndarray::s;
 
 fn fit(method: &Ivm, x: &Array2<f64>, y: &[usize], seed: u64) -> Box<dyn Fitted> {
     let kernels = serde_norway::from_str::<KernelParams>("{ lengthscale: 1.0, variance: 2.0 }").unwrap().kernel_set(2, 2).unwrap();
@@ -172,7 +173,8 @@ fn virtual_vectors_translate_an_image_by_one_pixel_each_way() {
 
 /// Virtual informative vectors (§6.5) are a second selection: the fit with `virtual_vectors`
 /// equals (bit for bit) a fit at the first stage's hyper-parameters on the training set
-/// augmented by the translations of the first stage's active images, with fixed and with
+/// augmented by the translations of the first stage's active images (built here by hand and
+/// compared row by row with the method's augmentation), with fixed and with
 /// learned hyper-parameters (which the second stage does not relearn); an image shape that is
 /// not the input width is a clear error.
 #[test]
@@ -206,10 +208,33 @@ fn virtual_vectors_reselect_on_the_augmented_set_at_the_fitted_hyper_parameters(
         // The first stage's active rows, found among the training rows.
         let active: Vec<usize> = first.inducing_inputs()[0].rows().into_iter().map(|r| (0..n).find(|&i| x.row(i) == r).unwrap()).collect();
         assert_eq!(active.len(), 6);
-        let targets = signs(&y);
-        let (x_aug, t_aug) = crate::methods::ivm::virtual_vectors::augment(&virt, &x, &targets, &active).unwrap();
-        assert_eq!((x_aug.nrows(), t_aug.len()), (n + 24, n + 24));
-        let y_aug: Vec<usize> = t_aug.iter().map(|&t| usize::from(t > 0.0)).collect();
+        // The augmented set by hand: the training rows, then per active image (in inclusion
+        // order) its content moved up, down, left and right by one pixel (the 3 x 3 grid's
+        // slices, the vacated row or column at the background -1), each with its source's label.
+        let mut x_aug = x.clone();
+        let mut y_aug = y.clone();
+        for &i in &active {
+            let image = x.row(i).to_owned().into_shape_with_order((3, 3)).unwrap();
+            for (to_rows, from_rows, to_cols, from_cols) in [
+                (s![0..2, ..], s![1..3, ..], s![.., ..], s![.., ..]), // up: row r takes row r + 1
+                (s![1..3, ..], s![0..2, ..], s![.., ..], s![.., ..]), // down
+                (s![.., ..], s![.., ..], s![.., 0..2], s![.., 1..3]), // left: column c takes c + 1
+                (s![.., ..], s![.., ..], s![.., 1..3], s![.., 0..2]), // right
+            ] {
+                let mut shifted = Array2::from_elem((3, 3), -1.0);
+                shifted.slice_mut(to_rows).slice_mut(to_cols).assign(&image.slice(from_rows).slice(from_cols));
+                x_aug.push_row(shifted.flatten().view()).unwrap();
+                y_aug.push(y[i]);
+            }
+        }
+        assert_eq!((x_aug.nrows(), y_aug.len()), (n + 24, n + 24));
+        // The method's augmentation is the same, row by row.
+        let (x_code, t_code) = crate::methods::ivm::virtual_vectors::augment(&virt, &x, &signs(&y), &active).unwrap();
+        assert_eq!(x_code.dim(), x_aug.dim());
+        for r in 0..n + 24 {
+            assert_eq!(x_code.row(r), x_aug.row(r), "{hyper:?}: augmented row {r}");
+            assert_eq!(t_code[r], if y_aug[r] == 1 { 1.0 } else { -1.0 }, "{hyper:?}: target of augmented row {r}");
+        }
         // The second stage at the first stage's kernel and intercept, fixed.
         let bias = first.diagnostics().numbers.get("bias").copied().unwrap_or(0.0);
         let fitted_kernels = first.kernels();

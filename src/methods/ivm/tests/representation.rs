@@ -96,6 +96,63 @@ fn gaussian_regression_with_all_points_active_is_the_exact_gp_posterior() {
     }
 }
 
+/// The probit predictive of a fitted IVM (notes §2.2, §3.2): Q(y_* = +1) = Phi((mu_* + bias) /
+/// sqrt(1 + sigma_*^2)), Q(y_* = -1) its complement. With d = n every site is kept, so Q(u) is
+/// the GP posterior under Gaussian pseudo-observations b_i / pi_i with noise variances 1 / pi_i:
+/// mu_* = k_*^T (K + Pi^{-1})^{-1} Pi^{-1} b and sigma_*^2 = k_** - k_*^T (K + Pi^{-1})^{-1} k_*,
+/// computed here by dense algebra from the fitted sites. The intercept is away from 0 and the
+/// kernel variance away from 1, so a dropped intercept, a wrong sign of it, or sqrt(sigma^2)
+/// or sqrt(2 + sigma^2) in place of sqrt(1 + sigma^2) moves every probability.
+#[test]
+fn probit_predictive_with_all_points_active_is_phi_of_the_dense_posterior() {
+    let n = 16;
+    let (x, y) = blobs(n, 0.5, 12);
+    let targets = signs(&y);
+    let xt = Array2::from_shape_fn((9, 2), |(i, k)| ((i * (k + 2)) as f64 * 0.53).sin() * 1.6);
+    let kernel_yaml = "{ lengthscale: 0.9, variance: 2.5 }";
+    let kern = kernel(kernel_yaml, 2);
+    let kernels = serde_norway::from_str::<KernelParams>(kernel_yaml).unwrap().kernel_set(2, 2).unwrap();
+    let bias = 0.45;
+    let method = ivm(serde_json::json!({ "active_size": n, "bias": bias }));
+    let mut rng = Pcg64::seed_from_u64(6);
+    let mut ctx = FitContext::new(&mut rng, None);
+    let fitted = method.fit(&Problem { x: &x, y: &y, n_classes: 2 }, &kernels, HyperPolicy::Fixed, &mut ctx).unwrap();
+    drop(ctx);
+    let probs = fitted.predict(&xt, &mut Pcg64::seed_from_u64(0)).unwrap().probs;
+    // The sites of that fit: greedy selection at a fixed kernel draws nothing, so selecting
+    // again gives the same active set, checked against the fitted model's active rows.
+    let mut rng = Pcg64::seed_from_u64(6);
+    let mut ctx = FitContext::new(&mut rng, None);
+    let sel = method.select(kern.as_ref(), &x, &targets, SiteLik::Probit { bias }, &mut ctx, |_, _, _| Ok(())).unwrap();
+    let st = &sel.state;
+    assert_eq!(st.d(), n, "every point active");
+    assert_eq!(fitted.inducing_inputs()[0], x.select(Axis(0), &st.active_rows()));
+    // Dense GP algebra in the training order: (K + Pi^{-1}) by Cholesky, pseudo-targets b / pi.
+    let mut pi = vec![0.0; n];
+    let mut b = vec![0.0; n];
+    for (r, &i) in st.active.iter().enumerate() {
+        (pi[i], b[i]) = (st.pi[r], st.b[r]);
+    }
+    let k = kern.gram(&x);
+    let kn = Mat::from_fn(n, n, |i, j| k[(i, j)] + if i == j { 1.0 / pi[i] } else { 0.0 });
+    let chol = Chol::factor(kn.as_ref(), "K + Pi^-1").unwrap();
+    let w = chol.solve_vec(&(0..n).map(|i| b[i] / pi[i]).collect::<Vec<_>>());
+    let ks = kern.cross(&x, &xt);
+    let kss = kern.diag(&xt);
+    let mut spread = (f64::INFINITY, f64::NEG_INFINITY);
+    for j in 0..xt.nrows() {
+        let kj: Vec<f64> = (0..n).map(|i| ks[(i, j)]).collect();
+        let mean: f64 = kj.iter().zip(&w).map(|(a, b)| a * b).sum();
+        let var = kss[j] - kj.iter().zip(&chol.solve_vec(&kj)).map(|(a, b)| a * b).sum::<f64>();
+        let z = (mean + bias) / (1.0 + var).sqrt();
+        close(&format!("Q(y = +1) at test row {j}"), probs[(j, 1)], crate::special::normal_cdf(z), 1e-10);
+        close(&format!("Q(y = -1) at test row {j}"), probs[(j, 0)], crate::special::normal_cdf(-z), 1e-10);
+        spread = (spread.0.min(var), spread.1.max(var));
+    }
+    // The test rows reach from the data (small variance) to far from it (near the prior's).
+    assert!(spread.0 < 0.5 && spread.1 > 1.5, "predictive variances {spread:?}");
+}
+
 /// Eq. 11 for Gaussian noise is exact (notes §4.1 [DERIVED]): log Q(D) equals
 /// log N(y_I | 0, K_I + s2 I) plus sum_{j not in I} log N(y_j | h_j, a_j + s2) at every d, and
 /// the exact log marginal likelihood log N(y | 0, K + s2 I) at d = n.
@@ -196,25 +253,37 @@ fn probit_moments_match_quadrature_into_the_far_tails() {
 }
 
 /// (d) The selection includes the point of LARGEST information gain KL = -Delta (argmin of eq.
-/// 5's Delta), not Algorithm 1's printed argmax Delta; the gain equals eq. 5 written out.
+/// 5's Delta), not Algorithm 1's printed argmax Delta; the gain equals eq. 5 written out and
+/// the differential-entropy score its closed form, at prior variances other than 1.
 #[test]
 fn selection_picks_the_most_informative_point() {
-    // Three candidates with equal prior variance and no correlation (their marginals are what
-    // the criterion sees): probit targets +1 with the current mean far on the right side, far on
-    // the wrong side, and at zero.
-    let mut st = IvmState::prior(vec![1.0; 3]);
+    // Three candidates with unequal prior variances (none 1, so a dropped variance factor
+    // shows) and no correlation (their marginals are what the criterion sees): probit targets
+    // +1, +1, -1 with the current mean far on the right side, far on the wrong side, and at zero.
+    let mut st = IvmState::prior(vec![1.5, 0.7, 2.5]);
     st.h = vec![3.0, -2.0, 0.0];
     let targets = [1.0, 1.0, -1.0];
     let lik = SiteLik::Probit { bias: 0.0 };
+    let mut entropy_drops = Vec::new();
     let deltas: Vec<f64> = (0..3)
         .map(|j| {
+            let (h, a, y) = (st.h[j], st.a[j], targets[j]);
             // Eq. 5: Delta = -(log m + 1/m + (h' - h)^2 / a - 1) / 2, m = 1 + a pi'.
             let mo = st.moments(lik, &targets, j);
-            let (pi, _) = mo.site(st.h[j], st.a[j]).unwrap();
-            let mj = 1.0 + st.a[j] * pi;
-            let shift = mo.tilted_mean(st.h[j], st.a[j]) - st.h[j];
-            let delta = -0.5 * (mj.ln() + 1.0 / mj + shift * shift / st.a[j] - 1.0);
-            close(&format!("gain {j} = -Delta"), gain(&mo, st.h[j], st.a[j], Criterion::InfoGain, 0.0).unwrap(), -delta, 1e-12);
+            let (pi, _) = mo.site(h, a).unwrap();
+            let mj = 1.0 + a * pi;
+            let shift = mo.tilted_mean(h, a) - h;
+            let delta = -0.5 * (mj.ln() + 1.0 / mj + shift * shift / a - 1.0);
+            close(&format!("gain {j} = -Delta"), gain(&mo, h, a, Criterion::InfoGain, 0.0).unwrap(), -delta, 1e-12);
+            // The differential-entropy score H[Q(u_j)] - H[Q'(u_j)] = -log(1 - a nu) / 2 (notes
+            // §2.4), with the probit's nu = H(z) (H(z) + z) / (1 + a), z = y h / sqrt(1 + a),
+            // H = N / Phi (§3.2), written out here.
+            let z = y * h / (1.0 + a).sqrt();
+            let hazard = (-0.5 * z * z - crate::special::LN_SQRT_2PI - log_normal_cdf(z)).exp();
+            let nu = hazard * (hazard + z) / (1.0 + a);
+            let drop = -0.5 * (1.0 - a * nu).ln();
+            close(&format!("entropy score {j}"), gain(&mo, h, a, Criterion::Entropy, 0.0).unwrap(), drop, 1e-12);
+            entropy_drops.push(drop);
             delta
         })
         .collect();
@@ -224,6 +293,11 @@ fn selection_picks_the_most_informative_point() {
     assert_eq!(argmax, 0, "the printed argmax would take the confidently right point: {deltas:?}");
     let choice = best_candidate(&st, lik, &targets, &[0, 1, 2], Criterion::InfoGain, 1e-8).unwrap();
     assert_eq!(choice.index, 1);
+    // The entropy score ignores the mean shift: the widest marginal at the boundary (point 2,
+    // a = 2.5) shrinks most, ahead of the misclassified point 1 (a = 0.7).
+    let widest = (0..3).max_by(|&i, &j| entropy_drops[i].total_cmp(&entropy_drops[j])).unwrap();
+    assert_eq!(widest, 2, "{entropy_drops:?}");
+    assert_eq!(best_candidate(&st, lik, &targets, &[0, 1, 2], Criterion::Entropy, 1e-8).unwrap().index, 2);
     // Gaussian noise: the information gain prefers the largest surprise |y - h|; the entropy
     // score ignores y and prefers the largest variance.
     let mut st = IvmState::prior(vec![1.0, 1.0, 2.0]);
@@ -318,8 +392,10 @@ fn probit_evidence_is_the_dense_ep_evidence_of_the_active_points_plus_the_predic
 
 /// The memory-bounded schedule (notes §2.5). (a) With room for every row it is greedy
 /// selection, bit for bit. (b) With a small bound the selection index shrinks after each
-/// block to `schedule_size`'s size (never below B / d_final, the active points always kept,
-/// deterministic in the seed and dependent on it), and the narrowed state is the same Q(u) as
+/// block to the size of notes §2.5's rule worked out by hand (never below B / d_final, the
+/// active points always kept, the best-scoring half of each narrowed index among the kept by
+/// the information gain's closed form, deterministic in the seed and dependent on it), and the
+/// narrowed state is the same Q(u) as
 /// the dense posterior of the active set restricted to its rows (h, a), with eq. 11 over J~
 /// equal to a minor step's rebuild on those rows. (c) Learning on a narrowed selection runs,
 /// its criterion over J~ agreeing between major and minor steps.
@@ -342,29 +418,68 @@ fn the_memory_bounded_schedule_narrows_the_selection_index_and_keeps_the_posteri
         (&roomy.active, roomy.pi.iter().map(|v| v.to_bits()).collect::<Vec<_>>()),
         (&greedy.active, greedy.pi.iter().map(|v| v.to_bits()).collect())
     );
-    // (b) B = 1200 numbers, d = 24 in blocks of 5: |J~| must end at max(B / 24, ...) = 50.
+    // (b) B = 1200 numbers, d = 24 in blocks of 5. Notes §2.5's rule, after each block:
+    // m' = max(floor(B / d_final), min(|J \ I|, floor(B / (|I| + k)))), J narrowed to m' when
+    // m' < |J \ I|. By hand, floor(B / d_final) = 1200 / 24 = 50 and:
+    //   d = 5:  |J \ I| = 115, m' = max(50, min(115, 1200 / 10 = 120)) = 115, kept whole;
+    //   d = 10: |J \ I| = 110, m' = max(50, min(110, 1200 / 15 = 80)) = 80;
+    //   d = 15: |J \ I| = 80 - 5 = 75, m' = max(50, min(75, 1200 / 20 = 60)) = 60;
+    //   d = 20: |J \ I| = 60 - 5 = 55, m' = max(50, min(55, 1200 / 25 = 48)) = 50;
+    // the last 4 inclusions come from those 50, so J~ ends with 50 + 20 = 70 rows.
     let tight = serde_json::json!({ "active_size": 24, "selection": "schedule", "block": 5, "memory_entries": 1200, "keep_best": 0.5 });
     let narrow = select(tight.clone(), 1);
     let rows = narrow.rows.clone().expect("narrowed");
-    let (mut remaining, mut d) = (120 - 5, 5);
-    let mut expected = 120;
-    while d < 24 {
-        let size = crate::methods::ivm::select::schedule_size(remaining, d, 5, 24, 1200);
-        if size < remaining {
-            expected = size + d;
-            remaining = size;
+    assert_eq!((rows.len(), narrow.d()), (70, 24));
+    // Each narrowing keeps the fraction rho = 0.5 of m' with the largest information gains
+    // under the state before it (the rest drawn from the others). The gains here are the
+    // notes' closed form (§2.4, §3.2) on the dense posterior of that state's active set:
+    //   KL_j = (a alpha^2 - a nu - log(1 - a nu)) / 2,  s = sqrt(1 + a),  z = y (h + bias) / s,
+    //   alpha = y H(z) / s,  nu = H(z) (H(z) + z) / s^2,  H = N / Phi.
+    let mut states: Vec<IvmState> = Vec::new();
+    let mut rng = Pcg64::seed_from_u64(1);
+    let mut ctx = FitContext::new(&mut rng, None);
+    ivm(tight.clone())
+        .select(kern.as_ref(), &x, &targets, lik, &mut ctx, |_, st, _| {
+            states.push(st.clone());
+            Ok(())
+        })
+        .unwrap();
+    let k = kern.gram(&x);
+    let bias = 0.2;
+    for (d, non_active, size) in [(10, 110, 80), (15, 75, 60), (20, 55, 50)] {
+        // states[d - 1] is the state after inclusion d, before the narrowing; states[d] after it.
+        let (before, after) = (&states[d - 1], &states[d]);
+        let before_active = before.active_rows();
+        let candidates: Vec<usize> =
+            before.rows.clone().unwrap_or_else(|| (0..120).collect()).into_iter().filter(|r| !before_active.contains(r)).collect();
+        let kept: Vec<usize> = after.rows.clone().expect("narrowed").into_iter().filter(|r| !before_active.contains(r)).collect();
+        assert_eq!((candidates.len(), kept.len()), (non_active, size), "at d = {d}");
+        let (h, a) = dense_posterior(&k, &before_active, &before.pi, &before.b);
+        let mut gains: Vec<(usize, f64)> = candidates
+            .iter()
+            .map(|&r| {
+                let (t, s) = (targets[r], (1.0 + a[r]).sqrt());
+                let z = t * (h[r] + bias) / s;
+                let hazard = (-0.5 * z * z - crate::special::LN_SQRT_2PI - log_normal_cdf(z)).exp();
+                let (alpha, nu) = (t * hazard / s, hazard * (hazard + z) / (s * s));
+                (r, 0.5 * (a[r] * alpha * alpha - a[r] * nu - (-a[r] * nu).ln_1p()))
+            })
+            .collect();
+        gains.sort_by(|p, q| q.1.total_cmp(&p.1));
+        let best = size / 2;
+        assert!(gains[best - 1].1 - gains[best].1 > 1e-9, "at d = {d}: a near tie at the cut makes the check moot");
+        for &(r, g) in &gains[..best] {
+            assert!(kept.contains(&r), "at d = {d}: row {r} (gain {g}) is among the {best} largest gains but was not kept");
         }
-        remaining -= 5.min(24 - d);
-        d += 5.min(24 - d);
+        // The other half is drawn, not the next best.
+        assert!(gains[best..size].iter().any(|(r, _)| !kept.contains(r)), "at d = {d}: the kept rows are the {size} best");
     }
-    assert_eq!((rows.len(), narrow.d()), (expected, 24));
     assert!(rows.len() >= 1200 / 24 && rows.windows(2).all(|w| w[0] < w[1]));
     let act = narrow.active_rows();
     assert!(act.iter().all(|r| rows.contains(r)));
     assert_eq!(narrow.rows, select(tight.clone(), 1).rows, "deterministic in the seed");
     assert!((2..6).any(|s| select(tight.clone(), s).rows != narrow.rows), "the random part comes from the seed");
     // The narrowed state is the dense posterior of its active set at its rows.
-    let k = kern.gram(&x);
     let (h, a) = dense_posterior(&k, &act, &narrow.pi, &narrow.b);
     for (j, &r) in rows.iter().enumerate() {
         close(&format!("h at row {r}"), narrow.h[j], h[r], 1e-9);
