@@ -409,19 +409,61 @@ mod tests {
 
     #[test]
     fn class_weighted_sets_lean_towards_their_class() {
-        // Class 0 on the left (x < 0), class 1 on the right; 10 of 60 rows are class 1.
+        // Class 1's weight is N / N_1 - 1 on its rows and 1 on the others (class 0's likewise),
+        // so with M = 1 each class's centre is the weighted mean of all rows, exactly.
         let x = Array2::from_shape_fn((60, 1), |(i, _)| if i < 50 { -1.0 - i as f64 / 50.0 } else { 1.0 + (i - 50) as f64 / 10.0 });
         let y: Vec<usize> = (0..60).map(|i| usize::from(i >= 50)).collect();
         let mut rng = Pcg64::seed_from_u64(3);
-        let (sets, report) = class_weighted_inducing(&x, &y, 2, 4, 1000, 100, &mut rng).unwrap();
-        assert_eq!((sets.len(), sets[0].nrows(), report.kmeans_rows), (2, 4, 60));
-        // Class 1 has weight 60/10 - 1 = 5 per row: its rows carry half the mass, so about half
-        // the centres sit on the right; unweighted it would get 1 of 4.
-        let right = |z: &Array2<f64>| z.iter().filter(|v| **v > 0.0).count();
-        assert!(right(&sets[1]) >= 2, "{:?}", sets[1]);
-        assert!(right(&sets[0]) >= 1, "class 0: weight 60/50 - 1 = 0.2 on its own rows, {:?}", sets[0]);
+        let (sets, report) = class_weighted_inducing(&x, &y, 2, 1, 1000, 100, &mut rng).unwrap();
+        assert_eq!((sets.len(), sets[0].nrows(), report.kmeans_rows), (2, 1, 60));
+        for (c, own_weight) in [(0, 60.0 / 50.0 - 1.0), (1, 60.0 / 10.0 - 1.0)] {
+            let w: Vec<f64> = y.iter().map(|&v| if v == c { own_weight } else { 1.0 }).collect();
+            let mean = (0..60).map(|i| w[i] * x[(i, 0)]).sum::<f64>() / w.iter().sum::<f64>();
+            assert!((sets[c][(0, 0)] - mean).abs() < 1e-12, "class {c}: centre {} vs weighted mean {mean}", sets[c][(0, 0)]);
+        }
         let (all, _) = class_weighted_inducing(&x, &y, 2, 60, 1000, 100, &mut rng).unwrap();
         assert_eq!(all[1], x, "M >= N: Z = X");
+    }
+
+    /// The best weighted 2-means split of points on a line, by brute force: the clusters of
+    /// the optimum are contiguous in sorted order, so try every cut. Returns the two centres.
+    fn best_split_1d(x: &[f64], w: &[f64]) -> [f64; 2] {
+        let mut order: Vec<usize> = (0..x.len()).collect();
+        order.sort_by(|&a, &b| x[a].total_cmp(&x[b]));
+        let centre = |idx: &[usize]| idx.iter().map(|&i| w[i] * x[i]).sum::<f64>() / idx.iter().map(|&i| w[i]).sum::<f64>();
+        let cost = |idx: &[usize]| {
+            let m = centre(idx);
+            idx.iter().map(|&i| w[i] * (x[i] - m).powi(2)).sum::<f64>()
+        };
+        let cut = (1..x.len())
+            .min_by(|&a, &b| (cost(&order[..a]) + cost(&order[a..])).total_cmp(&(cost(&order[..b]) + cost(&order[b..]))))
+            .unwrap();
+        [centre(&order[..cut]), centre(&order[cut..])]
+    }
+
+    #[test]
+    fn class_weighted_two_means_find_the_weighted_optimum_where_weights_move_the_split() {
+        // Class 0: 40 rows evenly on [0, 9.75]; class 1: 4 rows at 9.6..9.9. Unweighted, the
+        // best split is near the middle; class 1's weights (44/4 - 1 = 10 on its rows) pull
+        // the right centre to the top, class 0's (44/40 - 1 = 0.1 on its rows) even more so.
+        // Neither weighted split is a fixed point of unweighted Lloyd iterations, so ignoring
+        // the weights cannot land there.
+        let xs: Vec<f64> = (0..44).map(|i| if i < 40 { i as f64 / 4.0 } else { 9.6 + (i - 40) as f64 / 10.0 }).collect();
+        let y: Vec<usize> = (0..44).map(|i| usize::from(i >= 40)).collect();
+        let x = Array2::from_shape_vec((44, 1), xs.clone()).unwrap();
+        let unweighted = best_split_1d(&xs, &[1.0; 44]);
+        let mut rng = Pcg64::seed_from_u64(5);
+        let (sets, _) = class_weighted_inducing(&x, &y, 2, 2, 1000, 100, &mut rng).unwrap();
+        for (c, own_weight) in [(0, 44.0 / 40.0 - 1.0), (1, 44.0 / 4.0 - 1.0)] {
+            let w: Vec<f64> = y.iter().map(|&v| if v == c { own_weight } else { 1.0 }).collect();
+            let best = best_split_1d(&xs, &w);
+            assert!((best[1] - unweighted[1]).abs() > 1.0, "class {c}: the weights must move the split ({best:?} vs {unweighted:?})");
+            let mut got = [sets[c][(0, 0)], sets[c][(1, 0)]];
+            got.sort_by(f64::total_cmp);
+            for k in 0..2 {
+                assert!((got[k] - best[k]).abs() < 1e-12, "class {c}: centres {got:?} vs the weighted optimum {best:?}");
+            }
+        }
     }
 
     /// k-means on a subsample smaller than M gave fewer than M inducing inputs without a word

@@ -265,6 +265,44 @@ mod tests {
         }
     }
 
+    /// Lin, Schmidt & Khan (2020)'s retraction for a Gaussian in precision form, computed
+    /// densely: G = P - 2 g_S - Lambda (the natural-gradient direction of the precision: the
+    /// ELBO's fixed point is Lambda = P - 2 g_S), Lambda_new = Lambda + gamma G +
+    /// gamma^2 / 2 G Lambda^{-1} G, and the mean moves along the natural gradient
+    /// Lambda_new^{-1} dELBO/dm, dELBO/dm = g_m - P m (zero prior mean). At gamma = 1 with an
+    /// indefinite P - 2 g_S the new precision is still positive definite.
+    #[test]
+    fn the_retracted_step_is_the_dense_retraction_at_a_full_step() {
+        let (mean, lam) = (vec![0.2, -0.4, 0.7], Mat::from_fn(3, 3, |i, j| if i == j { 2.0 + i as f64 } else { 0.3 }));
+        let prior = Mat::from_fn(3, 3, |i, j| if i == j { 1.5 } else { -0.2 });
+        let g_m = [0.5, -0.1, 0.3];
+        let g_s = Mat::from_fn(3, 3, |i, j| if i == j { 2.0 + 0.5 * i as f64 } else { 0.4 });
+        let inv = |a: &Mat<f64>| Chol::factor(a.as_ref(), "t").unwrap().inverse();
+        let g = Mat::from_fn(3, 3, |i, j| prior[(i, j)] - 2.0 * g_s[(i, j)] - lam[(i, j)]);
+        let glg = &g * inv(&lam) * &g;
+        let want = Mat::from_fn(3, 3, |i, j| lam[(i, j)] + g[(i, j)] + 0.5 * glg[(i, j)]);
+        let pm: Vec<f64> = (0..3).map(|i| (0..3).map(|j| prior[(i, j)] * mean[j]).sum::<f64>()).collect();
+        let want_inv = inv(&want);
+        let want_mean: Vec<f64> = (0..3).map(|i| mean[i] + (0..3).map(|j| want_inv[(i, j)] * (g_m[j] - pm[j])).sum::<f64>()).collect();
+        let target = Mat::from_fn(3, 3, |i, j| prior[(i, j)] - 2.0 * g_s[(i, j)]);
+        assert!(Chol::factor(target.as_ref(), "P - 2 g_S").is_err(), "the plain step's target must be indefinite");
+        let mut q = NaturalGaussian::from_mean_precision(mean, lam.clone()).unwrap();
+        assert_eq!(q.step_retracted(&g_m, g_s.as_ref(), prior.as_ref(), 1.0).unwrap(), 0.0);
+        for i in 0..3 {
+            assert!((q.mean()[i] - want_mean[i]).abs() < 1e-12, "mean {:?} vs {want_mean:?}", q.mean());
+            let theta1: f64 = (0..3).map(|j| want[(i, j)] * want_mean[j]).sum();
+            assert!((q.theta1()[i] - theta1).abs() < 1e-12, "theta1 {:?}", q.theta1());
+            for j in 0..3 {
+                assert!(
+                    (q.precision()[(i, j)] - want[(i, j)]).abs() < 1e-12,
+                    "precision ({i}, {j}): {} vs {}",
+                    q.precision()[(i, j)],
+                    want[(i, j)]
+                );
+            }
+        }
+    }
+
     #[test]
     fn kl_to_the_standard_normal_is_zero_there_and_matches_its_closed_form() {
         assert!(NaturalGaussian::standard(4).kl_standard().abs() < 1e-14);
