@@ -1129,8 +1129,9 @@ fn twenty_random_kills_and_resumes_end_with_the_tables_of_an_uninterrupted_run()
     // (killed while running, cells stored after the kill), per attempt.
     let mut attempts = Vec::new();
     for _ in 0..20 {
-        // The whole spec computes in about 0.3 s: a pause after each stored cell stretches a
-        // run past the kill window, so that kills land while cells are still being computed.
+        // The whole spec computes in about 0.3 s: a pause of 0.1 s after each stored cell
+        // stretches a run well past the kill window (20-400 ms: at most about 8 cells an
+        // attempt on 2 threads), so that kills land while cells are still being computed.
         let mut child = mcgp()
             .arg("run")
             .arg(&spec)
@@ -1138,7 +1139,7 @@ fn twenty_random_kills_and_resumes_end_with_the_tables_of_an_uninterrupted_run()
             .arg(dir.join("results"))
             .arg("--reports")
             .arg(dir.join("reports"))
-            .env("MCGP_TEST_PAUSE_AFTER_CELL_SECONDS", "0.02")
+            .env("MCGP_TEST_PAUSE_AFTER_CELL_SECONDS", "0.1")
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();

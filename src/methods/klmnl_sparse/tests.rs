@@ -227,18 +227,36 @@ fn the_closed_form_gain_of_a_site_equals_the_direct_difference() {
     assert_eq!(checked, 18);
 }
 
+/// A fitted 10-point, 3-class problem with 6 random sites, frozen for scoring the sites not yet
+/// taken (`taken`, as datum * 3 + class).
+struct Scoring {
+    x: Array2<f64>,
+    y: Vec<usize>,
+    kern: SqExp,
+    sites: Vec<Site>,
+    pr: SparsePrior,
+    fit: VarFit,
+    fz: Frozen,
+    taken: Vec<usize>,
+}
+
+fn scoring(problem_seed: u64, sites_seed: u64) -> Scoring {
+    let (x, y) = problem(10, 3, problem_seed);
+    let kern = kernel(0.8, -0.1);
+    let sites = random_sites(10, 3, 6, sites_seed);
+    let pr = prior(&x, &y, &kern, 3, 1e-6, sites.clone());
+    let fit = fit_variational(&pr, &tight(), None, None).unwrap();
+    let fz = frozen(&pr, &fit.st).unwrap();
+    let taken = sites.iter().map(|&(i, k)| i * 3 + k).collect();
+    Scoring { x, y, kern, sites, pr, fit, fz, taken }
+}
+
 /// max_f and max_g reach the maxima of F and G: no point of a dense log-spaced grid over mu
 /// (both signs) and over nu's domain (nu > 0, 1 - (kappa - nu) beta_i > 0) is higher. (F(0) =
 /// G(kappa) = 0 would pass "d2 >= 0" without any search; this needs the search to work.)
 #[test]
 fn the_score_searches_reach_the_maxima_of_f_and_g() {
-    let (x, y) = problem(10, 3, 22);
-    let kern = kernel(0.8, -0.1);
-    let sites = random_sites(10, 3, 6, 31);
-    let pr = prior(&x, &y, &kern, 3, 1e-6, sites.clone());
-    let fit = fit_variational(&pr, &tight(), None, None).unwrap();
-    let fz = frozen(&pr, &fit.st).unwrap();
-    let taken: Vec<usize> = sites.iter().map(|&(i, k)| i * 3 + k).collect();
+    let Scoring { pr, fz, taken, .. } = scoring(22, 31);
     let magnitudes: Vec<f64> = (-800..=400).map(|e| 10f64.powf(e as f64 / 100.0)).collect();
     let mut moved = 0;
     for q in (0..30).filter(|q| !taken.contains(q)) {
@@ -258,13 +276,7 @@ fn the_score_searches_reach_the_maxima_of_f_and_g() {
 #[test]
 fn d2_is_nonnegative_and_a_lower_bound_on_the_gain() {
     for seed in 0..3 {
-        let (x, y) = problem(10, 3, 20 + seed);
-        let kern = kernel(0.8, -0.1);
-        let sites = random_sites(10, 3, 6, 30 + seed);
-        let pr = prior(&x, &y, &kern, 3, 1e-6, sites.clone());
-        let fit = fit_variational(&pr, &tight(), None, None).unwrap();
-        let fz = frozen(&pr, &fit.st).unwrap();
-        let taken: Vec<usize> = sites.iter().map(|&(i, k)| i * 3 + k).collect();
+        let Scoring { x, y, kern, sites, pr, fit, fz, taken } = scoring(20 + seed, 30 + seed);
         let mut positive = 0;
         for q in (0..30).filter(|q| !taken.contains(q)) {
             let s = d2(&pr, &fz, q);
@@ -293,13 +305,7 @@ fn d2_is_nonnegative_and_a_lower_bound_on_the_gain() {
 /// of the mean).
 #[test]
 fn d3_is_an_unbiased_subsample_of_d2s_objective() {
-    let (x, y) = problem(10, 3, 21);
-    let kern = kernel(0.8, -0.1);
-    let sites = random_sites(10, 3, 6, 31);
-    let pr = prior(&x, &y, &kern, 3, 1e-6, sites.clone());
-    let fit = fit_variational(&pr, &tight(), None, None).unwrap();
-    let fz = frozen(&pr, &fit.st).unwrap();
-    let taken: Vec<usize> = sites.iter().map(|&(i, k)| i * 3 + k).collect();
+    let Scoring { pr, fz, taken, .. } = scoring(21, 31);
     let subsets: Vec<Vec<usize>> = (0..10).flat_map(|a| (a + 1..10).flat_map(move |b| (b + 1..10).map(move |c| vec![a, b, c]))).collect();
     assert_eq!(subsets.len(), 120);
     let all: Vec<usize> = (0..10).collect();
