@@ -910,6 +910,28 @@ fn site_directions_agree_at_rest_and_project_where_they_say_after_a_step() {
             assert!((p.t_u - t).abs() < 1e-9 && (p.t_o - t).abs() < 1e-9, "class {k} row {i}: {p:?} against t {t}");
         }
     }
+    // The default reading (`stored`, notes §2.9) projects q on both directions: the current
+    // u_i = K^{-1} k_i (the new kernel's) and the stored o_i the site was built along, with
+    // d_uu = u^T V u, d_uo = u^T V o, d_oo = o^T V o, t_u = u^T m and t_o = o^T m.
+    let (views, _) = a.views(&block, ViewFor::Sweep).unwrap();
+    for k in 0..3 {
+        let (m, v) = dense_posterior(&a.priors[k], &a.posts[k]);
+        let dirs = &block.prior_rows[k].dirs;
+        let mut moved = 0.0f64;
+        for i in 0..10 {
+            let u: Vec<f64> = (0..dirs.nrows()).map(|r| dirs[(r, i)]).collect();
+            let o = store.dirs[k].row(i).to_vec();
+            let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+            let want = [quad(&u, &v, &u), quad(&u, &v, &o), quad(&o, &v, &o), dot(&u, &m), dot(&o, &m)];
+            let p = &views[k].proj[i];
+            let got = [p.d_uu, p.d_uo, p.d_oo, p.t_u, p.t_o];
+            for (name, (g, w)) in ["d_uu", "d_uo", "d_oo", "t_u", "t_o"].iter().zip(got.iter().zip(&want)) {
+                assert!((g - w).abs() < 1e-9 * (1.0 + w.abs()), "class {k} row {i}: {name} {g} against {w}");
+            }
+            moved = moved.max((want[0] - want[2]).abs());
+        }
+        assert!(moved > 1e-6, "class {k}: the step left the directions where they were, so the check is moot");
+    }
     // Re-read along the current directions u_i = K^{-1} k_i: Lambda = K^{-1} + sum C1 u u^T.
     a.realign(&block).unwrap();
     let store = a.factors.as_ref().unwrap();
