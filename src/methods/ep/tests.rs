@@ -354,6 +354,38 @@ impl Frozen {
     }
 }
 
+/// Minibatch training (notes §2.11, eq. 12) scales a block's likelihood terms by N / |B| and
+/// leaves the prior's part alone, so that over a partition of the rows the blocks' gradients,
+/// weighted |B| / N, add up to the full-data gradient (at fixed sites, EP and SEP). Unequal
+/// blocks: scaling everything, or nothing, by N / |B| breaks the sum.
+#[test]
+fn minibatch_gradients_over_a_partition_add_up_to_the_full_gradient() {
+    let (x, y) = toy(10, 2, 3, 5);
+    let kernels = se_ard_plus_white(2, 3, 0.4);
+    for tied in [false, true] {
+        let zs = (0..3).map(|k| x.slice(ndarray::s![k..k + 3, ..]).to_owned()).collect();
+        let mut state = State::new(kernels.clone(), zs, tied, &y).unwrap();
+        let all: Vec<usize> = (0..10).collect();
+        for _ in 0..3 {
+            state.refine(&state.block(&x, &y, &all), 0.7, ViewFor::Sweep).unwrap();
+        }
+        let full = state.gradient(&state.block(&x, &y, &all), 1.0).unwrap();
+        let parts: [&[usize]; 3] = [&[0, 3, 7], &[1, 2], &[4, 5, 6, 8, 9]];
+        let mut sum = vec![0.0; full.len()];
+        for rows in parts {
+            let scale = 10.0 / rows.len() as f64;
+            let g = state.gradient(&state.block(&x, &y, rows), scale).unwrap();
+            for (s, v) in sum.iter_mut().zip(&g) {
+                *s += v / scale;
+            }
+        }
+        let norm = full.iter().map(|v| v.abs()).fold(0.0, f64::max);
+        for (j, (s, f)) in sum.iter().zip(&full).enumerate() {
+            assert!((s - f).abs() < 1e-10 * (1.0 + norm), "tied {tied}, parameter {j}: weighted block sum {s} against {f}");
+        }
+    }
+}
+
 #[test]
 fn gradient_matches_finite_differences_with_sites_and_cavities_frozen() {
     let (x, y) = toy(10, 2, 3, 5);
