@@ -897,6 +897,55 @@ fn settings_are_checked_with_the_field_named() {
 /// current one, so the three readings refine alike and re-reading the sites changes nothing.
 /// After a step, `lagged` projects q on the stored directions and `current` rebuilds q along
 /// the new ones: both checked against dense algebra.
+/// A minibatch refinement moves q incrementally: it takes the block's old sites out along their
+/// old directions and puts the new ones in along the current directions. Whatever the order of
+/// blocks, q must stay the posterior of the stored sites, Lambda = K^{-1} + sum_i C1_i o_i o_i^T
+/// and h = sum_i C2_i o_i over every row's stored direction o_i, rebuilt densely here after
+/// partial refinements that follow a step on the kernels (so old and current directions differ).
+#[test]
+fn partial_refinements_keep_q_the_posterior_of_the_stored_sites() {
+    let (x, y) = toy(10, 2, 3, 5);
+    let kernels = se_ard_plus_white(2, 3, 0.4);
+    let zs = (0..3).map(|k| x.slice(ndarray::s![k..k + 3, ..]).to_owned()).collect();
+    let mut state = State::new(kernels, zs, false, &y).unwrap();
+    let all: Vec<usize> = (0..10).collect();
+    for _ in 0..3 {
+        state.refine(&state.block(&x, &y, &all), 0.7, ViewFor::Sweep).unwrap();
+    }
+    let mut rng = Pcg64::seed_from_u64(11);
+    let theta: Vec<f64> = state.theta().iter().map(|t| t + rng.random_range(-0.2..0.2)).collect();
+    state.set_theta(&theta).unwrap();
+    for rows in [&[2usize, 5, 7][..], &[0, 1, 2, 3], &[9, 4]] {
+        state.refine(&state.block(&x, &y, rows), 1.0, ViewFor::Sweep).unwrap();
+        let store = state.factors.as_ref().unwrap();
+        for k in 0..3 {
+            let prior = &state.priors[k];
+            let mut lam = inverse(prior.k());
+            let mm = lam.nrows();
+            let mut h = vec![0.0; mm];
+            for i in 0..10 {
+                let (c1, c2) = store.sites.on_class(i, y[i], k);
+                let o = store.dirs[k].row(i).to_vec();
+                for r in 0..mm {
+                    h[r] += c2 * o[r];
+                    for q in 0..mm {
+                        lam[(r, q)] += c1 * o[r] * o[q];
+                    }
+                }
+            }
+            let v = inverse(&lam);
+            let m: Vec<f64> = (0..mm).map(|r| (0..mm).map(|q| v[(r, q)] * h[q]).sum()).collect();
+            let (m_got, v_got) = dense_posterior(prior, &state.posts[k]);
+            for r in 0..mm {
+                assert!((m[r] - m_got[r]).abs() < 1e-8, "block {rows:?}, class {k}: mean {r} {} against {}", m_got[r], m[r]);
+                for q in 0..mm {
+                    assert!((v[(r, q)] - v_got[(r, q)]).abs() < 1e-8, "block {rows:?}, class {k}: covariance ({r}, {q})");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn site_directions_agree_at_rest_and_project_where_they_say_after_a_step() {
     let (x, y) = toy(10, 2, 3, 5);
