@@ -52,6 +52,35 @@ fn incremental_representation_matches_recomputation_after_every_inclusion() {
     }
 }
 
+/// The variance floor (notes P4): a point whose marginal variance the inclusions drive below
+/// 1e-12 K_jj is held there, and counted. Nearly noise-free regression on a duplicated input:
+/// including point 0 (its target the largest, so the most informative) leaves it and its
+/// duplicate, point 1, a variance of about the noise 1e-14, below the floor; every other point
+/// keeps the exact one-point posterior variance K_jj - K_j0^2 / (K_00 + s2).
+#[test]
+fn the_variance_floor_holds_points_driven_below_it_and_counts_them() {
+    let xs = [0.0, 0.0, 1.5, -1.7, 3.1, -3.4];
+    let x = Array2::from_shape_fn((6, 1), |(i, _)| xs[i]);
+    let y = [5.0, 5.0, 0.1, -0.2, 0.3, 0.0];
+    let kern = kernel("{ lengthscale: 1.0, variance: 1.7 }", 1);
+    let s2 = 1e-14;
+    let method = ivm(serde_json::json!({ "active_size": 1 }));
+    let mut rng = Pcg64::seed_from_u64(3);
+    let mut ctx = FitContext::new(&mut rng, None);
+    let sel = method.select(kern.as_ref(), &x, &y, SiteLik::Gaussian { noise_var: s2 }, &mut ctx, |_, _, _| Ok(())).unwrap();
+    let st = &sel.state;
+    assert_eq!(st.active, vec![0]);
+    let k = kern.gram(&x);
+    let floor = 1e-12 * 1.7;
+    assert_eq!((st.a[0], st.a[1]), (floor, floor), "the included point and its duplicate sit at the floor");
+    assert_eq!(st.floor_hits, 2);
+    for j in 2..6 {
+        let exact = k[(j, j)] - k[(j, 0)] * k[(j, 0)] / (k[(0, 0)] + s2);
+        assert!(exact > 1e-3, "point {j} is far from the floor");
+        close(&format!("a[{j}]"), st.a[j], exact, 1e-12);
+    }
+}
+
 /// (b) Gaussian regression with d = n: the IVM's Q(u) is the exact GP posterior, at the training
 /// points (h, a) and at test points (prediction from the active set):
 /// mean K_*^T (K + s2 I)^{-1} y, variance k_** - K_*^T (K + s2 I)^{-1} K_*.
