@@ -261,6 +261,19 @@ struct Frozen {
     cavities: Vec<Vec<Vec<Option<DenseCavity>>>>,
 }
 
+/// EP (or, tied, SEP) on the 10-row toy problem with the SE-ARD + white kernels, inducing
+/// inputs at rows k..k + 3 for class k, after three damped sweeps over every row: sites on every
+/// row, not yet at the fixed point.
+fn three_sweeps(x: &Array2<f64>, y: &[usize], tied: bool) -> State {
+    let zs = (0..3).map(|k| x.slice(ndarray::s![k..k + 3, ..]).to_owned()).collect();
+    let mut state = State::new(se_ard_plus_white(2, 3, 0.4), zs, tied, y).unwrap();
+    let all: Vec<usize> = (0..y.len()).collect();
+    for _ in 0..3 {
+        state.refine(&state.block(x, y, &all), 0.7, ViewFor::Sweep).unwrap();
+    }
+    state
+}
+
 fn dense_posterior(prior: &ClassPrior, post: &ClassPosterior) -> (Vec<f64>, Mat<f64>) {
     let k = prior.k();
     let ainv = inverse(&post.a_chol.reconstruct());
@@ -361,14 +374,9 @@ impl Frozen {
 #[test]
 fn minibatch_gradients_over_a_partition_add_up_to_the_full_gradient() {
     let (x, y) = toy(10, 2, 3, 5);
-    let kernels = se_ard_plus_white(2, 3, 0.4);
+    let all: Vec<usize> = (0..10).collect();
     for tied in [false, true] {
-        let zs = (0..3).map(|k| x.slice(ndarray::s![k..k + 3, ..]).to_owned()).collect();
-        let mut state = State::new(kernels.clone(), zs, tied, &y).unwrap();
-        let all: Vec<usize> = (0..10).collect();
-        for _ in 0..3 {
-            state.refine(&state.block(&x, &y, &all), 0.7, ViewFor::Sweep).unwrap();
-        }
+        let state = three_sweeps(&x, &y, tied);
         let full = state.gradient(&state.block(&x, &y, &all), 1.0).unwrap();
         let parts: [&[usize]; 3] = [&[0, 3, 7], &[1, 2], &[4, 5, 6, 8, 9]];
         let mut sum = vec![0.0; full.len()];
@@ -389,14 +397,9 @@ fn minibatch_gradients_over_a_partition_add_up_to_the_full_gradient() {
 #[test]
 fn gradient_matches_finite_differences_with_sites_and_cavities_frozen() {
     let (x, y) = toy(10, 2, 3, 5);
-    let kernels = se_ard_plus_white(2, 3, 0.4);
+    let all: Vec<usize> = (0..10).collect();
     for tied in [false, true] {
-        let zs = (0..3).map(|k| x.slice(ndarray::s![k..k + 3, ..]).to_owned()).collect();
-        let mut state = State::new(kernels.clone(), zs, tied, &y).unwrap();
-        let all: Vec<usize> = (0..10).collect();
-        for _ in 0..3 {
-            state.refine(&state.block(&x, &y, &all), 0.7, ViewFor::Sweep).unwrap();
-        }
+        let state = three_sweeps(&x, &y, tied);
         let theta = state.theta();
         let grad = state.gradient(&state.block(&x, &y, &all), 1.0).unwrap();
         let frozen = Frozen::new(&state, &x, &y);
@@ -412,13 +415,8 @@ fn gradient_matches_finite_differences_with_sites_and_cavities_frozen() {
 #[test]
 fn the_exact_gradient_is_that_of_log_z_q_with_the_sites_fixed() {
     let (x, y) = toy(10, 2, 3, 5);
-    let kernels = se_ard_plus_white(2, 3, 0.4);
-    let zs = (0..3).map(|k| x.slice(ndarray::s![k..k + 3, ..]).to_owned()).collect();
-    let mut state = State::new(kernels, zs, false, &y).unwrap();
     let all: Vec<usize> = (0..10).collect();
-    for _ in 0..3 {
-        state.refine(&state.block(&x, &y, &all), 0.7, ViewFor::Sweep).unwrap();
-    }
+    let mut state = three_sweeps(&x, &y, false);
     let mut rng = Pcg64::seed_from_u64(9);
     let theta: Vec<f64> = state.theta().iter().map(|t| t + rng.random_range(-0.1..0.1)).collect();
     state.set_theta(&theta).unwrap();
@@ -905,13 +903,7 @@ fn settings_are_checked_with_the_field_named() {
 #[test]
 fn partial_refinements_keep_q_the_posterior_of_the_stored_sites() {
     let (x, y) = toy(10, 2, 3, 5);
-    let kernels = se_ard_plus_white(2, 3, 0.4);
-    let zs = (0..3).map(|k| x.slice(ndarray::s![k..k + 3, ..]).to_owned()).collect();
-    let mut state = State::new(kernels, zs, false, &y).unwrap();
-    let all: Vec<usize> = (0..10).collect();
-    for _ in 0..3 {
-        state.refine(&state.block(&x, &y, &all), 0.7, ViewFor::Sweep).unwrap();
-    }
+    let mut state = three_sweeps(&x, &y, false);
     let mut rng = Pcg64::seed_from_u64(11);
     let theta: Vec<f64> = state.theta().iter().map(|t| t + rng.random_range(-0.2..0.2)).collect();
     state.set_theta(&theta).unwrap();
@@ -949,16 +941,8 @@ fn partial_refinements_keep_q_the_posterior_of_the_stored_sites() {
 #[test]
 fn site_directions_agree_at_rest_and_project_where_they_say_after_a_step() {
     let (x, y) = toy(10, 2, 3, 5);
-    let kernels = se_ard_plus_white(2, 3, 0.4);
     let all: Vec<usize> = (0..10).collect();
-    let fresh = || {
-        let zs = (0..3).map(|k| x.slice(ndarray::s![k..k + 3, ..]).to_owned()).collect();
-        let mut state = State::new(kernels.clone(), zs, false, &y).unwrap();
-        for _ in 0..3 {
-            state.refine(&state.block(&x, &y, &all), 0.7, ViewFor::Sweep).unwrap();
-        }
-        state
-    };
+    let fresh = || three_sweeps(&x, &y, false);
     let (mut a, mut b, mut c) = (fresh(), fresh(), fresh());
     a.refine(&a.block(&x, &y, &all), 0.7, ViewFor::Sweep).unwrap();
     b.refine(&b.block(&x, &y, &all), 0.7, ViewFor::SweepAlongStored).unwrap();
