@@ -4,7 +4,7 @@
 //! with a usable model, trace checkpoints in time order, and accept exactly what `supports`
 //! accepts.
 use mcgp::kernels::{KernelParams, KernelSet};
-use mcgp::methods::{build, Budget, Checkpoints, FitContext, FitError, Fitted, HyperPolicy, Prediction, Problem, METHODS};
+use mcgp::methods::{build, Budget, Checkpoints, FitContext, FitError, Fitted, HyperPolicy, Method, Prediction, Problem, METHODS};
 use ndarray::Array2;
 use rand::{RngExt, SeedableRng};
 use rand_distr::StandardNormal;
@@ -178,18 +178,28 @@ fn sparse_methods_split_across_threads_with_the_same_bits() {
         _ => unreachable!(),
     };
     for method in ["ep", "sep", "gfitc", "svgp", "scmgpc"] {
-        let once = |threads: usize| -> Vec<u64> {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-            pool.install(|| {
-                let m = build(method, &settings(method)).unwrap();
-                let mut rng = Pcg64::seed_from_u64(5);
-                let mut ctx = FitContext::new(&mut rng, None);
-                let fitted = m.fit(&problem, &kernels, HyperPolicy::Learn, &mut ctx).unwrap();
-                bits(&fitted.predict(&x_test, &mut Pcg64::seed_from_u64(6)).unwrap())
-            })
-        };
+        let m = build(method, &settings(method)).unwrap();
+        let once = |threads| fit_bits_on(threads, m.as_ref(), &problem, &kernels, HyperPolicy::Learn, &x_test);
         assert_eq!(once(1), once(2), "{method}: one thread vs two");
     }
+}
+
+/// The bits of a fit's test predictions, the fit run in a pool of `threads` threads.
+fn fit_bits_on(
+    threads: usize,
+    m: &dyn Method,
+    problem: &Problem,
+    kernels: &KernelSet,
+    policy: HyperPolicy,
+    x_test: &Array2<f64>,
+) -> Vec<u64> {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+    pool.install(|| {
+        let mut rng = Pcg64::seed_from_u64(5);
+        let mut ctx = FitContext::new(&mut rng, None);
+        let fitted = m.fit(problem, kernels, policy, &mut ctx).unwrap();
+        bits(&fitted.predict(x_test, &mut Pcg64::seed_from_u64(6)).unwrap())
+    })
 }
 
 /// The IVMs' parallel work (the learning gradient's solves and products, the multi-way
@@ -210,15 +220,7 @@ fn ivms_split_across_threads_with_the_same_bits() {
         let m = build(method, &settings(method)).unwrap();
         let policy =
             if m.supports(&problem.shape(), &kernels, HyperPolicy::Learn).is_ok() { HyperPolicy::Learn } else { HyperPolicy::Fixed };
-        let once = |threads: usize| -> Vec<u64> {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-            pool.install(|| {
-                let mut rng = Pcg64::seed_from_u64(5);
-                let mut ctx = FitContext::new(&mut rng, None);
-                let fitted = m.fit(&problem, &kernels, policy, &mut ctx).unwrap();
-                bits(&fitted.predict(&x_test, &mut Pcg64::seed_from_u64(6)).unwrap())
-            })
-        };
+        let once = |threads| fit_bits_on(threads, m.as_ref(), &problem, &kernels, policy, &x_test);
         assert_eq!(once(1), once(2), "{method} ({policy:?}): one thread vs two");
     }
 }
