@@ -4,7 +4,8 @@
 //! with the sites and cavities frozen and, at convergence, of log Z_q itself, EP's log Z_q and
 //! predictive against brute-force integration of the same model and converged EP against a
 //! dense sequential EP, SEP close to EP (and equal to it with one factor per class), SEP's
-//! factor counts and positive semi-definite tied sites, and SEP's memory independent of N.
+//! factor counts, minibatch refinement (rebuilt from quadrature) and positive semi-definite tied
+//! sites, and SEP's memory independent of N.
 use super::sparse::{ClassPosterior, ClassPrior};
 use super::state::State;
 use super::sweep::{Proj, ViewFor};

@@ -93,6 +93,76 @@ fn sep_counts_the_factors_touching_each_class() {
     assert_eq!(state.n_factors.iter().sum::<f64>(), 2.0 * 5.0 * 3.0);
 }
 
+/// SEP's minibatch refinement: each class's tied site gives up rho n_B,c / n_c of itself and
+/// takes rho times the fresh sites of the batch's factors, where n_B,c counts the batch's
+/// factors touching class c (the notes' per-class tying). Everything here is rebuilt from the
+/// dense prior: the SEP cavity of class c (the prior times (1 - 1 / n_c) of the tied site),
+/// each factor's tilted moments by 2-D quadrature, its sites by moment matching along the
+/// row's direction u. The batch (two rows of class 0, one of class 2) mixes the classes
+/// unlike the data, so n_B,c / n_c differs between the classes and from n_B / N.
+#[test]
+fn sep_minibatch_refinement_replaces_the_batch_share_of_each_tied_site() {
+    let (x, y) = toy(10, 2, 3, 5);
+    let (c, rho) = (3, 0.6);
+    let mut state = three_sweeps(&x, &y, true);
+    let kernels = se_ard_plus_white(2, 3, 0.4);
+    let rows: Vec<DenseRows> = (0..c).map(|k| dense_rows(kernels.class(k), &x.slice(ndarray::s![k..k + 3, ..]).to_owned(), &x)).collect();
+    let of_class = |k: usize| (0..y.len()).filter(|&i| y[i] == k).collect::<Vec<_>>();
+    let batch: Vec<usize> = of_class(0)[..2].iter().chain(&of_class(2)[..1]).copied().collect();
+    // Factors touching class k, counted by hand: C - 1 for a row of class k, one for another.
+    let touching = |ys: &mut dyn Iterator<Item = usize>, k: usize| ys.map(|v| if v == k { (c - 1) as f64 } else { 1.0 }).sum::<f64>();
+    let shares: Vec<f64> = (0..c).map(|k| touching(&mut batch.iter().map(|&i| y[i]), k) / touching(&mut y.iter().copied(), k)).collect();
+    assert!(shares.iter().any(|s| (s - batch.len() as f64 / y.len() as f64).abs() > 0.05), "{shares:?}");
+    assert!((shares[0] - shares[1]).abs() > 0.05, "{shares:?}");
+    // The SEP cavities, dense: precision K^-1 + (1 - 1/n_c) P_c, natural mean (1 - 1/n_c) h_c.
+    let cavities: Vec<(Vec<f64>, Mat<f64>)> = (0..c)
+        .map(|k| {
+            let keep = 1.0 - 1.0 / touching(&mut y.iter().copied(), k);
+            let (kinv, sums) = (inverse(&rows[k].k), &state.sums[k]);
+            let prec = Mat::from_fn(3, 3, |a, b| kinv[(a, b)] + keep * sums.precision[(a, b)]);
+            let v = inverse(&prec);
+            let m = mat_vec(&v, &sums.natural_mean.iter().map(|h| keep * h).collect::<Vec<_>>());
+            (m, v)
+        })
+        .collect();
+    // The fresh sites of the batch's factors, summed per class in inducing-value space.
+    let mut fresh: Vec<(Mat<f64>, Vec<f64>)> = (0..c).map(|_| (Mat::zeros(3, 3), vec![0.0; 3])).collect();
+    for &i in &batch {
+        for k in (0..c).filter(|&k| k != y[i]) {
+            let pair = [y[i], k];
+            let (a, d) = (
+                pair.map(|p| dot(&rows[p].dirs[i], &cavities[p].0)),
+                pair.map(|p| quad(&rows[p].dirs[i], &cavities[p].1, &rows[p].dirs[i])),
+            );
+            let t = tilted_pair(a, d, rows[y[i]].fitc_var[i] + rows[k].fitc_var[i]);
+            for (slot, &p) in pair.iter().enumerate() {
+                let (tau, nu) = (1.0 / t.var[slot] - 1.0 / d[slot], t.mean[slot] / t.var[slot] - a[slot] / d[slot]);
+                let u = &rows[p].dirs[i];
+                fresh[p].0 = plus_rank_one(&fresh[p].0, tau, u);
+                fresh[p].1.iter_mut().zip(u).for_each(|(h, v)| *h += nu * v);
+            }
+        }
+    }
+    let old: Vec<_> = state.sums.iter().map(|s| (s.precision.clone(), s.natural_mean.clone())).collect();
+    state.refine(&state.block(&x, &y, &batch), rho, ViewFor::Sweep).unwrap();
+    for k in 0..c {
+        let keep = 1.0 - rho * shares[k];
+        let new = &state.sums[k];
+        for a in 0..3 {
+            let want = keep * old[k].1[a] + rho * fresh[k].1[a];
+            assert!((new.natural_mean[a] - want).abs() < 1e-6, "class {k}: natural mean {a} {} against {want}", new.natural_mean[a]);
+            for b in 0..3 {
+                let want = keep * old[k].0[(a, b)] + rho * fresh[k].0[(a, b)];
+                assert!(
+                    (new.precision[(a, b)] - want).abs() < 1e-6,
+                    "class {k}: precision ({a}, {b}) {} against {want}",
+                    new.precision[(a, b)]
+                );
+            }
+        }
+    }
+}
+
 /// The tied site of each class is a sum of positive rank-one site precisions, scaled by
 /// non-negative weights (1 - rho n_B / n_c and rho), so it stays positive semi-definite
 /// through batch and minibatch refinements. The large noise keeps K^{-1} dominant, so that q

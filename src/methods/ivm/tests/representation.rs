@@ -536,3 +536,51 @@ fn the_memory_bounded_schedule_narrows_the_selection_index_and_keeps_the_posteri
     );
     assert_eq!(model.inducing_inputs()[0].nrows(), 24);
 }
+
+/// `selection: randomized` (§3.2): at each inclusion a fresh uniform subset of `candidates`
+/// non-active points is drawn from the fit's generator, and the point included is the one of
+/// largest eq. 5 gain within that subset, not over all points. The subsets are replayed from a
+/// copy of the generator; the gains are computed from the state before each inclusion.
+#[test]
+fn randomized_selection_includes_the_best_point_of_each_drawn_subset() {
+    let (x, y) = blobs(60, 0.8, 17);
+    let targets = signs(&y);
+    let kern = kernel("{ lengthscale: 0.9, variance: 2.0 }", 2);
+    let lik = SiteLik::Probit { bias: 0.1 };
+    let (d, size) = (15, 6);
+    let method = ivm(serde_json::json!({ "active_size": d, "selection": "randomized", "candidates": size }));
+    let mut rng = Pcg64::seed_from_u64(23);
+    let mut replica = rng.clone();
+    let mut before = vec![IvmState::prior(kern.diag(&x))];
+    let mut ctx = FitContext::new(&mut rng, None);
+    let sel = method
+        .select(kern.as_ref(), &x, &targets, lik, &mut ctx, |_, st, _| {
+            before.push(st.clone());
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(sel.state.d(), d);
+    let min_pi = |st: &IvmState, j: usize| method.params.min_site_precision / st.kdiag[j];
+    let score = |st: &IvmState, j: usize| gain(&st.moments(lik, &targets, j), st.h[j], st.a[j], Criterion::InfoGain, min_pi(st, j));
+    let mut remaining: Vec<usize> = (0..x.nrows()).collect();
+    let mut not_the_greedy_choice = 0;
+    for k in 0..d {
+        let st = &before[k];
+        let subset: Vec<usize> = rand::seq::index::sample(&mut replica, remaining.len(), size).into_iter().map(|p| remaining[p]).collect();
+        let best_of = |points: &[usize]| {
+            points.iter().copied().filter_map(|j| score(st, j).map(|g| (j, g))).fold(None, |b: Option<(usize, f64)>, (j, g)| match b {
+                Some((bj, bg)) if bg > g || (bg == g && bj < j) => Some((bj, bg)),
+                _ => Some((j, g)),
+            })
+        };
+        let included = sel.state.active[k];
+        assert_eq!(before[k + 1].active[k], included, "inclusion {k} is the k-th active point");
+        assert_eq!(Some(included), best_of(&subset).map(|b| b.0), "inclusion {k}: the best of the drawn subset {subset:?}");
+        if Some(included) != best_of(&remaining).map(|b| b.0) {
+            not_the_greedy_choice += 1;
+        }
+        remaining.retain(|&j| j != included);
+    }
+    // With 6 of 45-60 points scored, most inclusions are not the full greedy choice.
+    assert!(not_the_greedy_choice >= d / 2, "only {not_the_greedy_choice} of {d} inclusions differ from greedy");
+}
