@@ -380,3 +380,60 @@ fn progress_says_what_a_fit_does_with_budgets_and_checkpoints() {
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
     assert!(checked >= 20, "{checked} combinations");
 }
+
+/// Data a researcher's splits can produce, which no method may answer with a panic or a
+/// non-finite result: each registered method either fits and then predicts finite
+/// probabilities on the simplex with a finite evidence, or fails with a message (the runner
+/// records the cell as failed and goes on). The list of failures is printed; a panic names the
+/// method and the problem.
+#[test]
+fn degenerate_data_gives_valid_predictions_or_a_clean_failure() {
+    let (x, y) = blobs(6, 3, 31);
+    let (x_test, _) = blobs(2, 3, 32);
+    let keep = |rows: &[usize]| (x.select(ndarray::Axis(0), rows), rows.iter().map(|&i| y[i]).collect::<Vec<_>>());
+    let y_ref = &y;
+    let of_class = |c: usize| (0..y_ref.len()).filter(move |&i| y_ref[i] == c);
+    let mut problems: Vec<(&str, Array2<f64>, Vec<usize>)> = Vec::new();
+    let twice: Vec<usize> = (0..y.len()).chain(0..y.len()).collect();
+    let (xt, yt) = keep(&twice);
+    problems.push(("every row twice", xt, yt));
+    let (xt, yt) = keep(&of_class(0).chain(of_class(1)).collect::<Vec<_>>());
+    problems.push(("class 3 absent from training", xt, yt));
+    let (xt, yt) = keep(&of_class(0).chain(of_class(1)).chain(of_class(2).take(1)).collect::<Vec<_>>());
+    problems.push(("one row of class 3", xt, yt));
+    let (xt, yt) = keep(&[0, 1, 2]);
+    problems.push(("one row per class", xt, yt));
+    problems.push(("inputs 1000 apart", &x * 1000.0, y.clone()));
+    problems.push(("every input the same", Array2::zeros(x.dim()), y.clone()));
+    let kernels = kernel_set("{ lengthscale: 1.0, variance: 2.0 }", 3);
+    let mut failures = Vec::new();
+    for &(method, _) in METHODS {
+        for (name, xp, yp) in &problems {
+            let problem = Problem { x: xp, y: yp, n_classes: 3 };
+            for hyper in [HyperPolicy::Fixed, HyperPolicy::Learn] {
+                let what = format!("{method}, {name}, {hyper:?}");
+                if build(method, &quick_settings(method)).unwrap().supports(&problem.shape(), &kernels, hyper).is_err() {
+                    continue;
+                }
+                let outcome =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fit(method, &problem, &kernels, hyper, None, &x_test)));
+                match outcome {
+                    Err(_) => panic!("{what}: the fit panicked"),
+                    Ok(Err(e)) => {
+                        let message = e.to_string();
+                        assert!(!message.trim().is_empty(), "{what}: a failure without a message");
+                        assert!(!matches!(e, FitError::Stop(_)), "{what}: a budget stop left fit: {message}");
+                        failures.push(format!("{what}: {message}"));
+                    }
+                    Ok(Ok(run)) => {
+                        run.prediction.validate(x_test.nrows(), 3).unwrap_or_else(|e| panic!("{what}: {e}"));
+                        if let Some(e) = run.model.evidence() {
+                            assert!(e.value.is_finite(), "{what}: evidence {e:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{} clean failures on degenerate data:\n  {}", failures.len(), failures.join("\n  "));
+}

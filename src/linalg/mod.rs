@@ -23,12 +23,22 @@ pub const JITTER_LADDER: [f64; 7] = [0.0, 1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5];
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LinalgError {
-    #[error("{what} is not positive definite: Cholesky failed at pivot {pivot} even with jitter {last_jitter:.1e} added to the diagonal")]
+    #[error("{what} is not positive definite: Cholesky failed at pivot {pivot} {}", jitter_tried(*.last_jitter))]
     NotPositiveDefinite { what: String, pivot: usize, last_jitter: f64 },
     #[error("{what} contains a non-finite entry")]
     NonFinite { what: String },
     #[error("{what} did not converge")]
     NoConvergence { what: String },
+}
+
+/// How far a failed factorisation went: a factor that may not add jitter says so, rather than
+/// "even with jitter 0".
+fn jitter_tried(last_jitter: f64) -> String {
+    if last_jitter > 0.0 {
+        format!("even with jitter {last_jitter:.1e} added to the diagonal")
+    } else {
+        "with no jitter added".to_string()
+    }
 }
 
 /// Lower Cholesky factor L of A + jitter I (A = L L^T), with the jitter that was needed.

@@ -1,7 +1,8 @@
 //! The report on synthetic results with hand-computed expectations, by part: `page` (the
 //! whole page with its score and provenance), `tables` (beside the paper's values) and `grids`
 //! (grid settings as columns, axes, heat maps and curves). The synthetic cells, tables,
-//! figures and render helpers live here.//!
+//! figures and render helpers live here.
+//!
 //! Set MCGP_REPORT_DEMO=<dir> to also render the synthetic report there for a look.
 use mcgp::report::{render_experiment, render_index, MissCounts, ReportInput, Score};
 use mcgp::results::{CellRecord, EvidenceKind, Handoff, Manifest, Status, TracePoint};

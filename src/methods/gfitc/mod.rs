@@ -243,6 +243,10 @@ impl Method for Gfitc {
             return Err("gfitc: at least 2 classes".into());
         }
         kernels.check_classes(shape.n_classes, "gfitc")?;
+        let m = self.params.inducing_for(shape.n_train);
+        if m > shape.n_train {
+            return Err(format!("gfitc: {m} inducing inputs per class but only {} training rows", shape.n_train));
+        }
         Ok(())
     }
 
