@@ -388,47 +388,49 @@ fn progress_says_what_a_fit_does_with_budgets_and_checkpoints() {
 /// method and the problem.
 #[test]
 fn degenerate_data_gives_valid_predictions_or_a_clean_failure() {
-    let (x, y) = blobs(6, 3, 31);
-    let (x_test, _) = blobs(2, 3, 32);
-    let keep = |rows: &[usize]| (x.select(ndarray::Axis(0), rows), rows.iter().map(|&i| y[i]).collect::<Vec<_>>());
-    let y_ref = &y;
-    let of_class = |c: usize| (0..y_ref.len()).filter(move |&i| y_ref[i] == c);
-    let mut problems: Vec<(&str, Array2<f64>, Vec<usize>)> = Vec::new();
-    let twice: Vec<usize> = (0..y.len()).chain(0..y.len()).collect();
-    let (xt, yt) = keep(&twice);
-    problems.push(("every row twice", xt, yt));
-    let (xt, yt) = keep(&of_class(0).chain(of_class(1)).collect::<Vec<_>>());
-    problems.push(("class 3 absent from training", xt, yt));
-    let (xt, yt) = keep(&of_class(0).chain(of_class(1)).chain(of_class(2).take(1)).collect::<Vec<_>>());
-    problems.push(("one row of class 3", xt, yt));
-    let (xt, yt) = keep(&[0, 1, 2]);
-    problems.push(("one row per class", xt, yt));
-    problems.push(("inputs 1000 apart", &x * 1000.0, y.clone()));
-    problems.push(("every input the same", Array2::zeros(x.dim()), y.clone()));
-    let kernels = kernel_set("{ lengthscale: 1.0, variance: 2.0 }", 3);
     let mut failures = Vec::new();
-    for &(method, _) in METHODS {
-        for (name, xp, yp) in &problems {
-            let problem = Problem { x: xp, y: yp, n_classes: 3 };
-            for hyper in [HyperPolicy::Fixed, HyperPolicy::Learn] {
-                let what = format!("{method}, {name}, {hyper:?}");
-                if build(method, &quick_settings(method)).unwrap().supports(&problem.shape(), &kernels, hyper).is_err() {
-                    continue;
-                }
-                let outcome =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fit(method, &problem, &kernels, hyper, None, &x_test)));
-                match outcome {
-                    Err(_) => panic!("{what}: the fit panicked"),
-                    Ok(Err(e)) => {
-                        let message = e.to_string();
-                        assert!(!message.trim().is_empty(), "{what}: a failure without a message");
-                        assert!(!matches!(e, FitError::Stop(_)), "{what}: a budget stop left fit: {message}");
-                        failures.push(format!("{what}: {message}"));
+    for n_classes in [2, 3] {
+        let (x, y) = blobs(6, n_classes, 31);
+        let (x_test, _) = blobs(2, n_classes, 32);
+        let last = n_classes - 1;
+        let keep = |rows: &[usize]| (x.select(ndarray::Axis(0), rows), rows.iter().map(|&i| y[i]).collect::<Vec<_>>());
+        let of_class = |c: usize| (0..y.len()).filter(|&i| y[i] == c).collect::<Vec<_>>();
+        let others: Vec<usize> = (0..last).flat_map(of_class).collect();
+        let mut problems: Vec<(String, Array2<f64>, Vec<usize>)> = Vec::new();
+        let (xt, yt) = keep(&(0..y.len()).chain(0..y.len()).collect::<Vec<_>>());
+        problems.push(("every row twice".into(), xt, yt));
+        let (xt, yt) = keep(&others);
+        problems.push((format!("class {} absent from training", last + 1), xt, yt));
+        let (xt, yt) = keep(&others.iter().copied().chain(of_class(last).into_iter().take(1)).collect::<Vec<_>>());
+        problems.push((format!("one row of class {}", last + 1), xt, yt));
+        let (xt, yt) = keep(&(0..n_classes).collect::<Vec<_>>());
+        problems.push(("one row per class".into(), xt, yt));
+        problems.push(("inputs 1000 apart".into(), &x * 1000.0, y.clone()));
+        problems.push(("every input the same".into(), Array2::zeros(x.dim()), y.clone()));
+        let kernels = kernel_set("{ lengthscale: 1.0, variance: 2.0 }", n_classes);
+        for &(method, _) in METHODS {
+            for (name, xp, yp) in &problems {
+                let problem = Problem { x: xp, y: yp, n_classes };
+                for hyper in [HyperPolicy::Fixed, HyperPolicy::Learn] {
+                    let what = format!("{method}, C = {n_classes}, {name}, {hyper:?}");
+                    if build(method, &quick_settings(method)).unwrap().supports(&problem.shape(), &kernels, hyper).is_err() {
+                        continue;
                     }
-                    Ok(Ok(run)) => {
-                        run.prediction.validate(x_test.nrows(), 3).unwrap_or_else(|e| panic!("{what}: {e}"));
-                        if let Some(e) = run.model.evidence() {
-                            assert!(e.value.is_finite(), "{what}: evidence {e:?}");
+                    let outcome =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fit(method, &problem, &kernels, hyper, None, &x_test)));
+                    match outcome {
+                        Err(_) => panic!("{what}: the fit panicked"),
+                        Ok(Err(e)) => {
+                            let message = e.to_string();
+                            assert!(!message.trim().is_empty(), "{what}: a failure without a message");
+                            assert!(!matches!(e, FitError::Stop(_)), "{what}: a budget stop left fit: {message}");
+                            failures.push(format!("{what}: {message}"));
+                        }
+                        Ok(Ok(run)) => {
+                            run.prediction.validate(x_test.nrows(), n_classes).unwrap_or_else(|e| panic!("{what}: {e}"));
+                            if let Some(e) = run.model.evidence() {
+                                assert!(e.value.is_finite(), "{what}: evidence {e:?}");
+                            }
                         }
                     }
                 }

@@ -99,6 +99,14 @@ impl Chol {
         Ok(Chol { L: a, jitter: 0.0 })
     }
 
+    /// The factor of L_o (L_i L_i^T) L_o^T, given the factors L_o of `outer` and L_i of
+    /// `inner`: the product L_o L_i, lower triangular as both are (its diagonal is exactly the
+    /// products of theirs). No jitter is added to the product's matrix.
+    pub fn nested(outer: &Chol, inner: &Chol) -> Chol {
+        assert_eq!(outer.dim(), inner.dim(), "nested factors of different sizes");
+        Chol { L: outer.l() * inner.l(), jitter: 0.0 }
+    }
+
     /// Storage for `refactor_lower`: the factor of the n x n identity.
     pub fn workspace(n: usize) -> Chol {
         Chol { L: Mat::identity(n, n), jitter: 0.0 }

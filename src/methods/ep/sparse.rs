@@ -9,7 +9,7 @@
 //!     q(fbar) = N(m, V),  m = K beta,  V = K A^{-1} K,
 //! and the projections the EP updates need are k^T A^{-1} k = u^T V u and k^T beta = u^T m.
 use crate::kernels::Kernel;
-use crate::linalg::{col_slice_mut, matmul_par, Chol};
+use crate::linalg::{col_slice_mut, matmul_par, Chol, LinalgError};
 use crate::methods::FitError;
 use faer::{Mat, MatRef};
 use ndarray::Array2;
@@ -131,13 +131,34 @@ impl ClassPosterior {
         let mut a = matmul_par(ks.as_ref(), k.as_ref());
         a += k;
         symmetrise(&mut a);
-        let a_chol = Chol::factor(a.as_ref(), &format!("the posterior of class {}", class + 1))?;
+        let what = format!("the posterior of class {}", class + 1);
+        let a_chol = match Chol::factor(a.as_ref(), &what) {
+            Ok(f) => f,
+            Err(direct) => Self::factor_through_prior(prior, sums, &what).map_err(|_| direct)?,
+        };
         let k_mu = crate::linalg::matvec(k.as_ref(), &sums.natural_mean);
         let beta = a_chol.solve_vec(&k_mu);
         if beta.iter().any(|v| !v.is_finite()) {
             return Err(FitError::Numerical(format!("ep: the posterior mean of class {} is not finite", class + 1)));
         }
         Ok(ClassPosterior { a_chol, k_mu, beta })
+    }
+
+    /// A = K + K Sigma~ K factored as L (I + L^T Sigma~ L) L^T with K = L L^T, for when the
+    /// direct factor fails: K nearly singular (coincident inducing inputs, from duplicated
+    /// training rows) leaves A eigenvalues at K's jitter that the rounding of K Sigma~ K swamps,
+    /// while the middle factor stays near I there. The direct form is tried first because
+    /// every stored cell was computed with it (none reached this path: diag_rollbacks,
+    /// skipped_batches and checkpoint failures are 0 in all stored EP and SEP cells, and a
+    /// failed factor ends in one of those or in a failed cell), so their numbers stand.
+    pub(super) fn factor_through_prior(prior: &ClassPrior, sums: &SiteSums, what: &str) -> Result<Chol, LinalgError> {
+        let l = prior.chol.l();
+        let mut b = l.transpose() * (&sums.precision * l);
+        symmetrise(&mut b);
+        for i in 0..b.nrows() {
+            b[(i, i)] += 1.0;
+        }
+        Ok(Chol::nested(&prior.chol, &Chol::factor(b.as_ref(), what)?))
     }
 
     /// g(theta) - g(theta_prior) of this class: 1/2 log|V| + 1/2 m^T V^{-1} m - 1/2 log|K|

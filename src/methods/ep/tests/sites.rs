@@ -255,3 +255,45 @@ fn site_directions_agree_at_rest_and_project_where_they_say_after_a_step() {
         }
     }
 }
+
+/// q's factor of A = K + K Sigma~ K through the prior's, L (I + L^T Sigma~ L) L^T: the same A
+/// as the direct factor where both work, and a factor of A where coincident inducing inputs
+/// (a training row drawn twice) leave K singular up to its jitter and the direct one fails.
+#[test]
+fn the_posterior_factored_through_the_prior_is_a_factor_of_a() {
+    let kern = se_ard_plus_white(2, 1, 1e-14);
+    let (x, _) = toy(8, 2, 3, 21);
+    let check = |z: Array2<f64>, expect_direct_to_fail: bool| {
+        let prior = ClassPrior::new(kern.class(0), z, 0).unwrap();
+        let rows = dense_rows(kern.class(0), &prior.z, &x);
+        let m = prior.m();
+        let dirs = Mat::from_fn(m, 8, |a, j| rows.dirs[j][a]);
+        // Site precisions large enough that the rounding of K Sigma~ K swamps K's jitter-sized
+        // eigenvalues when two inducing inputs coincide.
+        let prec: Vec<f64> = (0..8).map(|j| 100.0 * (0.5 + 0.3 * j as f64)).collect();
+        let mean: Vec<f64> = (0..8).map(|j| (j as f64 - 3.5) * 0.4).collect();
+        let sums = super::super::sparse::SiteSums::from_directions(dirs.as_ref(), &prec, &mean);
+        let k = prior.k();
+        let a = k + k * &sums.precision * k;
+        let scale = (0..m).map(|i| a[(i, i)]).fold(0.0, f64::max);
+        let nested = ClassPosterior::factor_through_prior(&prior, &sums, "A").unwrap();
+        let back = nested.reconstruct();
+        for i in 0..m {
+            for j in 0..m {
+                assert!((back[(i, j)] - a[(i, j)]).abs() <= 1e-12 * scale, "({i}, {j}): {} against {}", back[(i, j)], a[(i, j)]);
+            }
+        }
+        assert_eq!(Chol::factor(a.as_ref(), "A").is_err(), expect_direct_to_fail);
+        // The posterior takes whichever works, and its mean solves A beta = K mu~.
+        let post = ClassPosterior::new(&prior, &sums, 0).unwrap();
+        let residual = mat_vec(&a, &post.beta).iter().zip(mat_vec(k, &sums.natural_mean)).map(|(l, r)| (l - r).abs()).fold(0.0, f64::max);
+        assert!(residual <= 1e-9 * scale, "A beta - K mu~ = {residual}");
+        if !expect_direct_to_fail {
+            let direct = Chol::factor(a.as_ref(), "A").unwrap();
+            assert!((direct.log_det() - nested.log_det()).abs() < 1e-10, "log |A|: {} against {}", direct.log_det(), nested.log_det());
+        }
+    };
+    check(x.slice(ndarray::s![0..4, ..]).to_owned(), false);
+    let twice = ndarray::concatenate![ndarray::Axis(0), x.slice(ndarray::s![0..3, ..]), x.slice(ndarray::s![0..3, ..])];
+    check(twice, true);
+}
