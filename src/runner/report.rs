@@ -23,7 +23,59 @@ pub fn report(spec: &Spec, manifest: &Manifest, cells: &[CellRecord], opts: &Run
     };
     render_experiment(&input, &opts.reports_root.join(spec.name()))?;
     render_index(&opts.reports_root)?;
+    for name in unreported_names(spec, cells) {
+        eprintln!("warning: {}: {name}", spec.file);
+    }
     Ok(())
+}
+
+/// The tables' and figures' metrics and traces that none of the finished cells they show
+/// reports, each with the closest name those cells do report. Which metrics exist depends on
+/// the methods (many report their own), so a spec cannot be checked for them before cells are
+/// computed; a misspelt name would otherwise show only as "not reported" on the page.
+pub(super) fn unreported_names(spec: &Spec, cells: &[CellRecord]) -> Vec<String> {
+    let finished: Vec<&CellRecord> = cells.iter().filter(|c| c.status == Status::Ok).collect();
+    let mut out = Vec::new();
+    let mut check = |what: String, methods: &[String], datasets: &[String], names: &mut dyn Iterator<Item = (&String, bool)>| {
+        let shown: Vec<&CellRecord> = finished
+            .iter()
+            .copied()
+            .filter(|c| (methods.is_empty() || methods.contains(&c.method)) && (datasets.is_empty() || datasets.contains(&c.dataset)))
+            .collect();
+        if shown.is_empty() {
+            return;
+        }
+        for (name, is_trace) in names {
+            let reported = |c: &&CellRecord| if is_trace { c.trace.iter().any(|p| &p.name == name) } else { c.value(name).is_some() };
+            if shown.iter().any(reported) {
+                continue;
+            }
+            let candidates: std::collections::BTreeSet<String> = shown
+                .iter()
+                .flat_map(|c| -> Vec<String> {
+                    if is_trace {
+                        c.trace.iter().map(|p| p.name.clone()).collect()
+                    } else {
+                        let hyper = c.hyperparameters.keys().map(|p| format!("hp_{p}"));
+                        c.metrics.keys().cloned().chain(c.derived_metrics().into_iter().map(|(n, _)| n)).chain(hyper).collect()
+                    }
+                })
+                .collect();
+            let hint = crate::suggest::closest(name, candidates.iter().map(String::as_str))
+                .map(|k| format!(" (did you mean `{k}`?)"))
+                .unwrap_or_default();
+            let kind = if is_trace { "trace" } else { "metric" };
+            out.push(format!("{what}: {kind} `{name}` is reported by none of the {} finished cells it shows{hint}", shown.len()));
+        }
+    };
+    for t in &spec.raw.tables {
+        check(format!("table `{}`", t.id), &t.methods, &t.datasets, &mut t.metrics.iter().map(|m| (m, false)));
+    }
+    for f in &spec.raw.figures {
+        let metrics = f.metric.iter().chain(&f.metrics).map(|m| (m, false));
+        check(format!("figure `{}`", f.id), &f.methods, &f.datasets, &mut metrics.chain(f.trace.iter().map(|t| (t, true))));
+    }
+    out
 }
 
 /// (dataset, entry, setting, split) of every cell of a prepared spec.

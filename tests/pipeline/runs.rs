@@ -92,6 +92,8 @@ fn reduced_paper_specs_run_clean() {
         let text = std::fs::read_to_string(&spec).unwrap();
         let raw: Value = serde_norway::from_str(&text).unwrap();
         let experiment = raw["name"].as_str().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.lines().any(|l| l.starts_with("warning:")), "{}: {stderr}", spec.display());
         let html = std::fs::read_to_string(work.join("reports").join(experiment).join("index.html")).unwrap();
         for section in ["tables", "figures"] {
             for item in raw[section].as_array().into_iter().flatten() {
@@ -295,4 +297,25 @@ fn status_of_several_specs_counts_a_shared_stale_cell_once() {
     );
     assert!(per_spec.len() == 2 && per_spec[0] > 0.0 && per_spec[0] == per_spec[1], "{stdout}");
     assert!(total.len() == 1 && (total[0] - per_spec[0]).abs() <= 0.051, "the shared cells once: {stdout}");
+}
+
+/// A figure's or table's metric that none of the finished cells it shows reports (a misspelt
+/// name, which a spec check cannot know: methods report their own metrics) is named on stderr
+/// with the closest name they do report; the run still succeeds.
+#[test]
+fn a_metric_no_cell_reports_is_named_with_the_closest_one() {
+    let work = workdir("unreported-metric");
+    let spec = work.join("small.yaml");
+    std::fs::write(&spec, SMALL.replace("kind: errorbar, metric: error_pct", "kind: errorbar, metric: eror_pct")).unwrap();
+    let out = run(&work, &spec, &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.starts_with("warning:")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].ends_with(
+            "figure `fig-err`: metric `eror_pct` is reported by none of the 12 finished cells it shows (did you mean `error_pct`?)"
+        ),
+        "{stderr}"
+    );
 }
