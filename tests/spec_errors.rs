@@ -125,6 +125,23 @@ fn data_error_of(text: &str) -> String {
     )
 }
 
+/// What must fit in a split's training rows is checked against them, not the dataset's rows:
+/// iris has 150, a 0.6 split trains on 90, so 120 inducing inputs fail every cell.
+#[test]
+fn inducing_inputs_are_checked_against_the_training_rows_of_a_split() {
+    let text = format!("{GOOD}  - name: ep\n    method: ep\n    settings: {{ inducing: 120 }}\n");
+    let e = data_error_of(&text);
+    assert!(
+        e.contains("(3 classes, 4 features, 90 training rows in its smallest split)")
+            && e.contains("120 inducing inputs per class but only 90 training rows"),
+        "{e}"
+    );
+    let fits = format!("{GOOD}  - name: ep\n    method: ep\n    settings: {{ inducing: 90 }}\n");
+    let spec = parse(&fits, "good.yaml", &registry()).unwrap();
+    mcgp::runner::check_with_data(&spec, &registry(), std::path::Path::new(env!("CARGO_MANIFEST_DIR")))
+        .expect("90 inducing inputs fit 90 rows");
+}
+
 #[test]
 fn an_unsupported_dataset_and_method_pair_is_a_spec_error_naming_both() {
     // The binary-probit Laplace on iris (3 classes), and a per-class kernel for Laplace.
@@ -132,7 +149,7 @@ fn an_unsupported_dataset_and_method_pair_is_a_spec_error_naming_both() {
     let e = data_error_of(&text);
     assert!(
         e.contains("bad.yaml:7:")
-            && e.contains("method entry \"probit\" (laplace) on dataset \"iris\" (3 classes, 4 features): not supported")
+            && e.contains("method entry \"probit\" (laplace) on dataset \"iris\" (3 classes, 4 features, 90 training rows in its smallest split): not supported")
             && e.contains("exactly 2 classes"),
         "{e}"
     );

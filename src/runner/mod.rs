@@ -187,7 +187,7 @@ pub fn prepare(spec: &Spec, registry: &Registry, project_root: &std::path::Path,
             },
         }
     }
-    crate::spec::check_supports(spec, &problem_shapes(&datasets))?;
+    crate::spec::check_supports(spec, &problem_shapes(&datasets, &splits))?;
     let cells = expand(spec, &n_splits, &data_hashes).map_err(|e| anyhow::anyhow!("{}: {e}", spec.file))?;
     Ok(Prepared { datasets, splits, cells, failed_datasets, split_cache: Default::default() })
 }
@@ -249,12 +249,16 @@ fn claim_owner(spec: &Spec, store: &Store, project_root: &Path) -> anyhow::Resul
     }
 }
 
-/// Each dataset's shape as `Method::supports` sees it (rows: all of them, an upper bound on a
-/// split's training rows).
-pub fn problem_shapes(datasets: &BTreeMap<String, Dataset>) -> BTreeMap<String, ProblemShape> {
+/// Each dataset's shape as `Method::supports` sees it: the training rows of its smallest
+/// training split (what a setting such as M inducing inputs must fit in), or all rows where it
+/// has no splits.
+pub fn problem_shapes(datasets: &BTreeMap<String, Dataset>, splits: &BTreeMap<String, Vec<Split>>) -> BTreeMap<String, ProblemShape> {
     datasets
         .iter()
-        .map(|(name, d)| (name.clone(), ProblemShape { n_classes: d.n_classes(), n_features: d.d(), n_train: d.y.len() }))
+        .map(|(name, d)| {
+            let n_train = splits.get(name).and_then(|s| s.iter().map(|s| s.train.len()).min()).unwrap_or(d.y.len());
+            (name.clone(), ProblemShape { n_classes: d.n_classes(), n_features: d.d(), n_train })
+        })
         .collect()
 }
 

@@ -505,8 +505,8 @@ pub fn check_supports(spec: &Spec, shapes: &BTreeMap<String, crate::methods::Pro
                 let entry = point.on_dataset(dataset);
                 let at = if label.is_empty() { format!("methods[{i}]") } else { format!("methods[{i}] [{label}]") };
                 let what = format!(
-                    "method entry \"{}\" ({}) on dataset \"{dataset}\" ({} classes, {} features)",
-                    m.name, m.method, shape.n_classes, shape.n_features
+                    "method entry \"{}\" ({}) on dataset \"{dataset}\" ({} classes, {} features, {} training rows in its smallest split)",
+                    m.name, m.method, shape.n_classes, shape.n_features, shape.n_train
                 );
                 let mut fail = |msg: String| issues.push((at.clone(), Some(m.name.clone()), format!("{what}: {msg}")));
                 let kernels = match entry.kernel.kernel_set(shape.n_features, shape.n_classes) {
