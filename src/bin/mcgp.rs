@@ -144,10 +144,26 @@ fn main() -> ExitCode {
         // reader has what it wanted (ripgrep does the same).
         Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_chain(&e));
             ExitCode::from(2)
         }
     }
+}
+
+/// The error and its causes, as anyhow's `{:#}` joins them, except a cause that the message
+/// so far already ends with: most of the crate's errors print their cause in their own message
+/// (thiserror's `source` fields), which `{:#}` would repeat.
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.is_empty() {
+            out = text;
+        } else if !out.ends_with(&text) {
+            out = format!("{out}: {text}");
+        }
+    }
+    out
 }
 
 fn registry(paths: &Paths) -> anyhow::Result<Registry> {

@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 pub enum StoreError {
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    #[error("cannot create the results folder {path} (--results DIR puts it elsewhere): {source}")]
+    CreateDir { path: PathBuf, source: std::io::Error },
     #[error("{path}: not a valid cell record: {source}")]
     Parse { path: PathBuf, source: serde_json::Error },
     #[error("{path}: {source}")]
@@ -139,7 +141,7 @@ impl Store {
     fn take(&self, name: &str, mode: Mode, wait: bool) -> Result<Option<ExperimentLock>, StoreError> {
         let path = self.dir.join(name);
         let io = |source| StoreError::Io { path: path.clone(), source };
-        std::fs::create_dir_all(&self.dir).map_err(io)?;
+        std::fs::create_dir_all(&self.dir).map_err(|source| StoreError::CreateDir { path: self.dir.clone(), source })?;
         // Read access too: NFSv4 takes a shared flock as a read lock, refused on a write-only fd.
         let file = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path).map_err(io)?;
         let attempt = match mode {

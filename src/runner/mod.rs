@@ -304,6 +304,16 @@ pub fn run(spec: &Spec, registry: &Registry, opts: &RunOptions) -> anyhow::Resul
     let _lock = if opts.shard.is_some() { store.lock_shared()? } else { store.lock()? };
     check_owner(spec, &store, &opts.project_root)?;
     claim_owner(spec, &store, &opts.project_root)?;
+    if opts.shard.is_none() && opts.render_report {
+        // Found now, not after hours of cells: the report folder must be creatable.
+        let dir = opts.reports_root.join(spec.name());
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot create the report folder {}: {e} (nothing was computed; --reports DIR puts it elsewhere)",
+                dir.display()
+            )
+        })?;
+    }
     if opts.shard.is_none() {
         // A run killed while writing leaves temporary files; under the exclusive lock nobody
         // else writes here (a shard cannot tell another shard's file in progress from a stale one),

@@ -216,3 +216,48 @@ fn a_spec_with_the_same_name_is_refused_before_the_first_manifest() {
     // The owner itself goes on.
     assert!(shard(&spec, "1/2").status.success());
 }
+
+/// A report folder that cannot be created stops the run before its first cell (not after
+/// hours of them), naming the folder and the option; a results folder likewise, and each
+/// message carries its OS cause once.
+#[test]
+fn an_unwritable_report_or_results_folder_stops_the_run_before_any_cell() {
+    let work = workdir("unwritable-folders");
+    let spec = work.join("small.yaml");
+    std::fs::write(&spec, SMALL).unwrap();
+    let file = work.join("a-file");
+    std::fs::write(&file, "not a folder").unwrap();
+    let out = mcgp()
+        .arg("run")
+        .arg(&spec)
+        .arg("--results")
+        .arg(work.join("results"))
+        .arg("--reports")
+        .arg(file.join("reports"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let folder = file.join("reports").join("small");
+    assert!(
+        stderr.contains(&format!("cannot create the report folder {}", folder.display())) && stderr.contains("nothing was computed"),
+        "{stderr}"
+    );
+    let cells = work.join("results").join("small").join("cells");
+    assert!(std::fs::read_dir(&cells).map_or(true, |mut d| d.next().is_none()), "cells were computed: {stderr}");
+    let out = mcgp()
+        .arg("run")
+        .arg(&spec)
+        .arg("--results")
+        .arg(file.join("results"))
+        .arg("--reports")
+        .arg(work.join("reports"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let line = stderr.lines().find(|l| l.starts_with("error:")).unwrap_or_default();
+    assert!(line.contains("cannot create the results folder") && line.contains("--results DIR"), "{stderr}");
+    let cause = line.rsplit(": ").next().unwrap();
+    assert_eq!(line.matches(cause).count(), 1, "the cause is repeated: {line}");
+}
