@@ -212,8 +212,15 @@ fn check_owner(spec: &Spec, store: &Store, project_root: &Path) -> anyhow::Resul
     let resolve = |p: &str| std::fs::canonicalize(p).or_else(|_| std::fs::canonicalize(project_root.join(p)));
     let (Ok(owner), Ok(this)) = (resolve(&owner_path), std::fs::canonicalize(&spec.file)) else { return Ok(()) };
     if owner != this {
+        // A copy of the spec (moved by copying, say) is the same experiment in two files.
+        let copy = std::fs::read(&owner).is_ok_and(|text| text == spec.text.as_bytes());
+        let what_to_do = if copy {
+            format!("the two files are the same text: delete {owner_path} to hand its results to {}", spec.file)
+        } else {
+            "give one of them another `name:` (or run it with --results elsewhere)".to_string()
+        };
         anyhow::bail!(
-            "{}: results of {} are stored there, and {} has the same name \"{}\"; give one of them another `name:` (or run it with --results elsewhere)",
+            "{}: results of {} are stored there, and {} has the same name \"{}\"; {what_to_do}",
             store.dir.display(),
             owner_path,
             spec.file,

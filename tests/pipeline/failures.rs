@@ -213,6 +213,13 @@ fn a_spec_with_the_same_name_is_refused_before_the_first_manifest() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("small.yaml") && stderr.contains("twin.yaml") && stderr.contains("another `name:`"), "{stderr}");
+    // A copy of the same text (a spec moved by copying) is told how to hand the results over.
+    let copy = dir.join("copy.yaml");
+    std::fs::write(&copy, SMALL).unwrap();
+    let out = shard(&copy, "1/2");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("the two files are the same text: delete") && stderr.contains("to hand its results to"), "{stderr}");
     // The owner itself goes on.
     assert!(shard(&spec, "1/2").status.success());
 }
