@@ -137,6 +137,7 @@ pub fn render_experiment(input: &ReportInput, out_dir: &Path) -> Result<Score, R
         timing: timing::build(input),
         threads: m.threads,
         failed,
+        cells_missing: m.cells_missing,
     };
     let html = render_template("experiment.html", EXPERIMENT_TEMPLATE, &view)?;
     write_atomic(&out_dir.join("index.html"), html.as_bytes())?;
@@ -221,6 +222,8 @@ struct ExperimentView {
     /// Threads of the run (cells that ran at the same time shared the machine).
     threads: usize,
     failed: Vec<FailedView>,
+    /// Cells of the spec not stored yet: the header says the report is partial.
+    cells_missing: usize,
 }
 
 #[derive(Serialize)]

@@ -194,3 +194,33 @@ fn provenance_names_the_machines_the_cells_ran_on() {
         "the host row names the run's machine"
     );
 }
+
+/// The header's score line: with nothing scored it says so (not "no paper values paper values
+/// within tolerance"), and a report with cells not run yet says it is partial up front.
+#[test]
+fn the_header_says_when_nothing_is_scored_and_when_the_report_is_partial() {
+    let cells = synthetic_cells();
+    let (datasets, methods) = (strings(&DATASETS), strings(&METHODS));
+    let render = |tables: &[TableSpec], missing: usize| {
+        let manifest = Manifest { cells_missing: missing, ..manifest() };
+        let input = ReportInput {
+            manifest: &manifest,
+            tables,
+            figures: &[],
+            datasets: &datasets,
+            methods: &methods,
+            cells: &cells,
+            planned: &planned(&datasets, &methods, &cells),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        render_experiment(&input, dir.path()).unwrap();
+        let html = std::fs::read_to_string(dir.path().join("index.html")).unwrap();
+        html.lines().find(|l| l.contains("Reproduction:")).unwrap().to_string()
+    };
+    let none = render(&[], 0);
+    assert!(none.contains("Reproduction: no paper values</span> scored") && !none.contains("within tolerance"), "{none}");
+    assert!(!none.contains("partial report"), "{none}");
+    let scored = render(&tables(), 7);
+    assert!(scored.contains("paper values within tolerance of this run"), "{scored}");
+    assert!(scored.contains("partial report: 7 cells not run yet"), "{scored}");
+}
