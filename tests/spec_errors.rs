@@ -757,3 +757,18 @@ fn a_paper_values_metric_and_setting_keys_must_be_the_tables_and_the_entrys() {
     let e = error_of(&spec("", "metric: error_pct, setting: \"kernel.varaince=2\""));
     assert!(e.contains("\"kernel.varaince\" is neither a grid key nor a setting"), "{e}");
 }
+
+/// A method's settings error names the settings field and points at its line: an unknown key
+/// with the closest known one, a value of the wrong type with the key it was given for.
+#[test]
+fn settings_errors_name_the_field_and_its_line() {
+    let unknown = format!("{GOOD}  - name: ep\n    method: ep\n    settings:\n      inducing: 5\n      max_iter: 50\n");
+    let e = error_of(&unknown);
+    assert!(
+        e.contains("bad.yaml:11:7:") && e.contains("settings.max_iter: unknown field") && e.contains("(did you mean `max_iters`?)"),
+        "{e}"
+    );
+    let wrong_type = format!("{GOOD}  - name: ep\n    method: ep\n    settings:\n      inducing: 5\n      max_iters: fifty\n");
+    let e = error_of(&wrong_type);
+    assert!(e.contains("bad.yaml:11:7:") && e.contains("settings.max_iters: invalid type: string \"fifty\""), "{e}");
+}

@@ -202,10 +202,30 @@ impl<T: serde::de::DeserializeOwned> FromSettings for T {
     }
 }
 
-/// Deserialize a method's settings, turning serde's message into one that names the field.
+/// Deserialize a method's settings into a message that names the field (`settings.max_iters:
+/// invalid type ...`; serde alone names only the type) and, for an unknown field, the closest
+/// known one.
 pub(crate) fn parse_settings<T: serde::de::DeserializeOwned>(settings: &serde_json::Value) -> Result<T, String> {
     let value = if settings.is_null() { serde_json::Value::Object(Default::default()) } else { settings.clone() };
-    serde_json::from_value(value).map_err(|e| format!("settings: {e}"))
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        let at = if path == "." { "settings".to_string() } else { format!("settings.{path}") };
+        format!("{at}: {message}{}", unknown_field_hint(&message))
+    })
+}
+
+/// " (did you mean `x`?)" for serde's "unknown field `y`, expected one of `x`, ..." when a
+/// known field is close to the unknown one.
+fn unknown_field_hint(message: &str) -> String {
+    let Some(rest) = message.strip_prefix("unknown field ") else { return String::new() };
+    let quoted: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
+    match quoted.split_first() {
+        Some((unknown, known)) => {
+            crate::suggest::closest(unknown, known.iter().copied()).map(|k| format!(" (did you mean `{k}`?)")).unwrap_or_default()
+        }
+        None => String::new(),
+    }
 }
 
 #[cfg(test)]

@@ -85,7 +85,7 @@ pub struct Select {
 /// Build `name` with `settings` whose `select` entry is `select`: every grid point's method is
 /// built (and so checked) here. Errors name the field under `settings.select`.
 pub(crate) fn build_select(name: &str, settings: &serde_json::Value, select: &serde_json::Value) -> Result<Select, String> {
-    let spec: SelectSpec = parse_settings(select).map_err(|e| e.replacen("settings:", "settings.select:", 1))?;
+    let spec: SelectSpec = parse_settings(select).map_err(|e| e.replacen("settings", "settings.select", 1))?;
     if spec.grid.is_empty() {
         return Err("settings.select.grid: give at least one key (settings.<name> or kernel.<parameter>) with a list of values".into());
     }
@@ -442,7 +442,9 @@ mod tests {
         assert!(err(serde_json::json!({ "grid": { "c": [1] } })).contains("settings.select.grid.c"));
         assert!(err(serde_json::json!({ "grid": { "kernel.lengthscale": [0] } })).contains("settings.select.grid.kernel.lengthscale"));
         assert!(err(serde_json::json!({ "grid": { "settings.c": [-1] } })).contains("settings.c must be a positive"));
-        assert!(err(serde_json::json!({ "grid": { "settings.c": [1] }, "fold": 3 })).contains("settings.select: unknown field `fold`"));
+        assert!(err(serde_json::json!({ "grid": { "settings.c": [1] }, "fold": 3 }))
+            .contains("settings.select.fold: unknown field `fold`, expected one of"));
+        assert!(err(serde_json::json!({ "grid": { "settings.c": [1] }, "fold": 3 })).ends_with("(did you mean `folds`?)"));
         // A kernel parameter the kernel does not have is refused by supports.
         let m = build("msvm", &serde_json::json!({ "select": { "grid": { "kernel.period": [1.0] } } })).unwrap();
         let shape = ProblemShape { n_classes: 3, n_features: 2, n_train: 30 };

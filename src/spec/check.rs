@@ -136,7 +136,9 @@ pub(super) fn check(raw: &RawSpec, registry: &Registry) -> Vec<Problem> {
                         err(where_.clone(), Some(&m.name), e);
                     }
                     if let Err(e) = crate::methods::build(&entry.method, &entry.settings) {
-                        err(where_.clone(), Some(&m.name), e);
+                        // Point at the settings key the message names, else at the entry.
+                        let key = settings_key(&e).unwrap_or(&m.name).to_string();
+                        err(where_.clone(), Some(&key), e);
                     }
                     if let Some(Err(e)) = entry.budget.as_ref().map(crate::methods::Budget::validate) {
                         err(format!("{where_}.budget"), Some("budget"), e);
@@ -504,4 +506,11 @@ fn hyper_cycle(methods: &[MethodEntry]) -> Option<String> {
         }
     }
     None
+}
+
+/// The settings key a method's settings error names (`settings.select.fold: ...` -> `fold`).
+fn settings_key(message: &str) -> Option<&str> {
+    let path = message.strip_prefix("settings.")?.split(':').next()?;
+    let key = path.rsplit('.').next()?.split('[').next()?;
+    (!key.is_empty() && !key.contains(' ')).then_some(key)
 }
