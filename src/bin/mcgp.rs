@@ -138,6 +138,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    say_what_an_interruption_leaves();
     match run(cli) {
         Ok(code) => code,
         // A closed pipe (`mcgp status SPEC | head -1`) ends the output, not in an error: the
@@ -148,6 +149,20 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// On Ctrl-C or SIGTERM, end as the signal would (status 128 + its number) after one line on
+/// what is kept: every cell is written whole by rename, so the cells finished so far are stored
+/// and a new run takes them up (a half-written temporary file is removed by the next run).
+fn say_what_an_interruption_leaves() {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else { return };
+    std::thread::spawn(move || {
+        if let Some(signal) = signals.forever().next() {
+            eprintln!("\ninterrupted: the cells finished so far are stored; the same `mcgp run` again computes only the rest");
+            std::process::exit(128 + signal);
+        }
+    });
 }
 
 /// The error and its causes, as anyhow's `{:#}` joins them, except a cause that the message
@@ -259,9 +274,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             eprintln!("running {} ({}) on {}", spec.name(), spec.file, runner::machine());
             let summary = runner::run(&spec, &registry, &opts)?;
             let m = &summary.manifest;
+            let not_run = if m.cells_missing > 0 {
+                format!(", {} not run (left out by --datasets / --entries)", m.cells_missing)
+            } else {
+                String::new()
+            };
+            let all_cpu = if m.cpu_seconds.to_bits() != (summary.computed_cpu_seconds + 0.0).to_bits() {
+                format!(" ({:.1} s CPU in all the cells)", m.cpu_seconds)
+            } else {
+                String::new()
+            };
             eprintln!(
-                "{} cells: {} computed, {} stored ({} from other experiments, {} computed at older commits with the same numerics), {} failed; {:.1} s wall, {:.1} s CPU computing ({:.1} s CPU in all the cells)",
-                m.cells_total, m.cells_computed, m.cells_cached, m.cells_reused, m.cells_older_code, m.cells_failed, m.wall_seconds, summary.computed_cpu_seconds + 0.0, m.cpu_seconds
+                "{} cells: {} computed, {} stored ({} from other experiments, {} computed at older commits with the same numerics){not_run}; {} of them failed; {:.1} s wall, {:.1} s CPU computing{all_cpu}",
+                m.cells_total, m.cells_computed, m.cells_cached, m.cells_reused, m.cells_older_code, m.cells_failed, m.wall_seconds, summary.computed_cpu_seconds + 0.0
             );
             eprintln!("results: {}", opts.results_root.join(spec.name()).display());
             if !no_report {

@@ -4,7 +4,7 @@
 //! Everything shown is computed here into view-model structs; the Tera templates only
 //! lay them out (no arithmetic in templates).
 mod figures;
-mod format;
+pub(crate) mod format;
 // The spec check reads a paper value's setting as the report does.
 pub(crate) use format::parse_setting;
 mod tables;

@@ -108,8 +108,8 @@ impl ProgressLog {
         self.failed += failed as usize;
         if self.last.elapsed() >= self.every {
             self.last = Instant::now();
-            let minutes = self.started.elapsed().as_secs_f64() / 60.0;
-            eprintln!("{done}/{} cells computed ({} failed), {minutes:.1} min", self.total, self.failed);
+            let elapsed = crate::report::format::duration(self.started.elapsed().as_secs_f64());
+            eprintln!("{done}/{} cells computed ({} failed), {elapsed}", self.total, self.failed);
         }
     }
 }

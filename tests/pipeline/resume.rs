@@ -407,3 +407,30 @@ fn twenty_random_kills_and_resumes_end_with_the_tables_of_an_uninterrupted_run()
     };
     assert_eq!(table(&dir), table(&calm));
 }
+
+/// Ctrl-C (SIGINT) ends a run with status 130 and one line saying that the finished cells are
+/// stored, and the same run again completes the rest.
+#[test]
+fn an_interrupted_run_says_what_it_kept_and_resumes() {
+    let work = workdir("sigint");
+    let spec = work.join("small.yaml");
+    std::fs::write(&spec, SMALL).unwrap();
+    let mut cmd = mcgp();
+    cmd.arg("run").arg(&spec).arg("--results").arg(work.join("results")).arg("--reports").arg(work.join("reports"));
+    cmd.env("MCGP_TEST_PAUSE_AFTER_CELL_SECONDS", "0.3").stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let cells = work.join("results").join("small").join("cells");
+    let t0 = std::time::Instant::now();
+    while std::fs::read_dir(&cells).map_or(0, |d| d.count()) == 0 {
+        assert!(t0.elapsed().as_secs() < 60, "no cell stored within a minute");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let killed = std::process::Command::new("kill").arg("-INT").arg(child.id().to_string()).status().unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted: the cells finished so far are stored"), "{stderr}");
+    let out = run(&work, &spec, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
