@@ -42,8 +42,8 @@ enum Command {
         /// The spec (YAML); default: the embedded experiments/quickstart.yaml.
         spec: Option<PathBuf>,
         /// Worker threads (default: all cores, or RAYON_NUM_THREADS).
-        #[arg(long)]
-        threads: Option<usize>,
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        threads: Option<u64>,
         /// Recompute cells stored as failed.
         #[arg(long)]
         retry_failed: bool,
@@ -255,7 +255,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let registry = registry(&paths)?;
             let spec = load_spec(spec.as_deref(), &registry)?;
             // A shard renders nothing: the other shards' cells are not all stored yet.
-            let mut opts = options(&paths, &registry, threads, retry_failed, recompute, !no_report && shard.is_none());
+            let mut opts = options(&paths, &registry, threads.map(|t| t as usize), retry_failed, recompute, !no_report && shard.is_none());
             opts.datasets = datasets;
             opts.entries = entries;
             opts.keep_failed = keep_failed;

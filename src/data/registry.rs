@@ -208,7 +208,9 @@ impl Registry {
         let path = data_dir.join(REGISTRY_FILE);
         let registry_error = |message: String| DataError::Registry { path: show(&path), message };
         let text = std::fs::read_to_string(&path).map_err(|e| {
-            registry_error(format!("cannot read the dataset registry ({e}); set MCGP_DATA_DIR to the folder that holds {REGISTRY_FILE}"))
+            registry_error(format!(
+                "cannot read the dataset registry ({e}); give the folder that holds {REGISTRY_FILE} with --data DIR (or set MCGP_DATA_DIR)"
+            ))
         })?;
         let entries: BTreeMap<String, DatasetSpec> =
             serde_norway::from_str(&text).map_err(|e| registry_error(format!("invalid registry: {e}")))?;

@@ -336,7 +336,12 @@ impl fmt::Display for SpecError {
                 writeln!(f)?;
             }
             let path = if i.path.is_empty() { String::new() } else { format!("{}: ", i.path) };
-            write!(f, "{}:{}:{}: {}{}", self.file, i.line, i.column, path, i.message)?;
+            // Line 0: the file as a whole (it could not be read), no position to give.
+            if i.line == 0 {
+                write!(f, "{}: {}{}", self.file, path, i.message)?;
+            } else {
+                write!(f, "{}:{}:{}: {}{}", self.file, i.line, i.column, path, i.message)?;
+            }
         }
         Ok(())
     }
