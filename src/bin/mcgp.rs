@@ -138,7 +138,6 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    say_what_an_interruption_leaves();
     match run(cli) {
         Ok(code) => code,
         // A closed pipe (`mcgp status SPEC | head -1`) ends the output, not in an error: the
@@ -151,7 +150,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// On Ctrl-C or SIGTERM, end as the signal would (status 128 + its number) after one line on
+/// On Ctrl-C or SIGTERM during `mcgp run`, end as the signal would (status 128 + its number) after one line on
 /// what is kept: every cell is written whole by rename, so the cells finished so far are stored
 /// and a new run takes them up (a half-written temporary file is removed by the next run).
 fn say_what_an_interruption_leaves() {
@@ -252,6 +251,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     });
     match command {
         Command::Run { spec, threads, retry_failed, keep_failed, recompute, datasets, entries, no_report, shard, shard_plan, paths } => {
+            say_what_an_interruption_leaves();
             let registry = registry(&paths)?;
             let spec = load_spec(spec.as_deref(), &registry)?;
             // A shard renders nothing: the other shards' cells are not all stored yet.
