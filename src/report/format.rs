@@ -56,10 +56,9 @@ pub fn sig3(v: f64) -> String {
     tick((v * scale).round() / scale)
 }
 
-/// A signed difference in units of the paper's sd, e.g. "+0.85 sd".
-pub fn sd_units(z: f64) -> String {
-    let sign = if z >= 0.0 { "+" } else { "" };
-    format!("{sign}{} sd", num(z))
+/// A signed number, e.g. "+0.850" or "−1.00".
+pub fn signed(x: f64) -> String {
+    format!("{}{}", if x >= 0.0 { "+" } else { "" }, num(x))
 }
 
 /// Human-readable metric name; unknown names are shown as they are.

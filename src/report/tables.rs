@@ -1,5 +1,5 @@
 //! Tables: this run's summaries beside the paper's published numbers.
-use super::format::{entry_columns, mean_sd, method_label, metric_label, num, sd_units, settings_equal};
+use super::format::{entry_columns, mean_sd, method_label, metric_label, num, settings_equal, signed};
 use super::tolerance::{describe, within_tolerance};
 use super::ReportInput;
 use crate::results::{mean_over_datasets, paired_aggregate, Aggregate, CellRecord, EvidenceKind, GroupKey, Status, MEAN_OVER_DATASETS};
@@ -299,10 +299,13 @@ fn cell_view(
         }
         match (&c.outcome, c.run) {
             (Some((_, tol, rule)), Some(r)) => {
-                view.diff = Some(match p.sd.filter(|sd| *sd > 0.0) {
-                    Some(sd) => format!("Δ {}", sd_units((r.mean - p.mean) / sd)),
-                    None if p.sd == Some(0.0) => "Δ n/a (paper sd 0)".into(),
-                    None => "Δ n/a (no paper sd)".into(),
+                // In the metric's units, comparable with the tolerance below it; then in paper sds.
+                let d = r.mean - p.mean;
+                let delta = if d.is_finite() { format!("Δ {}", signed(d)) } else { "Δ n/a".into() };
+                view.diff = Some(match p.sd.filter(|sd| *sd > 0.0 && d.is_finite()) {
+                    Some(sd) => format!("{delta} ({} paper sd)", signed(d / sd)),
+                    None if p.sd == Some(0.0) => format!("{delta} (paper sd 0)"),
+                    None => format!("{delta} (no paper sd)"),
                 });
                 view.tolerance = Some(format!("±{} = {rule}", num(*tol)));
             }

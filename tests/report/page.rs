@@ -58,9 +58,10 @@ fn report_shows_tables_figures_failures_and_score() {
     assert!(html.contains("10.00 ± 1.58"));
     assert!(html.contains("31.50 ± 1.29"));
     assert!(html.contains("n = 4, 1 failed"));
-    // (10 − 11) / 2 = −0.5 paper sd; the paper value without sd has no such difference.
-    assert!(html.contains("Δ −0.500 sd"));
-    assert!(html.contains("Δ n/a"));
+    // 10 − 11 = −1 in the metric's units (beside the tolerance), (10 − 11) / 2 = −0.5 paper
+    // sd; the paper value without sd has no such ratio.
+    assert!(html.contains("Δ −1.00 (−0.500 paper sd)"), "the difference in units and in paper sds");
+    assert!(html.contains("(no paper sd)"));
     assert!(html.contains("no run result"), "the missing paper value is shown");
     assert!(html.contains("Predictive error (%)") && html.contains("Log marginal likelihood"));
     assert!(html.contains("approximation"), "evidence kind labelled");
